@@ -1,0 +1,64 @@
+"""tool-runtime: Python functions and typed classes as LLM tools, run as supervised trio actors.
+
+The root only re-exports; see DESIGN.md section 3 for the contract these names make.
+"""
+
+from .exceptions import InvalidArguments as InvalidArguments
+from .exceptions import RuntimeClosed as RuntimeClosed
+from .exceptions import SchemaError as SchemaError
+from .exceptions import ToolDefinitionError as ToolDefinitionError
+from .exceptions import ToolRejected as ToolRejected
+from .exceptions import ToolRuntimeError as ToolRuntimeError
+from .messages import TERMINATE_TOOL as TERMINATE_TOOL
+from .messages import ContentPart as ContentPart
+from .messages import FailureKind as FailureKind
+from .messages import ImagePart as ImagePart
+from .messages import TextPart as TextPart
+from .messages import ToolCall as ToolCall
+from .messages import ToolCallMetadata as ToolCallMetadata
+from .messages import ToolFailure as ToolFailure
+from .messages import ToolResult as ToolResult
+from .messages import ToolSuccess as ToolSuccess
+from .registry import ToolRegistry as ToolRegistry
+from .schema import ToolDescriptor as ToolDescriptor
+from .schema import ToolParameter as ToolParameter
+from .tools import CallContext as CallContext
+from .tools import Description as Description
+from .tools import SimpleTool as SimpleTool
+from .tools import Tool as Tool
+from .tools import ToolBase as ToolBase
+from .tools import ToolSet as ToolSet
+from .tools import fail as fail
+from .tools import tool as tool
+from .tools import validate as validate
+
+__all__ = [
+    "TERMINATE_TOOL",
+    "CallContext",
+    "ContentPart",
+    "Description",
+    "FailureKind",
+    "ImagePart",
+    "InvalidArguments",
+    "RuntimeClosed",
+    "SchemaError",
+    "SimpleTool",
+    "TextPart",
+    "Tool",
+    "ToolBase",
+    "ToolCall",
+    "ToolCallMetadata",
+    "ToolDefinitionError",
+    "ToolDescriptor",
+    "ToolFailure",
+    "ToolParameter",
+    "ToolRegistry",
+    "ToolRejected",
+    "ToolResult",
+    "ToolRuntimeError",
+    "ToolSet",
+    "ToolSuccess",
+    "fail",
+    "tool",
+    "validate",
+]

@@ -1,0 +1,68 @@
+"""Every exception the runtime raises on purpose, in one place.
+
+Hierarchy::
+
+    ToolRuntimeError                    base of everything below
+    ├── InvalidArguments (ValueError)   a call's arguments did not decode into the tool's args type
+    ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
+    ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
+    ├── ToolDefinitionError (TypeError) a function or class cannot become a tool; says what to do
+    └── RuntimeClosed (RuntimeError)    the caller used a runtime that is closed (the caller's mistake)
+
+Only `RuntimeClosed` ever reaches a caller of `Runtime.call`: everything a tool does
+becomes a `ToolFailure`. The module sits below every layer so that each may raise these.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "InvalidArguments",
+    "RuntimeClosed",
+    "SchemaError",
+    "ToolDefinitionError",
+    "ToolRejected",
+    "ToolRuntimeError",
+]
+
+
+class ToolRuntimeError(Exception):
+    """Base class of the runtime's own exceptions."""
+
+
+class InvalidArguments(ToolRuntimeError, ValueError):
+    """The arguments of a call did not decode into the tool's args type.
+
+    Attributes:
+        path: JSON path of the offending value (`$` for the whole payload, `$.limit`...).
+        expected: what was expected there, in words a model can act on.
+    """
+
+    def __init__(self, expected: str, path: str = "$") -> None:
+        self.expected = expected
+        self.path = path
+        super().__init__(f"{expected} - at `{path}`" if path != "$" else expected)
+
+
+class ToolRejected(ToolRuntimeError):
+    """A tool refused its input; the message is shown to the model as it is.
+
+    Raise it (or call `validate` / `fail`) for input that is well-typed but wrong:
+    a negative limit, a file outside the sandbox. It is reported as REJECTED,
+    distinct from a crash (ERROR).
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class SchemaError(ToolRuntimeError, ValueError):
+    """A JSON Schema could not be parsed into the tool IR."""
+
+
+class ToolDefinitionError(ToolRuntimeError, TypeError):
+    """A function or class cannot become a tool; the message says what to change."""
+
+
+class RuntimeClosed(ToolRuntimeError, RuntimeError):
+    """The runtime is closed (or not yet open); no call can be made on it."""

@@ -1,0 +1,210 @@
+"""Wire types: what a tool call is, what comes back, and the metadata that rides along.
+
+Every message is a frozen msgspec Struct in a tagged union (`type` field), so it crosses a
+process boundary (a worker pipe, Ray, the CLI) as msgspec JSON or MessagePack bytes and
+comes back equal. Inside one process they pass through channels as objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Final, Literal
+
+import msgspec
+
+__all__ = [
+    "TERMINATE_TOOL",
+    "ContentPart",
+    "FailureKind",
+    "ImagePart",
+    "TextPart",
+    "ToolCall",
+    "ToolCallMetadata",
+    "ToolFailure",
+    "ToolResult",
+    "ToolSuccess",
+    "decode_result",
+    "encode_result",
+]
+
+TERMINATE_TOOL: Final = "__terminate__"
+"""Reserved tool name an agent loop uses to finish with a final answer (Koog's TerminationTool)."""
+
+
+class FailureKind(enum.StrEnum):
+    """Why a call failed; the value is what providers and spans see (`error.type`)."""
+
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    REJECTED = "rejected"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    UNAVAILABLE = "unavailable"
+    OVERLOADED = "overloaded"
+
+
+class ToolCall(msgspec.Struct, frozen=True, tag="call", tag_field="type"):
+    """One tool call as the model asked for it.
+
+    Attributes:
+        id: the provider's call id; the result carries it back.
+        name: the tool the model named (not checked until the call is routed).
+        arguments: JSON text as the model wrote it (OpenAI), or an already-parsed
+            object (Anthropic, Gemini). Decoded once, in the tool actor.
+    """
+
+    id: str
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class TextPart(msgspec.Struct, frozen=True, kw_only=True, tag="text", tag_field="type"):
+    """A piece of text in a multimodal result."""
+
+    text: str
+
+
+class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag="image", tag_field="type"):
+    """An image in a multimodal result (bytes travel as base64 in JSON)."""
+
+    data: bytes
+    mime_type: str = "image/png"
+
+
+ContentPart = TextPart | ImagePart
+
+
+class ToolSuccess(msgspec.Struct, frozen=True, kw_only=True, tag="success", tag_field="type"):
+    """A call that returned.
+
+    Attributes:
+        call_id: the id of the call this answers.
+        tool: the tool's name.
+        content: the text the model reads.
+        value: the tool's typed result (decoded back to builtins after a process hop).
+        parts: multimodal content; empty means one text part, `content`.
+    """
+
+    call_id: str
+    tool: str
+    content: str
+    value: Any = None
+    parts: tuple[ContentPart, ...] = ()
+
+    ok: ClassVar[bool] = True
+
+
+class ToolFailure(msgspec.Struct, frozen=True, kw_only=True, tag="failure", tag_field="type"):
+    """A call that did not return a value, for any reason; never raised, always returned.
+
+    Attributes:
+        call_id: the id of the call this answers.
+        tool: the tool's name (as asked for, if it is unknown).
+        kind: what went wrong, see `FailureKind`.
+        message: what the model reads after "Error: "; never a traceback.
+        error_type: the qualified exception type behind an ERROR (for logs and spans).
+    """
+
+    call_id: str
+    tool: str
+    kind: FailureKind
+    message: str
+    error_type: str | None = None
+
+    ok: ClassVar[bool] = False
+
+    @property
+    def content(self) -> str:
+        """The text the model reads; it starts with "Error:" so that every provider's model sees a failure."""
+        return f"Error: {self.message}"
+
+
+ToolResult = ToolSuccess | ToolFailure
+
+
+class ToolCallMetadata(Mapping[str, Any]):
+    """Read-only side-band data for one call: trace context, tenant, request id.
+
+    Never sent to the model and never part of a schema. `a | b` merges, right wins;
+    `ToolCallMetadata.EMPTY` is the shared empty instance.
+    """
+
+    __slots__ = ("_data",)
+    EMPTY: ClassVar[ToolCallMetadata]
+
+    def __init__(self, data: Mapping[str, Any] | None = None, /, **items: Any) -> None:
+        merged = dict(data) if data else {}
+        if items:
+            merged.update(items)
+        self._data: dict[str, Any] = merged
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> ToolCallMetadata:
+        """Return `data` as metadata without copying when it already is."""
+        if data is None:
+            return cls.EMPTY
+        if isinstance(data, ToolCallMetadata):
+            return data
+        return cls(data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __or__(self, other: Mapping[str, Any]) -> ToolCallMetadata:
+        if not other:
+            return self
+        if not self._data:
+            return ToolCallMetadata.of(other)
+        return ToolCallMetadata({**self._data, **other})
+
+    def __ror__(self, other: Mapping[str, Any]) -> ToolCallMetadata:
+        return ToolCallMetadata.of(other) | self
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ToolCallMetadata):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to dicts, so unhashable like them
+
+    def __repr__(self) -> str:
+        return f"ToolCallMetadata({self._data!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain copy, for crossing a process boundary."""
+        return dict(self._data)
+
+
+ToolCallMetadata.EMPTY = ToolCallMetadata()
+
+_result_encoder = msgspec.json.Encoder()
+_result_decoder: msgspec.json.Decoder[ToolResult] = msgspec.json.Decoder(ToolResult)
+_msgpack_encoder = msgspec.msgpack.Encoder()
+_msgpack_decoder: msgspec.msgpack.Decoder[ToolResult] = msgspec.msgpack.Decoder(ToolResult)
+
+
+def encode_result(result: ToolResult, *, format: Literal["json", "msgpack"] = "json") -> bytes:
+    """Encode a result for a process boundary with the cached encoders."""
+    if format == "msgpack":
+        return _msgpack_encoder.encode(result)
+    return _result_encoder.encode(result)
+
+
+def decode_result(data: bytes, *, format: Literal["json", "msgpack"] = "json") -> ToolResult:
+    """Decode a result encoded by `encode_result`."""
+    if format == "msgpack":
+        return _msgpack_decoder.decode(data)
+    return _result_decoder.decode(data)

@@ -1,0 +1,176 @@
+"""`ToolRegistry`: the immutable set of tools an agent may call, by name."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from .exceptions import ToolDefinitionError
+from .schema import ToolDescriptor, render_tool
+from .tools import FunctionTool, ToolBase, ToolSet, check_tool_name, tool
+
+__all__ = ["ToolLike", "ToolRegistry"]
+
+AnyTool = ToolBase[Any, Any]
+ToolLike = ToolBase[Any, Any] | ToolSet | Callable[..., Any]
+T = TypeVar("T", bound=AnyTool)
+
+
+class ToolRegistry:
+    """An immutable, ordered set of tools with unique names.
+
+    Accepts tools, `ToolSet` instances (their `.tools()`) and plain functions (made tools
+    with `@tool` defaults). Operations that change the set return a new registry.
+
+    Raises:
+        ValueError: two tools share a name ("Tool 'x' is already defined"), or a name
+            does not fit every provider.
+    """
+
+    __slots__ = ("_by_name", "_schemas")
+
+    def __init__(self, tools: Iterable[ToolLike] = ()) -> None:
+        by_name: dict[str, AnyTool] = {}
+        for t in _expand(tools):
+            if t.name in by_name:
+                raise ValueError(f"Tool {t.name!r} is already defined")
+            by_name[t.name] = t
+        self._by_name = by_name
+        self._schemas: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+
+    @classmethod
+    def _trusted(cls, by_name: dict[str, AnyTool]) -> ToolRegistry:
+        registry = cls.__new__(cls)
+        registry._by_name = by_name
+        registry._schemas = {}
+        return registry
+
+    # -- lookup ----------------------------------------------------------------------
+
+    def get(self, name: str) -> AnyTool:
+        """The tool called `name`.
+
+        Raises:
+            KeyError: no such tool; the message names the closest matches.
+        """
+        found = self._by_name.get(name)
+        if found is None:
+            raise KeyError(self.missing_message(name))
+        return found
+
+    def get_or_none(self, name: str) -> AnyTool | None:
+        """The tool called `name`, or None."""
+        return self._by_name.get(name)
+
+    def get_by_type(self, cls: type[T]) -> T:
+        """The first tool that is an instance of `cls`.
+
+        Raises:
+            KeyError: no tool is.
+        """
+        for t in self._by_name.values():
+            if isinstance(t, cls):
+                return t
+        raise KeyError(f"no tool of type {cls.__qualname__}")
+
+    def closest(self, name: str, n: int = 3) -> list[str]:
+        """Names of up to `n` tools whose names are close to `name`."""
+        return difflib.get_close_matches(name, list(self._by_name), n=n, cutoff=0.5)
+
+    def missing_message(self, name: str) -> str:
+        """What to tell a model that asked for a tool this registry does not have."""
+        close = self.closest(name)
+        if close:
+            return f"no tool named {name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
+        names = list(self._by_name)
+        if not names:
+            return f"no tool named {name!r}; no tools are available"
+        shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+        return f"no tool named {name!r}; available tools: {shown}"
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, str):
+            return item in self._by_name
+        if isinstance(item, ToolBase):
+            return self._by_name.get(item.name) is item
+        return False
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __iter__(self) -> Iterator[AnyTool]:
+        return iter(self._by_name.values())
+
+    def names(self) -> list[str]:
+        """The tools' names, in insertion order."""
+        return list(self._by_name)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry([{', '.join(self._by_name)}])"
+
+    # -- combining -------------------------------------------------------------------
+
+    def __or__(self, other: ToolRegistry) -> ToolRegistry:
+        """Merge; on a name clash the left registry's tool wins, silently (Koog's `plus`)."""
+        if not isinstance(other, ToolRegistry):
+            return NotImplemented
+        merged = dict(self._by_name)
+        for name, t in other._by_name.items():
+            merged.setdefault(name, t)
+        return ToolRegistry._trusted(merged)
+
+    def with_tools(self, *tools: ToolLike) -> ToolRegistry:
+        """A new registry with `tools` added; names already present are skipped."""
+        merged = dict(self._by_name)
+        for t in _expand(tools):
+            merged.setdefault(t.name, t)
+        return ToolRegistry._trusted(merged)
+
+    def without(self, *names: str) -> ToolRegistry:
+        """A new registry without the tools called `names` (absent names are ignored)."""
+        drop = set(names)
+        return ToolRegistry._trusted({n: t for n, t in self._by_name.items() if n not in drop})
+
+    # -- describing ------------------------------------------------------------------
+
+    def descriptors(self) -> list[ToolDescriptor]:
+        """Every tool's descriptor, in order."""
+        return [t.descriptor for t in self._by_name.values()]
+
+    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
+        """The tool definitions to send to `provider`, in order (cached; do not mutate).
+
+        Providers: "openai", "openai-responses", "anthropic", "gemini", "mcp", "jsonschema".
+
+        Raises:
+            ValueError: an unknown provider.
+        """
+        key = (provider, strict)
+        cached = self._schemas.get(key)
+        if cached is None:
+            cached = [render_tool(t.descriptor, provider, strict=strict) for t in self._by_name.values()]
+            self._schemas[key] = cached
+        return cached
+
+
+def _expand(items: Iterable[ToolLike]) -> Iterator[AnyTool]:
+    for item in items:
+        if isinstance(item, ToolBase):
+            if isinstance(item, FunctionTool) and item.is_unbound_method:
+                raise ToolDefinitionError(
+                    f"tool {item.name!r} is a method reached through its class; register an "
+                    "instance's tools instead: MyToolSet().tools()"
+                )
+            check_tool_name(item.name)
+            yield item
+        elif isinstance(item, ToolSet):
+            yield from item.tools()
+        elif isinstance(item, type) and issubclass(item, ToolBase):
+            raise ToolDefinitionError(
+                f"{item.__qualname__} is a tool class; register an instance: {item.__qualname__}()"
+            )
+        elif callable(item):
+            yield tool(item)
+        else:
+            raise ToolDefinitionError(f"not a tool: {item!r}")

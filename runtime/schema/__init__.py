@@ -1,0 +1,30 @@
+"""The contract layer: the tool IR, Python types and JSON Schemas into it, dialects out of it."""
+
+from ._dialects import DIALECTS as DIALECTS
+from ._dialects import render_tool as render_tool
+from ._docstring import Docstring as Docstring
+from ._docstring import parse_docstring as parse_docstring
+from ._from_jsonschema import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
+from ._from_jsonschema import descriptor_from_json_schema as descriptor_from_json_schema
+from ._from_jsonschema import parse_json_schema as parse_json_schema
+from ._from_python import descriptor_from_type as descriptor_from_type
+from ._from_python import type_node as type_node
+from ._ir import AnyValue as AnyValue
+from ._ir import Array as Array
+from ._ir import Boolean as Boolean
+from ._ir import Enum as Enum
+from ._ir import Integer as Integer
+from ._ir import Null as Null
+from ._ir import Number as Number
+from ._ir import Object as Object
+from ._ir import Ref as Ref
+from ._ir import String as String
+from ._ir import ToolDescriptor as ToolDescriptor
+from ._ir import ToolParameter as ToolParameter
+from ._ir import TypeNode as TypeNode
+from ._ir import Union as Union
+from ._ir import is_nullable as is_nullable
+from ._ir import without_null as without_null
+from ._to_jsonschema import node_schema as node_schema
+from ._to_jsonschema import parameters_schema as parameters_schema
+from ._to_jsonschema import property_schema as property_schema

@@ -1,0 +1,330 @@
+"""JSON Schema -> IR.
+
+One parser serves both directions of the project: Python types reach the IR through
+`msgspec.json.schema` and then this parser, and MCP servers' `inputSchema`s come through
+it too. It understands what real servers send: local `$ref` into `$defs` / `definitions`,
+type arrays, `anyOf` / `oneOf` / single `allOf`, `enum` with or without `type`, `const`,
+`nullable` (OpenAPI), nested objects and arrays, tuples (`prefixItems`), and every
+`additionalProperties` form. Recursive references become `Ref` nodes plus one definition;
+a depth limit, counted along the path and never reset inside a branch, stops anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from ..exceptions import SchemaError
+from ._ir import (
+    AnyValue,
+    Array,
+    Boolean,
+    Enum,
+    Integer,
+    Null,
+    Number,
+    Object,
+    Ref,
+    String,
+    ToolDescriptor,
+    ToolParameter,
+    TypeNode,
+    Union,
+)
+
+__all__ = ["DEFAULT_MAX_DEPTH", "descriptor_from_json_schema", "parse_json_schema"]
+
+DEFAULT_MAX_DEPTH = 32
+
+_ANNOTATION_ONLY = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
+_NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def parse_json_schema(
+    schema: Any, *, max_depth: int = DEFAULT_MAX_DEPTH
+) -> tuple[TypeNode, dict[str, TypeNode]]:
+    """Parse a JSON Schema into a type node and the definitions its `Ref`s point to.
+
+    Raises:
+        SchemaError: the schema is malformed, uses a non-local `$ref`, or nests deeper
+            than `max_depth`.
+    """
+    parser = _Parser(schema, max_depth)
+    node = parser.node(schema, 0)
+    return node, parser.definitions
+
+
+def descriptor_from_json_schema(
+    name: str,
+    description: str,
+    schema: Mapping[str, Any] | None,
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    **extra: Any,
+) -> ToolDescriptor:
+    """A ToolDescriptor whose parameters are the properties of an object schema.
+
+    Raises:
+        SchemaError: the schema does not describe an object, or cannot be parsed.
+    """
+    if schema is None or schema == {}:
+        return ToolDescriptor(name=name, description=description, **extra)
+    node, definitions = parse_json_schema(schema, max_depth=max_depth)
+    if isinstance(node, Ref):
+        node = definitions[node.name]
+    if not isinstance(node, Object):
+        raise SchemaError(
+            f"the parameters of tool {name!r} must be a JSON object schema, not {type(node).__name__.lower()}"
+        )
+    desc = description or node.description or ""
+    return ToolDescriptor(
+        name=name, description=desc, parameters=node.properties, definitions=definitions, **extra
+    )
+
+
+class _Parser:
+    def __init__(self, root: Any, max_depth: int) -> None:
+        self.root = root
+        self.max_depth = max_depth
+        self.definitions: dict[str, TypeNode] = {}
+        self._resolving: list[str] = []  # refs on the current path
+        self._cyclic: set[str] = set()
+        self._done: dict[str, TypeNode] = {}  # ref -> parsed node (non-recursive)
+        self._names: dict[str, str] = {}  # ref -> definition name
+
+    # -- references -------------------------------------------------------------------
+
+    def _target(self, ref: str) -> Any:
+        if not ref.startswith("#"):
+            raise SchemaError(f"only local references are supported, not {ref!r}")
+        node: Any = self.root
+        for raw in ref[1:].split("/")[1:] if ref != "#" else []:
+            key = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                raise SchemaError(f"reference {ref!r} points nowhere")
+        return node
+
+    def _name(self, ref: str) -> str:
+        name = self._names.get(ref)
+        if name is None:
+            base = ref.rsplit("/", 1)[-1] or "Root"
+            name, n = base, 2
+            taken = set(self._names.values())
+            while name in taken:
+                name, n = f"{base}{n}", n + 1
+            self._names[ref] = name
+        return name
+
+    def _ref(self, ref: str, depth: int) -> TypeNode:
+        if ref in self._done:
+            return self._done[ref]
+        name = self._name(ref)
+        if ref in self._resolving:
+            self._cyclic.add(ref)
+            return Ref(name=name)
+        self._resolving.append(ref)
+        try:
+            node = self.node(self._target(ref), depth + 1)
+        finally:
+            self._resolving.pop()
+        if ref in self._cyclic:
+            self.definitions[name] = node
+            node = Ref(name=name)
+        self._done[ref] = node
+        return node
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def node(self, schema: Any, depth: int) -> TypeNode:
+        if depth > self.max_depth:
+            raise SchemaError(f"schema nests deeper than {self.max_depth} levels")
+        if schema is True:
+            return AnyValue()
+        if not isinstance(schema, Mapping):
+            raise SchemaError(f"expected a schema object, got {type(schema).__name__}: {schema!r:.60}")
+        desc = schema.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise SchemaError("'description' must be a string")
+        node = self._node(schema, depth)
+        if schema.get("nullable") is True:
+            node = _union((node, Null()))
+        if desc and node.description != desc:
+            node = msgspec.structs.replace(node, description=desc)
+        return node
+
+    def _node(self, schema: Mapping[str, Any], depth: int) -> TypeNode:
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            if not isinstance(ref, str):
+                raise SchemaError("'$ref' must be a string")
+            return self._ref(ref, depth)
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                return _union(self._list(schema[key], key, depth))
+        if "allOf" in schema:
+            return self._all_of(schema, depth)
+        if "const" in schema:
+            return Enum(values=(_scalar(schema["const"]),))
+        if "enum" in schema:
+            values = schema["enum"]
+            if not isinstance(values, list) or not values:
+                raise SchemaError("'enum' must be a non-empty list")
+            return Enum(values=tuple(_scalar(v) for v in values))
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            if not kind:
+                raise SchemaError("'type' must not be an empty list")
+            return _union(tuple(self._typed(schema, k, depth) for k in kind))
+        if kind is None:
+            if "properties" in schema or "additionalProperties" in schema:
+                kind = "object"
+            elif "items" in schema or "prefixItems" in schema:
+                kind = "array"
+            else:
+                unknown = (
+                    set(schema) - _ANNOTATION_ONLY - {"nullable", "$defs", "definitions", "$schema", "$id"}
+                )
+                if unknown - {"format", "pattern"}:
+                    return AnyValue()
+                return String(format=schema.get("format")) if "format" in schema else AnyValue()
+        return self._typed(schema, kind, depth)
+
+    def _list(self, value: Any, key: str, depth: int) -> tuple[TypeNode, ...]:
+        if not isinstance(value, list) or not value:
+            raise SchemaError(f"'{key}' must be a non-empty list")
+        return tuple(self.node(s, depth + 1) for s in value)
+
+    def _all_of(self, schema: Mapping[str, Any], depth: int) -> TypeNode:
+        parts = self._list(schema["allOf"], "allOf", depth)
+        if len(parts) == 1:
+            return parts[0]
+        resolved = [self.definitions[p.name] if isinstance(p, Ref) else p for p in parts]
+        if not all(isinstance(p, Object) for p in resolved):
+            raise SchemaError("'allOf' is only supported over object schemas")
+        props: dict[str, ToolParameter] = {}
+        additional: TypeNode | bool = True
+        for p in resolved:
+            assert isinstance(p, Object)
+            for prop in p.properties:
+                props[prop.name] = prop
+            if p.additional is False:
+                additional = False
+        return Object(properties=tuple(props.values()), additional=additional)
+
+    def _typed(self, schema: Mapping[str, Any], kind: Any, depth: int) -> TypeNode:
+        if kind == "string":
+            return String(
+                format=_opt(schema, "format", str),
+                pattern=_opt(schema, "pattern", str),
+                min_length=_opt(schema, "minLength", int),
+                max_length=_opt(schema, "maxLength", int),
+            )
+        if kind == "integer" or kind == "number":
+            bounds = {k: _opt(schema, k, (int, float)) for k in _NUMERIC}
+            cls = Integer if kind == "integer" else Number
+            return cls(
+                minimum=bounds["minimum"],
+                maximum=bounds["maximum"],
+                exclusive_minimum=bounds["exclusiveMinimum"],
+                exclusive_maximum=bounds["exclusiveMaximum"],
+                multiple_of=bounds["multipleOf"],
+            )
+        if kind == "boolean":
+            return Boolean()
+        if kind == "null":
+            return Null()
+        if kind == "array":
+            return self._array(schema, depth)
+        if kind == "object":
+            return self._object(schema, depth)
+        raise SchemaError(f"unknown type {kind!r}")
+
+    def _array(self, schema: Mapping[str, Any], depth: int) -> Array:
+        prefix = schema.get("prefixItems")
+        items_schema = schema.get("items", True)
+        if prefix is not None:
+            options = list(self._list(prefix, "prefixItems", depth))
+            if items_schema not in (False, True, None) and isinstance(items_schema, Mapping):
+                options.append(self.node(items_schema, depth + 1))
+            items = _union(tuple(options))
+        elif isinstance(items_schema, list):  # draft-04 tuple form
+            items = _union(self._list(items_schema, "items", depth))
+        elif items_schema is False:
+            raise SchemaError("an array whose 'items' is false can hold nothing")
+        else:
+            items = self.node(items_schema, depth + 1)
+        return Array(
+            items=items,
+            min_items=_opt(schema, "minItems", int),
+            max_items=_opt(schema, "maxItems", int),
+            unique_items=schema.get("uniqueItems") is True,
+        )
+
+    def _object(self, schema: Mapping[str, Any], depth: int) -> Object:
+        raw_props = schema.get("properties", {})
+        if not isinstance(raw_props, Mapping):
+            raise SchemaError("'properties' must be an object")
+        required = schema.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise SchemaError("'required' must be a list of property names")
+        props = []
+        for name, prop_schema in raw_props.items():
+            node = self.node(prop_schema, depth + 1)
+            default = (
+                prop_schema.get("default", msgspec.UNSET)
+                if isinstance(prop_schema, Mapping)
+                else msgspec.UNSET
+            )
+            props.append(
+                ToolParameter(
+                    name=name,
+                    description=node.description,
+                    type=node,
+                    required=name in required,
+                    default=default,
+                )
+            )
+        additional: TypeNode | bool
+        extra = schema.get("additionalProperties", True)
+        additional = extra if isinstance(extra, bool) else self.node(extra, depth + 1)
+        patterns = schema.get("patternProperties")
+        if isinstance(patterns, Mapping) and patterns and additional is True:
+            additional = _union(tuple(self.node(s, depth + 1) for s in patterns.values()))
+        title = schema.get("title")
+        return Object(
+            properties=tuple(props), additional=additional, name=title if isinstance(title, str) else None
+        )
+
+
+def _union(options: tuple[TypeNode, ...]) -> TypeNode:
+    flat: list[TypeNode] = []
+    for option in options:
+        for o in option.options if isinstance(option, Union) else (option,):
+            if isinstance(o, AnyValue):
+                return AnyValue(description=option.description)
+            if o not in flat:
+                flat.append(o)
+    if len(flat) == 1:
+        return flat[0]
+    return Union(options=tuple(flat))
+
+
+def _scalar(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise SchemaError(f"only scalar enum values are supported, not {value!r:.60}")
+
+
+def _opt(schema: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = schema.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise SchemaError(f"{key!r} has the wrong type: {value!r:.60}")
+    return value

@@ -1,0 +1,341 @@
+"""Class tools: `ToolBase` (the one dispatch entry), `Tool` and `SimpleTool` on top of it.
+
+Koog's three-level design: `ToolBase.execute(args, ctx)` is what the engine calls;
+`Tool.execute(args)` drops the context for the 99% case; `SimpleTool` returns the text the
+model reads. The args type is read from the class's generic parameters when the class is
+defined, and the codec and descriptor are built once, there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+import msgspec
+
+from ..exceptions import ToolDefinitionError
+from ..messages import ContentPart, TextPart
+from ..schema import ToolDescriptor, descriptor_from_type, parse_docstring, without_null
+from ._codec import ArgField, ArgsCodec, accepts_none
+from ._context import CallContext, check_tool_name
+
+__all__ = [
+    "ArgsT",
+    "ResultT",
+    "SimpleTool",
+    "Tool",
+    "ToolBase",
+    "check_options",
+    "describe",
+    "result_encoder",
+]
+
+ArgsT = TypeVar("ArgsT")
+ResultT = TypeVar("ResultT")
+
+OnFull = Literal["wait", "reject"]
+
+
+def _enc_hook(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)  # pydantic models, without importing pydantic
+    if callable(dump):
+        return dump(mode="json")
+    raise NotImplementedError(f"objects of type {type(obj).__name__} are not JSON-serializable")
+
+
+result_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+class ToolBase(Generic[ArgsT, ResultT]):
+    """A tool: a name, a descriptor for the model, and `execute(args, ctx)`.
+
+    Subclass `Tool` or `SimpleTool` unless the tool needs its CallContext. Class attributes
+    configure it: `name`, `description`, and the options of `@tool` (`timeout`,
+    `max_concurrency`, `mailbox_size`, `on_full`, `inline`, `restart_on`). `execute` may be
+    sync (run in a worker thread) or async. Override the codec hooks to change how
+    arguments are read and results are shown to the model.
+
+    Attributes:
+        descriptor: what the model is told (built from the args type once per class).
+        args_type: the type the arguments decode into.
+        result_type: the declared result type, when known.
+    """
+
+    name: str
+    description: str = ""
+    timeout: float | None = None
+    max_concurrency: int | None = None
+    mailbox_size: int = 1024
+    on_full: OnFull = "wait"
+    inline: bool = False
+    restart_on: tuple[type[BaseException], ...] = ()
+
+    tool_type: ClassVar[str] = "function"
+    """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""
+    takes_context: ClassVar[bool] = True
+    """Whether `dispatch` needs a CallContext (the engine skips building one otherwise)."""
+
+    descriptor: ToolDescriptor
+    args_type: Any = None
+    result_type: Any = None
+    is_async: bool = True
+    _codec: ArgsCodec | None = None
+
+    def __init_subclass__(cls, *, dynamic: bool = False, **kwargs: Any) -> None:
+        """Build the codec and descriptor of a concrete tool class once.
+
+        Args:
+            dynamic: the class builds its descriptor per instance (function and MCP tools).
+        """
+        super().__init_subclass__(**kwargs)
+        if "execute" in cls.__dict__:
+            cls.is_async = inspect.iscoroutinefunction(cls.__dict__["execute"])
+        found = None if dynamic else _generic_args(cls)
+        if found is None:
+            return  # a generic intermediate class; its concrete subclasses are built
+        args_type, result_type = found
+        check_options(cls, f"tool class {cls.__qualname__}")
+        name = cls.__dict__.get("name") or getattr(cls, "name", None) or _snake(cls.__name__)
+        cls.name = check_tool_name(name)
+        own_doc = parse_docstring(cls.__dict__.get("__doc__"))
+        args_doc = parse_docstring(getattr(args_type, "__doc__", None))
+        description = cls.__dict__.get("description") or own_doc.summary or cls.description
+        codec = _codec_for(args_type, cls.name)
+        cls.args_type = args_type
+        cls.result_type = result_type
+        cls._codec = codec
+        cls.descriptor = describe(
+            codec,
+            name=cls.name,
+            description=description or args_doc.summary,
+            param_docs={**args_doc.params, **own_doc.params},
+        )
+
+    async def execute(self, args: ArgsT, ctx: CallContext) -> ResultT:
+        """Do the work. The engine calls this through `dispatch`, never the model directly."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define execute()")
+
+    def dispatch(self, args: ArgsT, ctx: CallContext | None) -> Any:
+        """Start `execute`; an awaitable when `is_async`, else the result. Called by the engine."""
+        return self.execute(args, ctx)  # type: ignore[arg-type]
+
+    # -- codec hooks -----------------------------------------------------------------
+
+    def decode_args(self, raw: str | bytes | Mapping[str, Any]) -> ArgsT:
+        """JSON text (or a parsed object) -> typed args, in one strict pass.
+
+        Raises:
+            InvalidArguments: naming the JSON path of the bad value and what was expected.
+        """
+        codec = self._codec
+        if codec is None:
+            raise ToolDefinitionError(f"tool {self.name!r} has no args type; override decode_args()")
+        result: ArgsT = codec.decode(raw)
+        return result
+
+    def encode_result(self, result: ResultT) -> bytes:
+        """The result as JSON bytes."""
+        return result_encoder.encode(result)
+
+    def result_to_text(self, result: ResultT) -> str:
+        """The text the model reads: a string as it is, anything else as JSON."""
+        if isinstance(result, str):
+            return result
+        return self.encode_result(result).decode()
+
+    def result_to_parts(self, result: ResultT) -> list[ContentPart]:
+        """Multimodal content for the model; by default one text part."""
+        return [TextPart(text=self.result_to_text(result))]
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Acquire what the tool needs (a connection, a model); run at start and restart."""
+
+    async def teardown(self) -> None:
+        """Release what `setup` acquired; run at stop and before a restart."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__qualname__} {getattr(self, 'name', '?')!r}>"
+
+
+class Tool(ToolBase[ArgsT, ResultT], dynamic=True):
+    """A tool whose `execute(args)` does not need the CallContext."""
+
+    takes_context: ClassVar[bool] = False
+
+    async def execute(self, args: ArgsT) -> ResultT:  # type: ignore[override]
+        """Do the work with the decoded args."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define execute()")
+
+    def dispatch(self, args: ArgsT, ctx: CallContext | None) -> Any:
+        return self.execute(args)
+
+
+class SimpleTool(Tool[ArgsT, str], dynamic=True):
+    """A tool whose result is a string, given to the model verbatim."""
+
+    def result_to_text(self, result: str) -> str:
+        return result if isinstance(result, str) else str(result)
+
+
+# -- building --------------------------------------------------------------------------
+
+
+def check_options(owner: Any, what: str) -> None:
+    """Validate the tool options found as attributes of `owner`.
+
+    Raises:
+        ToolDefinitionError: an option has a value the runtime cannot honour.
+    """
+    timeout = owner.timeout
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise ToolDefinitionError(
+            f"{what}: timeout must be a positive number of seconds or None, not {timeout!r}"
+        )
+    limit = owner.max_concurrency
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ToolDefinitionError(f"{what}: max_concurrency must be a positive int or None, not {limit!r}")
+    size = owner.mailbox_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ToolDefinitionError(f"{what}: mailbox_size must be a positive int, not {size!r}")
+    if owner.on_full not in ("wait", "reject"):
+        raise ToolDefinitionError(f"{what}: on_full must be 'wait' or 'reject', not {owner.on_full!r}")
+    restart_on = owner.restart_on
+    if not isinstance(restart_on, tuple) or not all(
+        isinstance(e, type) and issubclass(e, BaseException) for e in restart_on
+    ):
+        raise ToolDefinitionError(
+            f"{what}: restart_on must be a tuple of exception classes, not {restart_on!r}"
+        )
+
+
+def describe(
+    codec: ArgsCodec, *, name: str, description: str, param_docs: Mapping[str, str] | None = None
+) -> ToolDescriptor:
+    """The descriptor of a tool whose arguments decode through `codec`."""
+    descriptor = descriptor_from_type(
+        codec.struct_type, name=name, description=description, param_descriptions=param_docs
+    )
+    loosened = codec.loosened
+    if not loosened:
+        return descriptor
+    # The decoder accepts null for these (it means "the default"); the model is shown the declared type.
+    params = tuple(
+        msgspec.structs.replace(
+            p, type=without_null(p.type), description=p.description or without_null(p.type).description
+        )
+        if p.name in loosened
+        else p
+        for p in descriptor.parameters
+    )
+    return msgspec.structs.replace(descriptor, parameters=params)
+
+
+def _generic_args(cls: type) -> tuple[Any, Any] | None:
+    for klass in cls.__mro__:
+        for base in klass.__dict__.get("__orig_bases__", ()):
+            origin = typing.get_origin(base)
+            if not (isinstance(origin, type) and issubclass(origin, ToolBase)):
+                continue
+            params = typing.get_args(base)
+            if not params or isinstance(params[0], TypeVar):
+                continue
+            if issubclass(origin, SimpleTool):
+                return params[0], str
+            result = params[1] if len(params) > 1 and not isinstance(params[1], TypeVar) else None
+            return params[0], result
+    return None
+
+
+def _codec_for(args_type: Any, tool_name: str) -> ArgsCodec:
+    if isinstance(args_type, type) and issubclass(args_type, msgspec.Struct):
+        infos = msgspec.structs.fields(args_type)
+        fields = [
+            ArgField(
+                f.name,
+                f.type,
+                f.default,
+                None if f.default_factory is msgspec.NODEFAULT else f.default_factory,
+            )
+            for f in infos
+        ]
+        config = args_type.__struct_config__
+        direct = config.forbid_unknown_fields and all(f.required or accepts_none(f.type) for f in fields)
+        if direct:
+            return ArgsCodec(args_type)
+        rename = {f.name: f.encode_name for f in infos if f.encode_name != f.name}
+        return ArgsCodec.for_fields(
+            args_type.__name__,
+            fields,
+            rename=rename,
+            build=_kwargs_builder(args_type, [f.name for f in infos]),
+        )
+    if isinstance(args_type, type) and dataclasses.is_dataclass(args_type):
+        hints = _hints(args_type, tool_name)
+        fields = []
+        for f in dataclasses.fields(args_type):
+            if not f.init:
+                continue
+            factory = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+            default = f.default if f.default is not dataclasses.MISSING else msgspec.NODEFAULT
+            fields.append(ArgField(f.name, hints[f.name], default, factory))
+        return ArgsCodec.for_fields(
+            args_type.__name__, fields, build=_kwargs_builder(args_type, [f.name for f in fields])
+        )
+    if typing.is_typeddict(args_type):
+        hints = _hints(args_type, tool_name)
+        required = args_type.__required_keys__
+        fields = [ArgField(k, _strip_required(t)) for k, t in hints.items()]
+        optional = [k for k in hints if k not in required]
+        return ArgsCodec.for_fields(
+            args_type.__name__, fields, unset_optional=optional, build=_typeddict_builder
+        )
+    raise ToolDefinitionError(
+        f"tool {tool_name!r}: its args type must be an object (a msgspec Struct, a dataclass or a "
+        f"TypedDict), not {args_type!r}; wrap a single value in one, e.g. "
+        "`class Args(msgspec.Struct): value: int`"
+    )
+
+
+def _kwargs_builder(target: Any, names: list[str]) -> Any:
+    getters = tuple(names)
+
+    def build(value: Any) -> Any:
+        return target(**{n: getattr(value, n) for n in getters})
+
+    return build
+
+
+def _typeddict_builder(value: Any) -> dict[str, Any]:
+    return {k: v for k, v in msgspec.structs.asdict(value).items() if v is not msgspec.UNSET}
+
+
+def _strip_required(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.NotRequired or origin is typing.Required:
+        return typing.get_args(tp)[0]
+    return tp
+
+
+def _hints(obj: Any, tool_name: str) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj, include_extras=True)
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: cannot resolve the type annotations of {obj!r} ({exc}); "
+            "define the types it names at module level"
+        ) from exc
+
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def _snake(name: str) -> str:
+    return _CAMEL.sub("_", name).lower()

@@ -1,0 +1,177 @@
+"""Arguments: JSON text (or an already-parsed object) -> a tool's typed args, in one pass.
+
+Every tool's arguments decode through one msgspec Struct made once per tool with
+`defstruct(..., forbid_unknown_fields=True)` and a cached decoder. A parameter with a
+default whose type does not admit null is widened to `T | None` in that Struct, and a null
+is replaced by the default after decoding: that is how OpenAI strict mode (where every
+property is required and defaults are sent as null) keeps defaults. The schema shows the
+declared type; only the decoder is lenient.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple, Optional
+
+import msgspec
+
+from ..exceptions import InvalidArguments
+
+__all__ = ["ArgField", "ArgsCodec", "accepts_none", "translate_error"]
+
+_AT_PATH = re.compile(r"^(?P<msg>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
+_FIELD = re.compile(r"^Object (?P<what>missing required|contains unknown) field `(?P<name>[^`]*)`$")
+
+
+class ArgField(NamedTuple):
+    """One argument: its name, Python type, and default (`msgspec.NODEFAULT` if required)."""
+
+    name: str
+    type: Any
+    default: Any = msgspec.NODEFAULT
+    default_factory: Callable[[], Any] | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is msgspec.NODEFAULT and self.default_factory is None
+
+
+def accepts_none(tp: Any) -> bool:
+    """True when `None` is a valid value of the type `tp`."""
+    if typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    if tp is Any or tp is None or tp is type(None):
+        return True
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(accepts_none(a) for a in typing.get_args(tp))
+    if origin is Literal:
+        return None in typing.get_args(tp)
+    return False
+
+
+class ArgsCodec:
+    """Decodes a call's arguments for one tool.
+
+    Attributes:
+        struct_type: the msgspec Struct the arguments decode into (its fields are the
+            tool's parameters, in order).
+        field_names: the parameter names as the model writes them.
+    """
+
+    __slots__ = ("_build", "_decoder", "_fill", "field_names", "struct_type")
+
+    def __init__(
+        self,
+        struct_type: type[msgspec.Struct],
+        *,
+        fill: Sequence[tuple[str, Any, Callable[[], Any] | None]] = (),
+        build: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Decode into `struct_type`; usually made by `ArgsCodec.for_fields`.
+
+        Args:
+            struct_type: the Struct the arguments decode into.
+            fill: (name, default, factory) of fields whose null means "use the default".
+            build: turns the decoded Struct into the tool's args type (None: the Struct is it).
+        """
+        self.struct_type = struct_type
+        self.field_names: tuple[str, ...] = struct_type.__struct_encode_fields__
+        self._decoder = msgspec.json.Decoder(struct_type)
+        self._fill = tuple(fill)
+        self._build = build
+
+    @classmethod
+    def for_fields(
+        cls,
+        name: str,
+        fields: Sequence[ArgField],
+        *,
+        build: Callable[[Any], Any] | None = None,
+        unset_optional: Sequence[str] = (),
+        rename: Mapping[str, str] | None = None,
+    ) -> ArgsCodec:
+        """Make the Struct for `fields` (strict: unknown fields are rejected).
+
+        Args:
+            name: the Struct's name (shows as the title of the schema).
+            fields: the parameters, in order.
+            build: turns the decoded Struct into the tool's args type.
+            unset_optional: names that may be omitted without a default (TypedDict
+                NotRequired keys); they decode to `msgspec.UNSET` when absent.
+            rename: JSON names of fields whose JSON name differs from their Python name.
+        """
+        spec: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+        fill: list[tuple[str, Any, Callable[[], Any] | None]] = []
+        for f in fields:
+            if f.name in unset_optional:
+                spec.append((f.name, f.type | msgspec.UnsetType, msgspec.UNSET))
+            elif f.required:
+                spec.append((f.name, f.type))
+            else:
+                default = msgspec.field(default_factory=f.default_factory) if f.default_factory else f.default
+                if accepts_none(f.type):
+                    spec.append((f.name, f.type, default))
+                else:
+                    spec.append((f.name, Optional[f.type], default))  # noqa: UP045 - f.type is a runtime value
+                    fill.append((f.name, f.default, f.default_factory))
+        struct_type = msgspec.defstruct(
+            name, spec, kw_only=True, forbid_unknown_fields=True, rename=dict(rename) if rename else None
+        )
+        return cls(struct_type, fill=fill, build=build)
+
+    @property
+    def loosened(self) -> tuple[str, ...]:
+        """Names whose null decodes to their default (their type does not admit null)."""
+        return tuple(name for name, _, _ in self._fill)
+
+    def decode(self, raw: str | bytes | Mapping[str, Any]) -> Any:
+        """Decode `raw` into the tool's args.
+
+        Raises:
+            InvalidArguments: not JSON, not an object, a missing, unknown or wrong-typed
+                field; the error names the JSON path and what was expected.
+        """
+        try:
+            if isinstance(raw, str | bytes):
+                value = self._decoder.decode(raw)
+            elif isinstance(raw, Mapping):
+                value = msgspec.convert(raw, self.struct_type)
+            else:
+                raise InvalidArguments(f"arguments must be a JSON object, got {type(raw).__name__}")
+        except msgspec.ValidationError as exc:
+            raise translate_error(exc, self.field_names) from None
+        except msgspec.DecodeError as exc:
+            if isinstance(raw, str | bytes) and not raw.strip():
+                return self.decode(b"{}")  # some models send "" for a tool without parameters
+            raise InvalidArguments(f"arguments are not valid JSON ({exc}); send one JSON object") from None
+        for name, default, factory in self._fill:
+            if getattr(value, name) is None:
+                setattr(value, name, factory() if factory is not None else default)
+        if self._build is not None:
+            return self._build(value)
+        return value
+
+
+def translate_error(exc: msgspec.ValidationError, fields: Sequence[str] = ()) -> InvalidArguments:
+    """msgspec's validation message -> an InvalidArguments naming the JSON path."""
+    text = str(exc)
+    path = "$"
+    match = _AT_PATH.match(text)
+    if match:
+        text, path = match["msg"], match["path"]
+    field = _FIELD.match(text)
+    if field:
+        name = field["name"]
+        child = f"{path}.{name}"
+        if field["what"] == "missing required":
+            return InvalidArguments("required field is missing", child)
+        if path == "$" and fields:
+            return InvalidArguments(f"unknown field; the parameters are: {', '.join(fields)}", child)
+        return InvalidArguments("unknown field", child)
+    if path == "$" and text.startswith("Expected `object`"):
+        text = f"{text}; the arguments must be one JSON object"
+    return InvalidArguments(text, path)

@@ -1,0 +1,274 @@
+"""`@tool`: an ordinary function or method becomes a tool.
+
+The signature becomes a msgspec Struct once (`defstruct`, strict); the docstring's first
+paragraph the description; `Annotated[T, Description(...)]`, `msgspec.Meta(description=)` and
+the docstring's Args section the parameter descriptions. A parameter annotated
+`CallContext` is injected by the runtime and is not a field, so the model cannot set it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any, overload
+
+import msgspec
+
+from ..exceptions import ToolDefinitionError
+from ..schema import Docstring, parse_docstring
+from ._base import OnFull, ToolBase, check_options, describe
+from ._codec import ArgField, ArgsCodec
+from ._context import CallContext, check_tool_name
+
+__all__ = ["FunctionTool", "tool"]
+
+_astuple = msgspec.structs.astuple
+
+
+class FunctionTool(ToolBase[Any, Any], dynamic=True):
+    """A tool made from a function by `@tool`; calling it calls the function."""
+
+    takes_context = False
+
+    def __init__(
+        self,
+        fn: Callable[..., Any] | staticmethod[..., Any] | classmethod[Any, ..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_concurrency: int | None = None,
+        mailbox_size: int = 1024,
+        on_full: OnFull = "wait",
+        inline: bool = False,
+        restart_on: Iterable[type[BaseException]] = (),
+        _declared: FunctionTool | None = None,
+    ) -> None:
+        bind: str | None = None
+        if isinstance(fn, staticmethod):
+            fn = fn.__func__
+        elif isinstance(fn, classmethod):
+            fn, bind = fn.__func__, "class"
+        if not callable(fn):
+            raise ToolDefinitionError(f"@tool needs a function, not {fn!r}")
+        if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+            raise ToolDefinitionError(
+                f"tool {getattr(fn, '__name__', fn)!r} is a generator; a tool returns one result"
+            )
+        qualname = getattr(fn, "__qualname__", "")
+        parts = qualname.split(".")
+        if bind is None and len(parts) > 1 and parts[-2] != "<locals>":
+            bind = "instance"  # defined in a class body: the first parameter is self
+        self.fn = fn
+        self._hints: dict[str, Any] = {}
+        self._bind = bind
+        self._bound = False
+        self._attr: str | None = None
+        self.name = check_tool_name(name or getattr(fn, "__name__", None))
+        self.timeout = timeout
+        self.max_concurrency = max_concurrency
+        self.mailbox_size = mailbox_size
+        self.on_full = on_full
+        self.inline = inline
+        self.restart_on = tuple(restart_on)
+        check_options(self, f"tool {self.name!r}")
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+        doc = parse_docstring(fn.__doc__)
+        if _declared is not None:  # an override of a @tool method: the declaration fills the gaps
+            base_doc = parse_docstring(_declared.fn.__doc__)
+            doc = Docstring(doc.summary or base_doc.summary, {**base_doc.params, **doc.params})
+            hints = {**_declared._hints, **self._resolve_hints(fn)}
+        else:
+            hints = self._resolve_hints(fn)
+        self._hints = hints
+        self.description = description if description is not None else doc.summary
+        codec = self._plan(fn, hints)
+        self.descriptor = describe(codec, name=self.name, description=self.description, param_docs=doc.params)
+        self.result_type = hints.get("return")
+
+    # -- building --------------------------------------------------------------------
+
+    def _resolve_hints(self, fn: Callable[..., Any]) -> dict[str, Any]:
+        try:
+            return typing.get_type_hints(fn, include_extras=True)
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: cannot resolve its type annotations ({exc}); "
+                "define the types they name at module level"
+            ) from exc
+
+    def _plan(self, fn: Callable[..., Any], hints: dict[str, Any]) -> ArgsCodec:
+        params = list(inspect.signature(fn).parameters.values())
+        if self._bind is not None:
+            if not params:
+                raise ToolDefinitionError(f"tool {self.name!r} is a method without a self/cls parameter")
+            params = params[1:]
+        fields: list[ArgField] = []
+        positional = 0
+        keywords: list[str] = []
+        ctx: tuple[str, int | str] | None = None
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: *{p.name} cannot be described to a model; name each parameter"
+                )
+            hint = hints.get(p.name, inspect.Parameter.empty)
+            if hint is CallContext:
+                ctx = ("kw", p.name) if p.kind is p.KEYWORD_ONLY else ("pos", positional)
+                continue
+            if hint is inspect.Parameter.empty:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: parameter {p.name!r} has no type annotation; "
+                    f"annotate it (e.g. `{p.name}: str`) so the model knows what to send"
+                )
+            default = msgspec.NODEFAULT if p.default is p.empty else p.default
+            fields.append(ArgField(p.name, hint, default))
+            if p.kind is p.KEYWORD_ONLY:
+                keywords.append(p.name)
+            else:
+                positional += 1
+        self.takes_context = ctx is not None  # type: ignore[misc]  # per function, not per class
+        self._codec = codec = ArgsCodec.for_fields(self.name, fields)
+        self._positional = positional
+        self._keywords = tuple(keywords)
+        self._ctx = ctx
+        self._simple = ctx is None and not keywords
+        return codec
+
+    # -- calling ---------------------------------------------------------------------
+
+    def dispatch(self, args: Any, ctx: CallContext | None) -> Any:
+        values = _astuple(args)
+        if self._simple:
+            return self.fn(*values)
+        n = self._positional
+        positional = list(values[:n])
+        keywords = dict(zip(self._keywords, values[n:], strict=True))
+        if self._ctx is not None:
+            where, slot = self._ctx
+            if where == "pos":
+                positional.insert(int(slot), ctx)
+            else:
+                keywords[str(slot)] = ctx
+        return self.fn(*positional, **keywords)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function itself (no runtime, no validation): handy in tests."""
+        return self.fn(*args, **kwargs)
+
+    # -- methods ---------------------------------------------------------------------
+
+    @property
+    def is_unbound_method(self) -> bool:
+        """True for a `@tool` method reached through its class rather than an instance."""
+        return self._bind == "instance" and not self._bound
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> FunctionTool: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> FunctionTool: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> FunctionTool:
+        if self._bind is None or self._bound:
+            return self
+        target: object
+        if self._bind == "class":
+            target = owner if owner is not None else type(instance)
+        elif instance is None:
+            return self
+        else:
+            target = instance
+        bound = self.bind(target)
+        if self._bind == "instance" and self._attr is not None:
+            with contextlib.suppress(TypeError):  # a __slots__ class has no __dict__ to cache in
+                vars(instance)[self._attr] = bound  # the bound tool is built once per instance
+        return bound
+
+    def bind(self, target: object) -> FunctionTool:
+        """This tool with its function bound to `target` (an instance, or a class for classmethods)."""
+        bound = copy.copy(self)
+        bound.fn = self.fn.__get__(target)
+        bound._bound = True
+        return bound
+
+    def declared_override(
+        self, impl: Callable[..., Any] | staticmethod[..., Any] | classmethod[Any, ..., Any]
+    ) -> FunctionTool:
+        """A tool for `impl`, an override of this `@tool` method that is not decorated itself."""
+        return FunctionTool(
+            impl,
+            name=self.name,
+            description=None if impl.__doc__ else self.description,
+            timeout=self.timeout,
+            max_concurrency=self.max_concurrency,
+            mailbox_size=self.mailbox_size,
+            on_full=self.on_full,
+            inline=self.inline,
+            restart_on=self.restart_on,
+            _declared=self,
+        )
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    mailbox_size: int = 1024,
+    on_full: OnFull = "wait",
+    inline: bool = False,
+    restart_on: Iterable[type[BaseException]] = (),
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    mailbox_size: int = 1024,
+    on_full: OnFull = "wait",
+    inline: bool = False,
+    restart_on: Iterable[type[BaseException]] = (),
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a tool of a sync or async function or method.
+
+    Args:
+        name: the tool's name (default: the function's name).
+        description: what the model reads (default: the docstring's first paragraph).
+        timeout: seconds a call may take before it fails with TIMEOUT.
+        max_concurrency: calls served at once (default: no limit for async tools; sync
+            tools share the runtime's thread limiter).
+        mailbox_size: calls that may wait for this tool before callers wait too.
+        on_full: "wait" (backpressure) or "reject" (OVERLOADED) when the mailbox is full.
+        inline: run a sync function on the trio thread (only for fast, non-blocking code).
+        restart_on: exceptions after which the tool's actor is restarted (teardown, setup).
+    """
+
+    def make(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            max_concurrency=max_concurrency,
+            mailbox_size=mailbox_size,
+            on_full=on_full,
+            inline=inline,
+            restart_on=restart_on,
+        )
+
+    if fn is not None:
+        return make(fn)
+    return make
