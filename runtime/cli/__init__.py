@@ -1,0 +1,3 @@
+"""The command line: demo, schema, call, serve."""
+
+from ._main import main as main

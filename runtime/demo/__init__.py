@@ -1,0 +1,3 @@
+"""The offline demo behind `make demo`."""
+
+from ._run import run_demo as run_demo
