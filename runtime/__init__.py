@@ -3,12 +3,16 @@
 The root only re-exports; see DESIGN.md section 3 for the contract these names make.
 """
 
+from .engine import RestartPolicy as RestartPolicy
+from .engine import Runtime as Runtime
+from .engine import open_runtime as open_runtime
 from .exceptions import InvalidArguments as InvalidArguments
 from .exceptions import RuntimeClosed as RuntimeClosed
 from .exceptions import SchemaError as SchemaError
 from .exceptions import ToolDefinitionError as ToolDefinitionError
 from .exceptions import ToolRejected as ToolRejected
 from .exceptions import ToolRuntimeError as ToolRuntimeError
+from .features import Feature as Feature
 from .messages import TERMINATE_TOOL as TERMINATE_TOOL
 from .messages import ContentPart as ContentPart
 from .messages import FailureKind as FailureKind
@@ -38,8 +42,11 @@ __all__ = [
     "ContentPart",
     "Description",
     "FailureKind",
+    "Feature",
     "ImagePart",
     "InvalidArguments",
+    "RestartPolicy",
+    "Runtime",
     "RuntimeClosed",
     "SchemaError",
     "SimpleTool",
@@ -59,6 +66,7 @@ __all__ = [
     "ToolSet",
     "ToolSuccess",
     "fail",
+    "open_runtime",
     "tool",
     "validate",
 ]

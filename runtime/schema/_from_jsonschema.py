@@ -11,6 +11,7 @@ a depth limit, counted along the path and never reset inside a branch, stops any
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = ["DEFAULT_MAX_DEPTH", "descriptor_from_json_schema", "parse_json_schem
 DEFAULT_MAX_DEPTH = 32
 
 _ANNOTATION_ONLY = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
 
@@ -113,7 +115,9 @@ class _Parser:
     def _name(self, ref: str) -> str:
         name = self._names.get(ref)
         if name is None:
-            base = ref.rsplit("/", 1)[-1] or "Root"
+            # A definition name is rendered back into a `$ref` pointer: keep it to safe characters
+            # ("#" alone, "a~1b" escapes, spaces would not point back at the definition).
+            base = _UNSAFE_NAME.sub("_", ref.rsplit("/", 1)[-1].lstrip("#")).strip("_") or "Root"
             name, n = base, 2
             taken = set(self._names.values())
             while name in taken:
@@ -134,6 +138,8 @@ class _Parser:
         finally:
             self._resolving.pop()
         if ref in self._cyclic:
+            if isinstance(node, Ref):
+                raise SchemaError(f"reference {ref!r} refers only to itself; it describes no value")
             self.definitions[name] = node
             node = Ref(name=name)
         self._done[ref] = node
@@ -204,9 +210,9 @@ class _Parser:
         parts = self._list(schema["allOf"], "allOf", depth)
         if len(parts) == 1:
             return parts[0]
-        resolved = [self.definitions[p.name] if isinstance(p, Ref) else p for p in parts]
+        resolved = [self.definitions.get(p.name) if isinstance(p, Ref) else p for p in parts]
         if not all(isinstance(p, Object) for p in resolved):
-            raise SchemaError("'allOf' is only supported over object schemas")
+            raise SchemaError("'allOf' is only supported over object schemas (not over a recursive one)")
         props: dict[str, ToolParameter] = {}
         additional: TypeNode | bool = True
         for p in resolved:

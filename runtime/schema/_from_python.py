@@ -9,7 +9,7 @@ import msgspec
 
 from ..exceptions import SchemaError, ToolDefinitionError
 from ._from_jsonschema import descriptor_from_json_schema, parse_json_schema
-from ._ir import ToolDescriptor, TypeNode
+from ._ir import ToolDescriptor, ToolParameter, TypeNode, without_null
 
 __all__ = ["descriptor_from_type", "type_node"]
 
@@ -40,15 +40,18 @@ def descriptor_from_type(
             f"tool {name!r}: its arguments cannot be described as JSON ({exc}); use types msgspec "
             "supports (str, int, float, bool, list, dict, Literal, Enum, Struct, dataclass, TypedDict...)"
         ) from exc
-    if param_descriptions:
-        params = tuple(
-            msgspec.structs.replace(p, description=param_descriptions[p.name])
-            if not p.description and param_descriptions.get(p.name)
-            else p
-            for p in descriptor.parameters
-        )
+    docs = param_descriptions or {}
+    params = tuple(_described(p, docs) for p in descriptor.parameters)
+    if params != descriptor.parameters:
         descriptor = msgspec.structs.replace(descriptor, parameters=params)
     return descriptor
+
+
+def _described(param: ToolParameter, docs: Mapping[str, str]) -> ToolParameter:
+    # `Annotated[T, Description(...)] | None` puts the description on T, inside the union:
+    # it is still the parameter's own description, and beats the docstring's.
+    text = param.description or without_null(param.type).description or docs.get(param.name) or None
+    return param if text == param.description else msgspec.structs.replace(param, description=text)
 
 
 def type_node(tp: Any) -> tuple[TypeNode, dict[str, TypeNode]] | None:

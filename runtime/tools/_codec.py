@@ -152,7 +152,12 @@ class ArgsCodec:
             if getattr(value, name) is None:
                 setattr(value, name, factory() if factory is not None else default)
         if self._build is not None:
-            return self._build(value)
+            try:
+                return self._build(value)
+            except (TypeError, ValueError) as exc:
+                # The args type's own check (`__post_init__`), as msgspec reports it when it
+                # decodes into the type directly.
+                raise InvalidArguments(str(exc) or type(exc).__name__) from exc
         return value
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -23,9 +23,11 @@ class CallContext:
         tool_name: the tool's name.
         metadata: the merged ToolCallMetadata (features < caller < runtime keys).
         deadline: the trio time by which the call must end, or None.
+        tool: the tool serving the call (None for an unknown tool).
+        error: the exception behind an ERROR failure, set by the engine (for logs and spans).
     """
 
-    __slots__ = ("call_id", "deadline", "metadata", "tool_name")
+    __slots__ = ("call_id", "deadline", "error", "metadata", "tool", "tool_name")
 
     def __init__(
         self,
@@ -33,11 +35,14 @@ class CallContext:
         tool_name: str,
         metadata: ToolCallMetadata = ToolCallMetadata.EMPTY,
         deadline: float | None = None,
+        tool: Any = None,
     ) -> None:
         self.call_id = call_id
+        self.tool = tool
         self.tool_name = tool_name
         self.metadata = metadata
         self.deadline = deadline
+        self.error: BaseException | None = None
 
     def __repr__(self) -> str:
         return (
@@ -71,7 +76,7 @@ def check_tool_name(name: object) -> str:
     Raises:
         ValueError: the name is not `^[a-zA-Z0-9_-]{1,64}$`, or it is the reserved `__terminate__`.
     """
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):  # `$` would let a trailing "\n" through
         raise ValueError(
             f"tool name {name!r} is not accepted by every provider: use 1-64 characters "
             "from a-z, A-Z, 0-9, '_' and '-'"

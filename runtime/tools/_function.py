@@ -48,6 +48,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         _declared: FunctionTool | None = None,
     ) -> None:
         bind: str | None = None
+        static = isinstance(fn, staticmethod)
         if isinstance(fn, staticmethod):
             fn = fn.__func__
         elif isinstance(fn, classmethod):
@@ -60,7 +61,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             )
         qualname = getattr(fn, "__qualname__", "")
         parts = qualname.split(".")
-        if bind is None and len(parts) > 1 and parts[-2] != "<locals>":
+        if bind is None and not static and len(parts) > 1 and parts[-2] != "<locals>":
             bind = "instance"  # defined in a class body: the first parameter is self
         self.fn = fn
         self._hints: dict[str, Any] = {}
@@ -87,6 +88,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         self._hints = hints
         self.description = description if description is not None else doc.summary
         codec = self._plan(fn, hints)
+        self.args_type = codec.struct_type  # the Struct made from the signature
         self.descriptor = describe(codec, name=self.name, description=self.description, param_docs=doc.params)
         self.result_type = hints.get("return")
 
@@ -113,8 +115,9 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         ctx: tuple[str, int | str] | None = None
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                stars = "*" if p.kind is p.VAR_POSITIONAL else "**"
                 raise ToolDefinitionError(
-                    f"tool {self.name!r}: *{p.name} cannot be described to a model; name each parameter"
+                    f"tool {self.name!r}: {stars}{p.name} cannot be described to a model; name each parameter"
                 )
             hint = hints.get(p.name, inspect.Parameter.empty)
             if hint is CallContext:

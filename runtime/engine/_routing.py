@@ -1,0 +1,109 @@
+"""The registry actor: the one owner of the routing table (name -> tool actor).
+
+Register and unregister requests go through its mailbox and are applied one at a time;
+after each it publishes a new immutable snapshot. Callers read the current snapshot (a
+dict lookup, no hop), so routing costs nothing on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from ..registry import ToolRegistry
+from ..tools import ToolBase, check_tool_name
+from ._actor import EngineConfig, ToolActor
+from ._supervisor import Supervisor
+
+__all__ = ["RegistryActor"]
+
+
+class _Request:
+    __slots__ = ("done", "error", "names", "replace", "tools")
+
+    def __init__(
+        self, tools: Sequence[ToolBase[Any, Any]] = (), names: Sequence[str] = (), replace: bool = False
+    ) -> None:
+        self.tools = tools
+        self.names = names
+        self.replace = replace
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+
+class RegistryActor:
+    """Owns `routes` and `registry`; both are replaced, never mutated, on every change."""
+
+    def __init__(self, supervisor: Supervisor, config: EngineConfig) -> None:
+        self._supervisor = supervisor
+        self._config = config
+        self.routes: dict[str, ToolActor] = {}
+        self.registry = ToolRegistry()
+        self._send, self._recv = trio.open_memory_channel[_Request](64)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with self._recv:
+            async for request in self._recv:
+                try:
+                    if request.tools:
+                        await self._register(request.tools, request.replace)
+                    else:
+                        await self._unregister(request.names)
+                except Exception as exc:
+                    request.error = exc
+                finally:
+                    request.done.set()
+
+    async def ask(self, request: _Request) -> None:
+        await self._send.send(request)
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+
+    async def register(self, tools: Sequence[ToolBase[Any, Any]], *, replace: bool = False) -> None:
+        """Start an actor for each tool and route to it (ValueError on a name clash unless `replace`)."""
+        if tools:
+            await self.ask(_Request(tools=tools, replace=replace))
+
+    async def unregister(self, names: Sequence[str]) -> None:
+        """Stop routing to `names` and stop their actors (absent names are ignored)."""
+        if names:
+            await self.ask(_Request(names=names))
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def _register(self, tools: Sequence[ToolBase[Any, Any]], replace: bool) -> None:
+        seen: set[str] = set()
+        for t in tools:
+            check_tool_name(t.name)
+            if t.name in seen or (t.name in self.routes and not replace):
+                raise ValueError(f"Tool {t.name!r} is already defined")
+            seen.add(t.name)
+        replaced = [self.routes[t.name] for t in tools if t.name in self.routes]
+        if replaced:
+            self._publish({n: a for n, a in self.routes.items() if n not in seen})
+            for actor in replaced:
+                await self._supervisor.stop(actor)
+        started: dict[str, ToolActor] = {}
+        for t in tools:
+            actor = ToolActor(t, self._config)
+            await self._supervisor.start(actor)
+            started[t.name] = actor
+        self._publish({**self.routes, **started})
+
+    async def _unregister(self, names: Sequence[str]) -> None:
+        gone = [self.routes[n] for n in names if n in self.routes]
+        if not gone:
+            return
+        drop = set(names)
+        self._publish({n: a for n, a in self.routes.items() if n not in drop})
+        for actor in reversed(gone):
+            await self._supervisor.stop(actor)
+
+    def _publish(self, routes: dict[str, ToolActor]) -> None:
+        self.routes = routes
+        self.registry = ToolRegistry._trusted({n: a.tool for n, a in routes.items()})

@@ -1,0 +1,162 @@
+"""Features: code that watches or enriches every tool call (tracing, auditing, quotas).
+
+A `Feature` overrides any of four hooks. The `FeaturePipeline` calls each overridden hook,
+and only those, exactly once per call, in the order the features were given; a hook that
+raises is logged and never changes the call's result.
+
+Metadata merge order is Koog's: what the features collect, then the caller's metadata
+(the caller wins), then the runtime's own keys (always win).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
+from .tools import CallContext, ToolBase
+
+__all__ = ["CALL_ID_KEY", "TOOL_NAME_KEY", "Feature", "FeaturePipeline"]
+
+log = logging.getLogger("runtime.features")
+
+CALL_ID_KEY = "runtime.call_id"
+"""Runtime key in every call's merged metadata: the call's id."""
+TOOL_NAME_KEY = "runtime.tool_name"
+"""Runtime key in every call's merged metadata: the tool's name."""
+
+
+class Feature:
+    """Subclass and override the hooks you need; the others cost nothing.
+
+    The four call hooks run in the caller's task (so the caller's context, e.g. its current
+    span, is the current context there). `around_call` runs in the tool actor's task,
+    around the tool's own code, and `on_supervisor_event` when an actor restarts or goes down.
+    """
+
+    @property
+    def enabled(self) -> bool:
+        """Read once when a runtime opens; a disabled feature's hooks are never called."""
+        return True
+
+    def collect_metadata(self, call: ToolCall, tool: ToolBase[Any, Any] | None) -> Mapping[str, Any]:
+        """Metadata this feature adds to the call (the caller's metadata wins over it).
+
+        Runs in the caller's task, before the call is routed; `tool` is None for an unknown tool.
+        """
+        return ToolCallMetadata.EMPTY
+
+    async def on_call_starting(self, call: ToolCall, ctx: CallContext) -> None:
+        """The call is about to be sent to its tool (also for unknown tools)."""
+
+    async def on_call_completed(self, call: ToolCall, result: ToolSuccess, ctx: CallContext) -> None:
+        """The call returned."""
+
+    async def on_call_failed(self, call: ToolCall, failure: ToolFailure, ctx: CallContext) -> None:
+        """The call failed, for any reason (see `failure.kind`)."""
+
+    def around_call(self, ctx: CallContext) -> contextlib.AbstractContextManager[None] | None:
+        """A context manager entered around the tool's own code, in the actor's task (or None).
+
+        For context a tool's code should see, such as the call's span as the current span.
+        Only called for calls that reach their tool.
+        """
+        return None
+
+    def on_supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
+        """An actor was restarted (`event` "restart") or marked down ("down")."""
+
+
+def _overrides(feature: Feature, hook: str) -> bool:
+    return getattr(type(feature), hook) is not getattr(Feature, hook)
+
+
+class FeaturePipeline:
+    """The features of one runtime, with each hook's list of overriders resolved once."""
+
+    __slots__ = ("_around", "_collectors", "_completed", "_failed", "_starting", "_supervision", "features")
+
+    def __init__(self, features: Iterable[Feature] = ()) -> None:
+        given = tuple(features)
+        for f in given:
+            if not isinstance(f, Feature):
+                raise TypeError(f"features must be Feature instances, not {f!r}")
+        self.features: tuple[Feature, ...] = tuple(f for f in given if f.enabled)
+        self._around = tuple(f for f in self.features if _overrides(f, "around_call"))
+        self._supervision = tuple(f for f in self.features if _overrides(f, "on_supervisor_event"))
+        self._collectors = tuple(f for f in self.features if _overrides(f, "collect_metadata"))
+        self._starting = tuple(f for f in self.features if _overrides(f, "on_call_starting"))
+        self._completed = tuple(f for f in self.features if _overrides(f, "on_call_completed"))
+        self._failed = tuple(f for f in self.features if _overrides(f, "on_call_failed"))
+
+    @property
+    def active(self) -> bool:
+        """False when no feature overrides a call hook: the engine can skip the pipeline."""
+        return bool(self._collectors or self._starting or self._completed or self._failed or self._around)
+
+    @property
+    def wraps_calls(self) -> bool:
+        """True when some feature has an `around_call`."""
+        return bool(self._around)
+
+    @contextlib.contextmanager
+    def around(self, ctx: CallContext) -> Iterator[None]:
+        """Enter every feature's `around_call` for `ctx` (a failing one is logged and skipped)."""
+        with contextlib.ExitStack() as stack:
+            for f in self._around:
+                try:
+                    manager = f.around_call(ctx)
+                    if manager is not None:
+                        stack.enter_context(manager)
+                except Exception:
+                    log.exception("feature %r failed in around_call for call %s", f, ctx.call_id)
+            yield
+
+    def supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
+        for f in self._supervision:
+            try:
+                f.on_supervisor_event(tool_name, event, reason)
+            except Exception:
+                log.exception("feature %r failed in on_supervisor_event", f)
+
+    def merge_metadata(
+        self, call: ToolCall, tool: ToolBase[Any, Any] | None, caller: Mapping[str, Any] | None
+    ) -> ToolCallMetadata:
+        """features' metadata < the caller's < the runtime's own keys."""
+        merged: dict[str, Any] = {}
+        for f in self._collectors:
+            try:
+                collected = f.collect_metadata(call, tool)
+            except Exception:
+                log.exception("feature %r failed in collect_metadata for call %s", f, call.id)
+                continue
+            if collected:
+                merged.update(collected)
+        if caller:
+            merged.update(caller)
+        merged[CALL_ID_KEY] = call.id
+        merged[TOOL_NAME_KEY] = call.name
+        return ToolCallMetadata(merged)
+
+    async def starting(self, call: ToolCall, ctx: CallContext) -> None:
+        for f in self._starting:
+            try:
+                await f.on_call_starting(call, ctx)
+            except Exception:
+                log.exception("feature %r failed in on_call_starting for call %s", f, call.id)
+
+    async def finished(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> None:
+        if isinstance(result, ToolSuccess):
+            for f in self._completed:
+                try:
+                    await f.on_call_completed(call, result, ctx)
+                except Exception:
+                    log.exception("feature %r failed in on_call_completed for call %s", f, call.id)
+        else:
+            for f in self._failed:
+                try:
+                    await f.on_call_failed(call, result, ctx)
+                except Exception:
+                    log.exception("feature %r failed in on_call_failed for call %s", f, call.id)

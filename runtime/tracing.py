@@ -1,0 +1,206 @@
+"""OpenTelemetry for tool calls: one span per call and two metrics, as a Feature.
+
+Spans follow the GenAI semantic conventions: `execute_tool {tool name}`, kind INTERNAL,
+`gen_ai.*` attributes, status ERROR and `error.type` on failure. The parent is the W3C
+`traceparent` in the call's metadata when there is one, else the caller's current context;
+the calls of one `call_many` are siblings. While the tool's code runs, its span is the
+current span (in the actor's task, and in the worker thread of a sync tool), so spans the
+tool makes are its children.
+
+The attribute names are defined here: the semconv package marks its GenAI names deprecated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import msgspec
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from .features import Feature
+from .messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
+from .tools import CallContext
+
+__all__ = [
+    "CALL_DURATION_METRIC",
+    "CALLS_IN_FLIGHT_METRIC",
+    "ERROR_TYPE",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_TOOL_CALL_ARGUMENTS",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_CALL_RESULT",
+    "GEN_AI_TOOL_DESCRIPTION",
+    "GEN_AI_TOOL_NAME",
+    "GEN_AI_TOOL_TYPE",
+    "OUTCOME",
+    "Tracing",
+]
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+ERROR_TYPE: Final = "error.type"
+OUTCOME: Final = "tool_runtime.outcome"
+"""Metric attribute: "success", or the FailureKind value."""
+
+CALL_DURATION_METRIC: Final = "tool_runtime.tool.call.duration"
+CALLS_IN_FLIGHT_METRIC: Final = "tool_runtime.tool.calls.in_flight"
+
+EXECUTE_TOOL: Final = "execute_tool"
+_SCOPE: Final = "tool-runtime"
+_W3C = TraceContextTextMapPropagator()
+
+
+class Tracing(Feature):
+    """Spans and metrics for every tool call.
+
+    Args:
+        tracer_provider: where spans go (default: the global provider).
+        meter_provider: where metrics go (default: the global provider).
+        record_arguments: put the call's arguments on the span (they may be sensitive).
+        record_results: put the result text on the span (it may be sensitive).
+
+    With neither provider given and no SDK configured globally when the runtime opens, the
+    feature turns itself off, so untraced users pay nothing for it.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        record_arguments: bool = False,
+        record_results: bool = False,
+    ) -> None:
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
+        self.record_arguments = record_arguments
+        self.record_results = record_results
+        self._tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
+        self._duration = meter.create_histogram(
+            CALL_DURATION_METRIC, unit="s", description="Duration of tool calls, queueing included"
+        )
+        self._in_flight = meter.create_up_down_counter(
+            CALLS_IN_FLIGHT_METRIC, unit="{call}", description="Tool calls started and not yet answered"
+        )
+        self._calls: dict[CallContext, tuple[trace.Span, float]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        if self._tracer_provider is not None or self._meter_provider is not None:
+            return True
+        return _configured(trace.get_tracer_provider()) or _configured(metrics.get_meter_provider())
+
+    # -- hooks -----------------------------------------------------------------------
+
+    async def on_call_starting(self, call: ToolCall, ctx: CallContext) -> None:
+        tool = ctx.tool
+        attributes: dict[str, Any] = {
+            GEN_AI_OPERATION_NAME: EXECUTE_TOOL,
+            GEN_AI_TOOL_NAME: call.name,
+            GEN_AI_TOOL_CALL_ID: call.id,
+        }
+        if tool is not None:
+            attributes[GEN_AI_TOOL_TYPE] = tool.tool_type
+            if tool.descriptor.description:
+                attributes[GEN_AI_TOOL_DESCRIPTION] = tool.descriptor.description
+        if self.record_arguments:
+            arguments = call.arguments
+            attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = (
+                arguments if isinstance(arguments, str) else _json(arguments)
+            )
+        span = self._tracer.start_span(
+            f"{EXECUTE_TOOL} {call.name}",
+            context=_parent(ctx.metadata),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        self._calls[ctx] = (span, time.perf_counter())
+        self._in_flight.add(1, {GEN_AI_TOOL_NAME: call.name})
+
+    async def on_call_completed(self, call: ToolCall, result: ToolSuccess, ctx: CallContext) -> None:
+        self._end(call, result, ctx)
+
+    async def on_call_failed(self, call: ToolCall, failure: ToolFailure, ctx: CallContext) -> None:
+        self._end(call, failure, ctx)
+
+    def around_call(self, ctx: CallContext) -> contextlib.AbstractContextManager[None] | None:
+        entry = self._calls.get(ctx)
+        if entry is None:
+            return None
+        return _current(entry[0])
+
+    def on_supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
+        with self._tracer.start_as_current_span(
+            f"supervise {tool_name}",
+            kind=SpanKind.INTERNAL,
+            attributes={GEN_AI_TOOL_NAME: tool_name, "tool_runtime.supervisor.event": event},
+        ) as span:
+            span.add_event(event, {"reason": reason})
+            if event == "down":
+                span.set_status(Status(StatusCode.ERROR, reason))
+
+    # -- internals -------------------------------------------------------------------
+
+    def _end(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> None:
+        entry = self._calls.pop(ctx, None)
+        if entry is None:
+            return
+        span, started = entry
+        attributes: dict[str, Any] = {GEN_AI_TOOL_NAME: call.name}
+        if isinstance(result, ToolFailure):
+            error_type = result.error_type or result.kind.value
+            attributes[OUTCOME] = result.kind.value
+            attributes[ERROR_TYPE] = error_type
+            span.set_attribute(ERROR_TYPE, error_type)
+            if ctx.error is not None:
+                span.record_exception(ctx.error)
+            span.set_status(Status(StatusCode.ERROR, result.message))
+        else:
+            attributes[OUTCOME] = "success"
+            if self.record_results:
+                span.set_attribute(GEN_AI_TOOL_CALL_RESULT, result.content)
+        span.end()
+        self._in_flight.add(-1, {GEN_AI_TOOL_NAME: call.name})
+        self._duration.record(time.perf_counter() - started, attributes)
+
+
+def _parent(metadata: Mapping[str, Any]) -> otel_context.Context | None:
+    """The caller's trace context from W3C headers in the metadata, else None (the current one)."""
+    if "traceparent" not in metadata:
+        return None
+    carrier = {"traceparent": str(metadata["traceparent"])}
+    if "tracestate" in metadata:
+        carrier["tracestate"] = str(metadata["tracestate"])
+    return _W3C.extract(carrier)
+
+
+@contextlib.contextmanager
+def _current(span: trace.Span) -> Iterator[None]:
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def _configured(provider: object) -> bool:
+    """False for the API's placeholder providers (no SDK installed or configured)."""
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider | metrics.NoOpMeterProvider):
+        return False
+    return type(provider).__name__ != "_ProxyMeterProvider"  # the API's global placeholder
