@@ -41,9 +41,12 @@ def parse_docstring(doc: str | None) -> Docstring:
             break
         summary.append(stripped)
     params: dict[str, str] = {}
-    _google(lines, params)
-    _numpy(lines, params)
-    _sphinx(lines, params)
+    if len(summary) < len(lines):  # anything past the summary: look for parameter sections
+        _google(lines, params)
+        if "--" in doc:
+            _numpy(lines, params)
+        if ":" in doc:
+            _sphinx(lines, params)
     return Docstring(" ".join(summary), params)
 
 

@@ -80,7 +80,7 @@ class ArgsCodec:
         """
         self.struct_type = struct_type
         self.field_names: tuple[str, ...] = struct_type.__struct_encode_fields__
-        self._decoder = msgspec.json.Decoder(struct_type)
+        self._decoder: msgspec.json.Decoder[Any] | None = None  # made on first use: most tools are built, fewer called
         self._fill = tuple(fill)
         self._build = build
 
@@ -137,7 +137,10 @@ class ArgsCodec:
         """
         try:
             if isinstance(raw, str | bytes):
-                value = self._decoder.decode(raw)
+                decoder = self._decoder
+                if decoder is None:
+                    decoder = self._decoder = msgspec.json.Decoder(self.struct_type)
+                value = decoder.decode(raw)
             elif isinstance(raw, Mapping):
                 value = msgspec.convert(raw, self.struct_type)
             else:
