@@ -7,7 +7,9 @@ from ._docstring import parse_docstring as parse_docstring
 from ._from_jsonschema import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from ._from_jsonschema import descriptor_from_json_schema as descriptor_from_json_schema
 from ._from_jsonschema import parse_json_schema as parse_json_schema
+from ._from_python import descriptor_from_fields as descriptor_from_fields
 from ._from_python import descriptor_from_type as descriptor_from_type
+from ._from_python import direct_node as direct_node
 from ._from_python import type_node as type_node
 from ._ir import AnyValue as AnyValue
 from ._ir import Array as Array

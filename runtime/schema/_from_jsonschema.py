@@ -35,7 +35,7 @@ from ._ir import (
     Union,
 )
 
-__all__ = ["DEFAULT_MAX_DEPTH", "descriptor_from_json_schema", "parse_json_schema"]
+__all__ = ["DEFAULT_MAX_DEPTH", "descriptor_from_json_schema", "parse_json_schema", "union_of"]
 
 DEFAULT_MAX_DEPTH = 32
 
@@ -159,7 +159,7 @@ class _Parser:
             raise SchemaError("'description' must be a string")
         node = self._node(schema, depth)
         if schema.get("nullable") is True:
-            node = _union((node, Null()))
+            node = union_of((node, Null()))
         if desc and node.description != desc:
             node = msgspec.structs.replace(node, description=desc)
         return node
@@ -172,7 +172,7 @@ class _Parser:
             return self._ref(ref, depth)
         for key in ("anyOf", "oneOf"):
             if key in schema:
-                return _union(self._list(schema[key], key, depth))
+                return union_of(self._list(schema[key], key, depth))
         if "allOf" in schema:
             return self._all_of(schema, depth)
         if "const" in schema:
@@ -186,7 +186,7 @@ class _Parser:
         if isinstance(kind, list):
             if not kind:
                 raise SchemaError("'type' must not be an empty list")
-            return _union(tuple(self._typed(schema, k, depth) for k in kind))
+            return union_of(tuple(self._typed(schema, k, depth) for k in kind))
         if kind is None:
             if "properties" in schema or "additionalProperties" in schema:
                 kind = "object"
@@ -258,9 +258,9 @@ class _Parser:
             options = list(self._list(prefix, "prefixItems", depth))
             if items_schema not in (False, True, None) and isinstance(items_schema, Mapping):
                 options.append(self.node(items_schema, depth + 1))
-            items = _union(tuple(options))
+            items = union_of(tuple(options))
         elif isinstance(items_schema, list):  # draft-04 tuple form
-            items = _union(self._list(items_schema, "items", depth))
+            items = union_of(self._list(items_schema, "items", depth))
         elif items_schema is False:
             raise SchemaError("an array whose 'items' is false can hold nothing")
         else:
@@ -299,26 +299,33 @@ class _Parser:
         additional: TypeNode | bool
         extra = schema.get("additionalProperties", True)
         additional = extra if isinstance(extra, bool) else self.node(extra, depth + 1)
+        if additional == AnyValue():
+            additional = True  # `additionalProperties: {}` says what `true` says
         patterns = schema.get("patternProperties")
         if isinstance(patterns, Mapping) and patterns and additional is True:
-            additional = _union(tuple(self.node(s, depth + 1) for s in patterns.values()))
+            additional = union_of(tuple(self.node(s, depth + 1) for s in patterns.values()))
         title = schema.get("title")
         return Object(
             properties=tuple(props), additional=additional, name=title if isinstance(title, str) else None
         )
 
 
-def _union(options: tuple[TypeNode, ...]) -> TypeNode:
+def union_of(options: tuple[TypeNode, ...]) -> TypeNode:
+    """A union of `options`: nested unions flattened, duplicates dropped, Any absorbing all."""
     flat: list[TypeNode] = []
+    description: str | None = None  # a flattened union's description is kept
     for option in options:
+        if isinstance(option, Union):
+            description = description or option.description
         for o in option.options if isinstance(option, Union) else (option,):
             if isinstance(o, AnyValue):
                 return AnyValue(description=option.description)
             if o not in flat:
                 flat.append(o)
     if len(flat) == 1:
-        return flat[0]
-    return Union(options=tuple(flat))
+        only = flat[0]
+        return msgspec.structs.replace(only, description=description) if description and not only.description else only
+    return Union(options=tuple(flat), description=description)
 
 
 def _scalar(value: Any) -> Any:

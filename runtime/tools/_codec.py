@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple, Optional
 
 import msgspec
 
-from ..exceptions import InvalidArguments
+from ..exceptions import InvalidArguments, ToolDefinitionError
 
 __all__ = ["ArgField", "ArgsCodec", "accepts_none", "translate_error"]
 
@@ -80,7 +80,10 @@ class ArgsCodec:
         """
         self.struct_type = struct_type
         self.field_names: tuple[str, ...] = struct_type.__struct_encode_fields__
-        self._decoder: msgspec.json.Decoder[Any] | None = None  # made on first use: most tools are built, fewer called
+        try:
+            self._decoder = msgspec.json.Decoder(struct_type)
+        except TypeError as exc:  # a type msgspec cannot decode, e.g. `list[int] | list[str]`
+            raise ToolDefinitionError(f"the arguments of {struct_type.__name__!r} cannot be decoded: {exc}") from exc
         self._fill = tuple(fill)
         self._build = build
 
@@ -137,10 +140,7 @@ class ArgsCodec:
         """
         try:
             if isinstance(raw, str | bytes):
-                decoder = self._decoder
-                if decoder is None:
-                    decoder = self._decoder = msgspec.json.Decoder(self.struct_type)
-                value = decoder.decode(raw)
+                value = self._decoder.decode(raw)
             elif isinstance(raw, Mapping):
                 value = msgspec.convert(raw, self.struct_type)
             else:

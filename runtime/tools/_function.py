@@ -18,7 +18,7 @@ from typing import Any, overload
 import msgspec
 
 from ..exceptions import ToolDefinitionError
-from ..schema import Docstring, parse_docstring
+from ..schema import Docstring, descriptor_from_fields, parse_docstring
 from ._base import OnFull, ToolBase, check_options, describe
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
@@ -89,7 +89,10 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         self.description = description if description is not None else doc.summary
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
-        self.descriptor = describe(codec, name=self.name, description=self.description, param_docs=doc.params)
+        fields = [(f.name, f.type, f.default) for f in self._fields]
+        self.descriptor = descriptor_from_fields(
+            fields, name=self.name, description=self.description, param_descriptions=doc.params
+        ) or describe(codec, name=self.name, description=self.description, param_docs=doc.params)
         self.result_type = hints.get("return")
 
     # -- building --------------------------------------------------------------------
@@ -135,6 +138,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             else:
                 positional += 1
         self.takes_context = ctx is not None  # type: ignore[misc]  # per function, not per class
+        self._fields = fields
         self._codec = codec = ArgsCodec.for_fields(self.name, fields)
         self._positional = positional
         self._keywords = tuple(keywords)
