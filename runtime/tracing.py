@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
@@ -95,6 +95,7 @@ class Tracing(Feature):
             CALLS_IN_FLIGHT_METRIC, unit="{call}", description="Tool calls started and not yet answered"
         )
         self._calls: dict[CallContext, tuple[trace.Span, float]] = {}
+        self._static: dict[Any, dict[str, Any]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -106,15 +107,10 @@ class Tracing(Feature):
 
     async def on_call_starting(self, call: ToolCall, ctx: CallContext) -> None:
         tool = ctx.tool
-        attributes: dict[str, Any] = {
-            GEN_AI_OPERATION_NAME: EXECUTE_TOOL,
-            GEN_AI_TOOL_NAME: call.name,
-            GEN_AI_TOOL_CALL_ID: call.id,
-        }
-        if tool is not None:
-            attributes[GEN_AI_TOOL_TYPE] = tool.tool_type
-            if tool.descriptor.description:
-                attributes[GEN_AI_TOOL_DESCRIPTION] = tool.descriptor.description
+        static = self._static.get(tool) if tool is not None else None
+        if static is None:
+            static = self._static_attributes(call.name, tool)
+        attributes = {**static, GEN_AI_TOOL_CALL_ID: call.id}
         if self.record_arguments:
             arguments = call.arguments
             attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = (
@@ -139,7 +135,7 @@ class Tracing(Feature):
         entry = self._calls.get(ctx)
         if entry is None:
             return None
-        return _current(entry[0])
+        return _Current(entry[0])
 
     def on_supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
         with self._tracer.start_as_current_span(
@@ -152,6 +148,18 @@ class Tracing(Feature):
                 span.set_status(Status(StatusCode.ERROR, reason))
 
     # -- internals -------------------------------------------------------------------
+
+    def _static_attributes(self, name: str, tool: Any) -> dict[str, Any]:
+        """The attributes every span of this tool shares (cached per tool object)."""
+        attributes: dict[str, Any] = {GEN_AI_OPERATION_NAME: EXECUTE_TOOL, GEN_AI_TOOL_NAME: name}
+        if tool is not None:
+            attributes[GEN_AI_TOOL_TYPE] = tool.tool_type
+            if tool.descriptor.description:
+                attributes[GEN_AI_TOOL_DESCRIPTION] = tool.descriptor.description
+            if len(self._static) > 4096:  # tools come and go (MCP): keep the cache bounded
+                self._static.clear()
+            self._static[tool] = attributes
+        return attributes
 
     def _end(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> None:
         entry = self._calls.pop(ctx, None)
@@ -186,13 +194,19 @@ def _parent(metadata: Mapping[str, Any]) -> otel_context.Context | None:
     return _W3C.extract(carrier)
 
 
-@contextlib.contextmanager
-def _current(span: trace.Span) -> Iterator[None]:
-    token = otel_context.attach(trace.set_span_in_context(span))
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
+class _Current:
+    """Makes `span` the current span in the task (and thread) that enters it."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: trace.Span) -> None:
+        self._span = span
+
+    def __enter__(self) -> None:
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+
+    def __exit__(self, *exc_info: object) -> None:
+        otel_context.detach(self._token)
 
 
 def _json(value: Any) -> str:
