@@ -76,7 +76,7 @@ class ToolRegistry:
 
     def closest(self, name: str, n: int = 3) -> list[str]:
         """Names of up to `n` tools whose names are close to `name`."""
-        return difflib.get_close_matches(name, list(self._by_name), n=n, cutoff=0.5)
+        return difflib.get_close_matches(name, list(self._by_name), n=n, cutoff=0.6)
 
     def missing_message(self, name: str) -> str:
         """What to tell a model that asked for a tool this registry does not have."""

@@ -145,7 +145,7 @@ def direct_node(tp: Any) -> TypeNode | None:
         value = direct_node(args[1])
         if value is None:
             return None
-        return Object(additional=True if isinstance(value, AnyValue) else value)
+        return Object(additional=True if value == AnyValue() else value)
     if tp in _ARRAYS:
         return Array(items=AnyValue(), unique_items=_ARRAYS[tp])
     if tp is dict:

@@ -123,7 +123,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
                     f"tool {self.name!r}: {stars}{p.name} cannot be described to a model; name each parameter"
                 )
             hint = hints.get(p.name, inspect.Parameter.empty)
-            if hint is CallContext:
+            if _is_context(hint):
                 ctx = ("kw", p.name) if p.kind is p.KEYWORD_ONLY else ("pos", positional)
                 continue
             if hint is inspect.Parameter.empty:
@@ -220,6 +220,14 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             restart_on=self.restart_on,
             _declared=self,
         )
+
+
+def _is_context(hint: Any) -> bool:
+    """`CallContext`, or `CallContext | None` (injected all the same)."""
+    if hint is CallContext:
+        return True
+    args = typing.get_args(hint)
+    return bool(args) and CallContext in args and all(a is CallContext or a is type(None) for a in args)
 
 
 @overload

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 
+from ..exceptions import ToolDefinitionError
 from ._base import ToolBase
 from ._function import FunctionTool
 
@@ -24,6 +25,10 @@ class ToolSet:
         declared: dict[str, FunctionTool] = {}
         for klass in cls.__mro__:
             for attr, value in vars(klass).items():
+                if isinstance(value, staticmethod | classmethod) and isinstance(value.__func__, FunctionTool):
+                    raise ToolDefinitionError(
+                        f"{klass.__qualname__}.{attr}: put @tool above @{type(value).__name__}, not below it"
+                    )
                 if isinstance(value, FunctionTool) and attr not in declared:
                     declared[attr] = value
         found: list[ToolBase[object, object]] = []
