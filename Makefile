@@ -29,7 +29,14 @@ pytest: $(STAMP)
 
 test: lint pytest
 
-bench: $(STAMP)
+# The peers compared in benchmarks/bench_peers.py (pydantic-ai, openai-agents, ...): the bench extra.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import argparse
 
-from . import bench_runtime
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument(
+        "--only", choices=["runtime", "peers"], help="run one report (peers needs the bench extra)"
+    )
     args = parser.parse_args()
-    report = bench_runtime.main(quick=args.quick)
-    report.print()
-    print(f"\nwrote {report.save()}")
+    if args.only in (None, "runtime"):
+        from . import bench_runtime
+
+        report = bench_runtime.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "peers"):
+        from . import bench_peers  # imports each peer only when it runs it
+
+        report = bench_peers.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
 
 
 if __name__ == "__main__":

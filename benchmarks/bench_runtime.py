@@ -222,7 +222,8 @@ async def parked_runtime(n: int) -> float:
         during = tracemalloc.get_traced_memory()[0]
         release.set()
     tracemalloc.stop()
-    assert len(results) == n and all(r.ok for r in results)
+    assert len(results) == n
+    assert all(r.ok for r in results)
     return (during - before) / n
 
 
