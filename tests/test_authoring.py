@@ -940,3 +940,12 @@ def test_staticmethod_applied_over_tool_is_refused_with_the_order_to_use() -> No
 
     with pytest.raises(ToolDefinitionError, match=r"put @tool above @staticmethod"):
         Tools().tools()
+
+
+def test_a_defaulted_parameter_reports_its_declared_type_not_the_lenient_one() -> None:
+    @tool
+    def page(limit: int = 3) -> int:
+        return limit
+
+    with pytest.raises(InvalidArguments, match=r"^Expected `int`, got `str` - at `\$\.limit`$"):
+        page.decode_args('{"limit": "ten"}')

@@ -126,6 +126,10 @@ class ArgsCodec:
         )
         return cls(struct_type, fill=fill, build=build)
 
+    def _invalid(self, exc: msgspec.ValidationError) -> InvalidArguments:
+        error = translate_error(exc, self.field_names)
+        return _unloosen(error, self.loosened) if self._fill else error
+
     @property
     def loosened(self) -> tuple[str, ...]:
         """Names whose null decodes to their default (their type does not admit null)."""
@@ -146,7 +150,7 @@ class ArgsCodec:
             else:
                 raise InvalidArguments(f"arguments must be a JSON object, got {type(raw).__name__}")
         except msgspec.ValidationError as exc:
-            raise translate_error(exc, self.field_names) from None
+            raise self._invalid(exc) from None
         except msgspec.DecodeError as exc:
             if isinstance(raw, str | bytes) and not raw.strip():
                 return self.decode(b"{}")  # some models send "" for a tool without parameters
@@ -162,6 +166,13 @@ class ArgsCodec:
                 # decodes into the type directly.
                 raise InvalidArguments(str(exc) or type(exc).__name__) from exc
         return value
+
+
+def _unloosen(error: InvalidArguments, loosened: Sequence[str]) -> InvalidArguments:
+    # A loosened field decodes as `T | None`; the model was told `T`, so say `T`.
+    if error.path.startswith("$.") and error.path[2:] in loosened and " | null`" in error.expected:
+        return InvalidArguments(error.expected.replace(" | null`", "`", 1), error.path)
+    return error
 
 
 def translate_error(exc: msgspec.ValidationError, fields: Sequence[str] = ()) -> InvalidArguments:
