@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import Any
+
+import trio
 
 from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
 from .tools import CallContext, ToolBase
@@ -26,6 +29,8 @@ CALL_ID_KEY = "runtime.call_id"
 """Runtime key in every call's merged metadata: the call's id."""
 TOOL_NAME_KEY = "runtime.tool_name"
 """Runtime key in every call's merged metadata: the tool's name."""
+
+_CANCELLED_HOOK_GRACE = 1.0  # seconds the remaining finishing hooks of a cancelled caller may take
 
 
 class Feature:
@@ -69,6 +74,25 @@ class Feature:
         """An actor was restarted (`event` "restart") or marked down ("down")."""
 
 
+def _guarded_exit(
+    feature: Feature, manager: contextlib.AbstractContextManager[None], call_id: str
+) -> Callable[[type[BaseException] | None, BaseException | None, TracebackType | None], bool]:
+    """The exit of a feature's `around_call` manager: an error in it is logged, and it can
+    neither replace nor swallow what the tool's code raised (a feature only watches)."""
+
+    def exit_(
+        exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        try:
+            type(manager).__exit__(manager, exc_type, exc, tb)
+        except Exception as error:
+            if error is not exc:
+                log.exception("feature %r failed in around_call for call %s", feature, call_id)
+        return False
+
+    return exit_
+
+
 def _overrides(feature: Feature, hook: str) -> bool:
     return getattr(type(feature), hook) is not getattr(Feature, hook)
 
@@ -109,7 +133,8 @@ class FeaturePipeline:
                 try:
                     manager = f.around_call(ctx)
                     if manager is not None:
-                        stack.enter_context(manager)
+                        type(manager).__enter__(manager)
+                        stack.push(_guarded_exit(f, manager, ctx.call_id))
                 except Exception:
                     log.exception("feature %r failed in around_call for call %s", f, ctx.call_id)
             yield
@@ -149,14 +174,35 @@ class FeaturePipeline:
 
     async def finished(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> None:
         if isinstance(result, ToolSuccess):
-            for f in self._completed:
+            for i, f in enumerate(self._completed):
                 try:
                     await f.on_call_completed(call, result, ctx)
                 except Exception:
                     log.exception("feature %r failed in on_call_completed for call %s", f, call.id)
+                except BaseException:
+                    await self._finish_cancelled(self._completed[i + 1 :], call, result, ctx)
+                    raise
         else:
-            for f in self._failed:
+            for i, f in enumerate(self._failed):
                 try:
                     await f.on_call_failed(call, result, ctx)
                 except Exception:
                     log.exception("feature %r failed in on_call_failed for call %s", f, call.id)
+                except BaseException:
+                    await self._finish_cancelled(self._failed[i + 1 :], call, result, ctx)
+                    raise
+
+    async def _finish_cancelled(
+        self, rest: tuple[Feature, ...], call: ToolCall, result: ToolResult, ctx: CallContext
+    ) -> None:
+        """The caller was cancelled inside a finishing hook: the features after it still hear
+        how the call ended (shielded, for a bounded time), so none is left with a call open."""
+        with trio.CancelScope(shield=True), trio.move_on_after(_CANCELLED_HOOK_GRACE):
+            for f in rest:
+                try:
+                    if isinstance(result, ToolSuccess):
+                        await f.on_call_completed(call, result, ctx)
+                    else:
+                        await f.on_call_failed(call, result, ctx)
+                except Exception:
+                    log.exception("feature %r failed in a finishing hook for call %s", f, call.id)

@@ -80,6 +80,19 @@ class EngineConfig(msgspec.Struct, kw_only=True):
     thread_limiter: Any = None  # trio.CapacityLimiter, shared by every sync tool
 
 
+def escapes(exc: BaseException) -> bool:
+    """True for what a tool's code must let through: trio's cancellation and Ctrl-C.
+
+    Anything else a tool raises, BaseExceptions such as SystemExit included, is its own
+    failure and must never stop the runtime.
+    """
+    if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup((trio.Cancelled, KeyboardInterrupt)) is not None
+    return False
+
+
 class _Crash(Exception):
     """Why an incarnation ended early (kept apart from exceptions in the tool's own code)."""
 
@@ -100,7 +113,8 @@ class ToolActor:
         self.down_reason: str | None = None
         self.reject_when_full = tool.on_full == "reject"
         self._limit = tool.max_concurrency
-        self._timeout = tool.timeout if tool.timeout is not None else config.default_timeout
+        self._timeout = tool.timeout
+        self._default_timeout = config.default_timeout
         self._restart_on = tool.restart_on
         cls = type(tool)
         self._has_setup = cls.setup is not ToolBase.setup
@@ -119,6 +133,7 @@ class ToolActor:
         self._crash: _Crash | None = None
         self._stopping = False
         self._stop_scope: trio.CancelScope | None = None
+        self._setup_scope: trio.CancelScope | None = None
         self.stopped = trio.Event()
         self._workers = 0
         self._idle = 0
@@ -205,13 +220,23 @@ class ToolActor:
     async def _incarnation(self, ready: Any) -> _Crash | None:
         self._crash = None
         if self._has_setup:
+            scope = self._setup_scope = trio.CancelScope()  # kill() cancels a setup that hangs
             try:
-                await self.tool.setup()
-            except Exception as exc:
+                with scope:
+                    await self.tool.setup()
+            except BaseException as exc:
+                if escapes(exc):
+                    raise
                 log.warning("setup of tool %r failed", self.name, exc_info=True)
                 ready.started()
                 await self._teardown()
                 return _Crash(f"setup failed: {describe_error(exc)[1]}")
+            finally:
+                self._setup_scope = None
+            if scope.cancelled_caught:  # stopped while setting up
+                ready.started()
+                await self._teardown()
+                return None
         self.state = ActorState.UP
         ready.started()
         try:
@@ -230,7 +255,9 @@ class ToolActor:
         with trio.CancelScope(shield=True), trio.move_on_after(self.config.shutdown_timeout):
             try:
                 await self.tool.teardown()
-            except Exception:
+            except BaseException as exc:
+                if escapes(exc):
+                    raise
                 log.warning("teardown of tool %r failed", self.name, exc_info=True)
 
     def _go_down(self, reason: str) -> None:
@@ -253,12 +280,15 @@ class ToolActor:
         """Stop taking calls; queued calls fail, running ones may finish (graceful)."""
         self._stopping = True
         self._send.close()
+        self._fail_queued(self._unavailable())  # now, not once a busy worker gets to them
         if self._stop_scope is not None:
             self._stop_scope.cancel()
 
     def kill(self) -> None:
-        """Cancel the running calls too (brutal); they fail UNAVAILABLE."""
+        """Cancel the running calls (they fail UNAVAILABLE) and a setup still running (brutal)."""
         self.begin_stop()
+        if self._setup_scope is not None:
+            self._setup_scope.cancel()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -341,11 +371,16 @@ class ToolActor:
 
     async def _invoke(self, env: Envelope, args: Any, scope: trio.CancelScope) -> ToolResult:
         deadline = env.deadline
-        if self._timeout is not None:
-            own = trio.current_time() + self._timeout
+        # The tool's own limit and the caller's both hold (the smaller wins); the runtime's
+        # default is only for a call that neither limits.
+        limit = self._timeout
+        if limit is None and deadline == math.inf:
+            limit = self._default_timeout
+        if limit is not None:
+            own = trio.current_time() + limit
             if own < deadline:
                 deadline = own
-                env.limit = self._timeout
+                env.limit = limit
         timed = deadline != math.inf
         if timed:
             scope.deadline = deadline
@@ -361,7 +396,9 @@ class ToolActor:
                 value = await tool.dispatch(args, env.ctx)
             else:
                 value = await self._dispatch(tool, args, env.ctx)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit (argparse does that) is the tool's error too
+            if escapes(exc):
+                raise
             if scope.cancel_called:
                 return self._interrupted(env)  # the tool turned its cancellation into an error
             return self._exception_result(env, exc)
@@ -404,7 +441,7 @@ class ToolActor:
             parts=parts,
         )
 
-    def _exception_result(self, env: Envelope, exc: Exception) -> ToolFailure:
+    def _exception_result(self, env: Envelope, exc: BaseException) -> ToolFailure:
         call = env.call
         if isinstance(exc, ToolRejected):
             return failure(call, FailureKind.REJECTED, exc.message)

@@ -83,17 +83,17 @@ class RegistryActor:
             if t.name in seen or (t.name in self.routes and not replace):
                 raise ValueError(f"Tool {t.name!r} is already defined")
             seen.add(t.name)
-        replaced = [self.routes[t.name] for t in tools if t.name in self.routes]
-        if replaced:
-            self._publish({n: a for n, a in self.routes.items() if n not in seen})
-            for actor in replaced:
-                await self._supervisor.stop(actor)
+        # The new actors start before the ones they replace stop, so that a call made meanwhile
+        # reaches one or the other and is never told that the tool does not exist.
         started: dict[str, ToolActor] = {}
         for t in tools:
             actor = ToolActor(t, self._config)
             await self._supervisor.start(actor)
             started[t.name] = actor
+        replaced = [self.routes[name] for name in started if name in self.routes]
         self._publish({**self.routes, **started})
+        for actor in replaced:
+            await self._supervisor.stop(actor)
 
     async def _unregister(self, names: Sequence[str]) -> None:
         gone = [self.routes[n] for n in names if n in self.routes]

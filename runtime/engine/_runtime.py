@@ -8,11 +8,11 @@ in one go and collected as they settle; the tool actors supply the concurrency.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -121,13 +121,18 @@ class Runtime:
 
         Raises:
             ValueError: a name is taken and `replace` is False.
+            RuntimeClosed: the runtime is closed or shutting down.
         """
-        self._check_open()
+        self._check_not_closing()
         await self._routing.register(list(ToolRegistry(tools)), replace=replace)
 
     async def unregister(self, *names: str) -> None:
-        """Remove tools while running; their queued calls fail UNAVAILABLE."""
-        self._check_open()
+        """Remove tools while running; their queued calls fail UNAVAILABLE.
+
+        Raises:
+            RuntimeClosed: the runtime is closed or shutting down.
+        """
+        self._check_not_closing()
         await self._routing.unregister(names)
 
     # -- calling ---------------------------------------------------------------------
@@ -146,11 +151,11 @@ class Runtime:
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         env = self._envelope(call, metadata, deadline, timeout, None, 0)
         pipeline = self._pipeline
-        if pipeline is not None:
-            await pipeline.starting(call, env.ctx)  # type: ignore[arg-type]
         actor = env.actor
-        if actor is not None and env.state == QUEUED:
-            try:
+        try:
+            if pipeline is not None:  # a hook may await: a cancel there must still finish the call
+                await pipeline.starting(call, env.ctx)  # type: ignore[arg-type]
+            if actor is not None and env.state == QUEUED:
                 if deadline == math.inf:
                     if not actor.submit_nowait(env):
                         await actor.submit(env)
@@ -165,15 +170,15 @@ class Runtime:
                         env.abandon(FailureKind.TIMEOUT, env.timeout_message())
                         if env.state != DONE:
                             await env.wait()  # running: its worker has the same deadline
-            except BaseException:
-                await self._cancelled([env])
-                raise
+        except BaseException:
+            await self._cancelled([env])
+            raise
         result = env.result
         assert result is not None
-        if pipeline is not None:
-            await pipeline.finished(call, result, env.ctx)  # type: ignore[arg-type]
         if actor is not None:
             actor.record(result)
+        if pipeline is not None:
+            await pipeline.finished(call, result, env.ctx)  # type: ignore[arg-type]
         return result
 
     async def call_many(
@@ -201,9 +206,12 @@ class Runtime:
         Stopping early (break) cancels the calls still running; each of them still gets its
         CANCELLED result reported to the features.
         """
-        async for env in self._run_batch(calls, metadata, timeout, None):
-            assert env.result is not None
-            yield env.result
+        # aclosing: a consumer that stops early closes this generator, and that must close the
+        # batch too (cancelling its calls now), not leave it to the garbage collector.
+        async with contextlib.aclosing(self._run_batch(calls, metadata, timeout, None)) as batch:
+            async for env in batch:
+                assert env.result is not None
+                yield env.result
 
     async def invoke(
         self,
@@ -227,6 +235,11 @@ class Runtime:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeClosed("the runtime is closed; open a new one with open_runtime()")
+
+    def _check_not_closing(self) -> None:
+        self._check_open()
+        if self._closing:
+            raise RuntimeClosed("the runtime is shutting down; no tool can be added or removed")
 
     def _envelope(
         self,
@@ -267,7 +280,7 @@ class Runtime:
         metadata: Mapping[str, Any] | None,
         timeout: float | None,
         results: list[ToolResult | None] | None,
-    ) -> AsyncIterator[Envelope]:
+    ) -> AsyncGenerator[Envelope, None]:
         self._check_open()
         calls = calls if isinstance(calls, Sequence) else list(calls)
         if results is not None:
@@ -304,10 +317,10 @@ class Runtime:
     async def _finish(self, env: Envelope) -> None:
         result = env.result
         assert result is not None
-        if self._pipeline is not None:
-            await self._pipeline.finished(env.call, result, env.ctx)  # type: ignore[arg-type]
         if env.actor is not None:
             env.actor.record(result)
+        if self._pipeline is not None:
+            await self._pipeline.finished(env.call, result, env.ctx)  # type: ignore[arg-type]
 
     async def _cancelled(self, envs: list[Envelope]) -> None:
         """The caller was cancelled: every call not yet finished fails CANCELLED, hooks included."""
@@ -326,7 +339,7 @@ class Runtime:
         self._closed = True
 
 
-@asynccontextmanager
+@contextlib.asynccontextmanager
 async def open_runtime(
     registry: ToolRegistry | Iterable[ToolLike] = (),
     *,

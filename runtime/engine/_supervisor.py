@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..exceptions import RuntimeClosed
 from ._actor import RestartPolicy, ToolActor
 
 if TYPE_CHECKING:
@@ -31,12 +32,19 @@ class Supervisor:
         self.policy = policy
         self.shutdown_timeout = shutdown_timeout
         self._actors: list[ToolActor] = []
+        self._stopping = False
         self._sources: list[tuple[ToolSource, trio.CancelScope]] = []
 
     async def start(self, actor: ToolActor) -> None:
-        """Start `actor`; returns after its first setup attempt (it may be restarting)."""
+        """Start `actor`; returns after its first setup attempt (it may be restarting).
+
+        Raises:
+            RuntimeClosed: the supervisor is stopping every actor (the runtime is shutting down).
+        """
+        if self._stopping:
+            raise RuntimeClosed("the runtime is shutting down; no tool can be added")
+        self._actors.append(actor)  # before its setup: a shutdown that begins meanwhile stops it too
         await self._nursery.start(self._supervise, actor)
-        self._actors.append(actor)
 
     async def _supervise(self, actor: ToolActor, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         await actor.supervise(self.policy, task_status=task_status)
@@ -68,8 +76,9 @@ class Supervisor:
 
     async def stop_all(self) -> None:
         """Stop the sources, then every actor in reverse start order."""
+        self._stopping = True
         for _, scope in reversed(self._sources):
             scope.cancel()
         self._sources.clear()
-        for actor in reversed(list(self._actors)):
-            await self.stop(actor)
+        while self._actors:  # not a copy: an actor whose start was under way is in the list too
+            await self.stop(self._actors[-1])
