@@ -12,6 +12,7 @@ from .exceptions import SchemaError as SchemaError
 from .exceptions import ToolDefinitionError as ToolDefinitionError
 from .exceptions import ToolRejected as ToolRejected
 from .exceptions import ToolRuntimeError as ToolRuntimeError
+from .exceptions import ToolUnavailable as ToolUnavailable
 from .features import Feature as Feature
 from .messages import TERMINATE_TOOL as TERMINATE_TOOL
 from .messages import ContentPart as ContentPart
@@ -65,6 +66,7 @@ __all__ = [
     "ToolRuntimeError",
     "ToolSet",
     "ToolSuccess",
+    "ToolUnavailable",
     "fail",
     "open_runtime",
     "tool",

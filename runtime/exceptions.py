@@ -5,6 +5,7 @@ Hierarchy::
     ToolRuntimeError                    base of everything below
     ├── InvalidArguments (ValueError)   a call's arguments did not decode into the tool's args type
     ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
+    ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
     ├── ToolDefinitionError (TypeError) a function or class cannot become a tool; says what to do
     └── RuntimeClosed (RuntimeError)    the caller used a runtime that is closed (the caller's mistake)
@@ -22,6 +23,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolRejected",
     "ToolRuntimeError",
+    "ToolUnavailable",
 ]
 
 
@@ -54,6 +56,18 @@ class ToolRejected(ToolRuntimeError):
     def __init__(self, message: str) -> None:
         self.message = message
         super().__init__(message)
+
+
+class ToolUnavailable(ToolRuntimeError):
+    """A tool cannot serve now because what it stands for is gone: reported as UNAVAILABLE.
+
+    Raised by tools that front something remote (an MCP server whose connection dropped,
+    a worker process that died); the runtime keeps serving and the model is told why.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
 
 
 class SchemaError(ToolRuntimeError, ValueError):

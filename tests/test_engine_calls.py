@@ -1392,3 +1392,26 @@ async def test_statistics_count_calls_outcomes_and_load_per_tool(autojump_clock:
     assert (work_stats.in_flight, work_stats.queued, work_stats.restarts, work_stats.state) == (0, 0, 0, "up")
     assert (done.tools["page"].calls, done.tools["page"].succeeded) == (1, 1)
     assert done.unknown_tool_calls == 2
+
+
+async def test_an_exception_raised_in_the_runtime_block_comes_out_unwrapped() -> None:
+    class Oops(Exception):
+        pass
+
+    with pytest.raises(Oops, match=r"^mine$"):
+        async with open_runtime([], tracing=False):
+            raise Oops("mine")
+
+
+async def test_a_tool_whose_backend_is_gone_reports_unavailable_with_the_reason() -> None:
+    from runtime import ToolUnavailable
+
+    @tool
+    async def remote() -> None:
+        raise ToolUnavailable("the server closed the connection")
+
+    async with open_runtime([remote], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="1", name="remote"))
+    assert isinstance(result, ToolFailure)
+    assert result.kind is FailureKind.UNAVAILABLE
+    assert result.message == "tool 'remote' is unavailable: the server closed the connection"

@@ -121,7 +121,11 @@ async def test_an_error_sets_status_and_the_exception_type_and_records_the_excep
 
 @pytest.mark.parametrize(
     ("name", "arguments", "kind"),
-    [("picky", '{"n": 3}', "rejected"), ("picky", '{"n": "x"}', "invalid_arguments"), ("nope", "{}", "unknown_tool")],
+    [
+        ("picky", '{"n": 3}', "rejected"),
+        ("picky", '{"n": "x"}', "invalid_arguments"),
+        ("nope", "{}", "unknown_tool"),
+    ],
 )
 async def test_other_failures_use_the_failure_kind_as_error_type(
     otel: Otel, name: str, arguments: str, kind: str
@@ -157,7 +161,9 @@ async def test_without_traceparent_the_parent_is_the_callers_current_span(otel: 
     assert span.parent.span_id == turn.get_span_context().span_id
 
 
-async def test_call_many_spans_are_siblings_under_the_callers_span(otel: Otel, autojump_clock: object) -> None:
+async def test_call_many_spans_are_siblings_under_the_callers_span(
+    otel: Otel, autojump_clock: object
+) -> None:
     @tool
     async def nap(seconds: float) -> float:
         await trio.sleep(seconds)
@@ -216,7 +222,9 @@ async def test_arguments_and_results_are_recorded_only_when_asked(otel: Otel) ->
 
 async def test_metrics_record_duration_by_outcome_and_in_flight_returns_to_zero(otel: Otel) -> None:
     async with open_runtime([search, broken], tracing=otel.tracing()) as rt:
-        await rt.call_many([call("search", '{"query": "q"}', id="a"), call("broken", id="b"), call("nope", id="c")])
+        await rt.call_many(
+            [call("search", '{"query": "q"}', id="a"), call("broken", id="b"), call("nope", id="c")]
+        )
     durations = {(a[GEN_AI_TOOL_NAME], a[OUTCOME]): p for a, p in otel.points(CALL_DURATION_METRIC)}
     assert set(durations) == {("search", "success"), ("broken", "error"), ("nope", "unknown_tool")}
     assert all(p.count == 1 for p in durations.values())  # type: ignore[attr-defined]

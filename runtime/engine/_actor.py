@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import trio
 
-from ..exceptions import InvalidArguments, ToolRejected
+from ..exceptions import InvalidArguments, ToolRejected, ToolUnavailable
 from ..features import FeaturePipeline
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import ToolBase
@@ -451,6 +451,8 @@ class ToolActor:
                 FailureKind.INVALID_ARGUMENTS,
                 f"invalid arguments for tool {self.name!r}: `{exc.path}`: {exc.expected}",
             )
+        if isinstance(exc, ToolUnavailable):
+            return failure(call, FailureKind.UNAVAILABLE, f"tool {self.name!r} is unavailable: {exc.reason}")
         error_type, text = describe_error(exc)
         if env.ctx is not None:
             env.ctx.error = exc

@@ -203,8 +203,13 @@ class Runtime:
     ) -> AsyncIterator[ToolResult]:
         """Run calls concurrently and yield each result as it finishes (fastest first).
 
-        Stopping early (break) cancels the calls still running; each of them still gets its
-        CANCELLED result reported to the features.
+        Stopping early cancels the calls still running (each still gets its CANCELLED result
+        reported to the features). Python closes an async generator left by `break` only when
+        it is garbage-collected, so close it yourself to cancel at once::
+
+            async with contextlib.aclosing(rt.as_completed(calls)) as results:
+                async for result in results:
+                    ...
         """
         # aclosing: a consumer that stops early closes this generator, and that must close the
         # batch too (cancelling its calls now), not leave it to the garbage collector.
@@ -383,6 +388,7 @@ async def open_runtime(
         shutdown_timeout=shutdown_timeout,
         thread_limiter=trio.CapacityLimiter(thread_limit),
     )
+    body_error: Exception | None = None
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, restart or RestartPolicy(), shutdown_timeout)
         routing = RegistryActor(supervisor, config)
@@ -392,10 +398,17 @@ async def open_runtime(
             await routing.register(list(registry))
             for source in mcp_servers:
                 await supervisor.start_source(source, rt)
-            yield rt
+            try:
+                yield rt
+            except Exception as exc:
+                # Re-raised below, outside the nursery, so the caller gets its own exception
+                # back as it raised it rather than wrapped in an ExceptionGroup.
+                body_error = exc
         finally:
             with trio.CancelScope(shield=True):
                 await rt._close()
+    if body_error is not None:
+        raise body_error
 
 
 def _tracing_feature(tracing: bool | Feature) -> Feature | None:
