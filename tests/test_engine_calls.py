@@ -1415,3 +1415,26 @@ async def test_a_tool_whose_backend_is_gone_reports_unavailable_with_the_reason(
     assert isinstance(result, ToolFailure)
     assert result.kind is FailureKind.UNAVAILABLE
     assert result.message == "tool 'remote' is unavailable: the server closed the connection"
+
+
+async def test_registry_changes_are_counted_and_can_be_awaited() -> None:
+    @tool
+    async def late() -> int:
+        return 1
+
+    async with open_runtime([], tracing=False) as rt, trio.open_nursery() as nursery:
+        start = rt.registry_version
+        seen: list[int] = []
+
+        async def watch() -> None:
+            seen.append(await rt.wait_registry_changed(start))
+
+        nursery.start_soon(watch)
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == []
+        await rt.register(late)
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [start + 1]
+        assert "late" in rt.registry
+        await rt.unregister("late")
+        assert rt.registry_version == start + 2

@@ -41,6 +41,8 @@ class RegistryActor:
         self._config = config
         self.routes: dict[str, ToolActor] = {}
         self.registry = ToolRegistry()
+        self.version = 0
+        self.changed = trio.Event()  # set (and replaced) at every publish
         self._send, self._recv = trio.open_memory_channel[_Request](64)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -107,3 +109,6 @@ class RegistryActor:
     def _publish(self, routes: dict[str, ToolActor]) -> None:
         self.routes = routes
         self.registry = ToolRegistry._trusted({n: a.tool for n, a in routes.items()})
+        self.version += 1
+        changed, self.changed = self.changed, trio.Event()
+        changed.set()

@@ -93,6 +93,20 @@ class Runtime:
         return self._routing.registry
 
     @property
+    def registry_version(self) -> int:
+        """Increases every time the set of tools changes (tools registered or removed)."""
+        return self._routing.version
+
+    async def wait_registry_changed(self, version: int) -> int:
+        """Wait until `registry_version` differs from `version`; returns the new version.
+
+        For edges that must tell their clients (MCP's `notifications/tools/list_changed`).
+        """
+        while self._routing.version == version:
+            await self._routing.changed.wait()
+        return self._routing.version
+
+    @property
     def features(self) -> tuple[Feature, ...]:
         return self._pipeline.features if self._pipeline is not None else ()
 
