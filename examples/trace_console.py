@@ -13,11 +13,12 @@ import sys
 
 import trio
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runtime import ToolCall, open_runtime, tool
+from runtime.demo import span_tree
 
 provider = TracerProvider()
 memory = InMemorySpanExporter()
@@ -43,26 +44,6 @@ async def search_docs(query: str, limit: int = 2) -> list[str]:
     return [f"{query} #{i}" for i in range(limit)]
 
 
-def draw(spans: list[ReadableSpan]) -> str:
-    children: dict[int | None, list[ReadableSpan]] = {}
-    ids = {s.context.span_id for s in spans if s.context is not None}
-    for s in spans:
-        parent = s.parent.span_id if s.parent is not None and s.parent.span_id in ids else None
-        children.setdefault(parent, []).append(s)
-    lines: list[str] = []
-
-    def walk(parent: int | None, depth: int) -> None:
-        for s in sorted(children.get(parent, []), key=lambda s: s.start_time or 0):
-            ms = ((s.end_time or 0) - (s.start_time or 0)) / 1e6
-            status = " ERROR" if s.status.status_code.name == "ERROR" else ""
-            lines.append(f"{'  ' * depth}{s.name}  {ms:.1f} ms{status}")
-            if s.context is not None:
-                walk(s.context.span_id, depth + 1)
-
-    walk(None, 0)
-    return "\n".join(lines)
-
-
 async def main() -> None:
     calls = [
         ToolCall(id="1", name="get_weather", arguments='{"city": "Paris"}'),
@@ -73,7 +54,7 @@ async def main() -> None:
         with tracer.start_as_current_span("agent turn"):
             for result in await rt.call_many(calls):
                 print(f"{result.call_id}: {result.content}", file=sys.stderr)
-    print(draw(list(memory.get_finished_spans())))
+    print(span_tree(memory.get_finished_spans()))
 
 
 if __name__ == "__main__":

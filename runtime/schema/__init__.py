@@ -1,6 +1,8 @@
 """The contract layer: the tool IR, Python types and JSON Schemas into it, dialects out of it."""
 
+from ._anthropic import anthropic_tool as anthropic_tool
 from ._dialects import DIALECTS as DIALECTS
+from ._dialects import Dialect as Dialect
 from ._dialects import render_tool as render_tool
 from ._docstring import Docstring as Docstring
 from ._docstring import parse_docstring as parse_docstring
@@ -11,6 +13,9 @@ from ._from_python import descriptor_from_fields as descriptor_from_fields
 from ._from_python import descriptor_from_type as descriptor_from_type
 from ._from_python import direct_node as direct_node
 from ._from_python import type_node as type_node
+from ._gemini import GEMINI_FORMATS as GEMINI_FORMATS
+from ._gemini import MAX_UNROLL as MAX_UNROLL
+from ._gemini import gemini_declaration as gemini_declaration
 from ._ir import AnyValue as AnyValue
 from ._ir import Array as Array
 from ._ir import Boolean as Boolean
@@ -27,6 +32,12 @@ from ._ir import TypeNode as TypeNode
 from ._ir import Union as Union
 from ._ir import is_nullable as is_nullable
 from ._ir import without_null as without_null
+from ._mcp import mcp_tool as mcp_tool
+from ._openai import STRICT_FORMATS as STRICT_FORMATS
+from ._openai import openai_chat_tool as openai_chat_tool
+from ._openai import openai_responses_tool as openai_responses_tool
+from ._openai import strict_fallback_reason as strict_fallback_reason
+from ._openai import strict_parameters_schema as strict_parameters_schema
 from ._to_jsonschema import node_schema as node_schema
 from ._to_jsonschema import parameters_schema as parameters_schema
 from ._to_jsonschema import property_schema as property_schema

@@ -324,7 +324,11 @@ def union_of(options: tuple[TypeNode, ...]) -> TypeNode:
                 flat.append(o)
     if len(flat) == 1:
         only = flat[0]
-        return msgspec.structs.replace(only, description=description) if description and not only.description else only
+        return (
+            msgspec.structs.replace(only, description=description)
+            if description and not only.description
+            else only
+        )
     return Union(options=tuple(flat), description=description)
 
 

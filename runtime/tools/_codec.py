@@ -83,7 +83,9 @@ class ArgsCodec:
         try:
             self._decoder = msgspec.json.Decoder(struct_type)
         except TypeError as exc:  # a type msgspec cannot decode, e.g. `list[int] | list[str]`
-            raise ToolDefinitionError(f"the arguments of {struct_type.__name__!r} cannot be decoded: {exc}") from exc
+            raise ToolDefinitionError(
+                f"the arguments of {struct_type.__name__!r} cannot be decoded: {exc}"
+            ) from exc
         self._fill = tuple(fill)
         self._build = build
 

@@ -1,0 +1,88 @@
+"""Anthropic: `tool_use` blocks in, `tool_result` blocks out (Messages API).
+
+```python
+from runtime.providers import anthropic as adapter
+
+results = await rt.call_many(adapter.calls_from_content(message.content))
+messages += [
+    {"role": "assistant", "content": message.content},
+    adapter.result_message(results),          # {"role": "user", "content": result_blocks}
+]
+```
+
+Failures carry `"is_error": true` and their "Error: ..." text. Images go into the
+`tool_result` as base64 `image` blocks (JPEG, PNG, GIF and WebP, what Anthropic accepts;
+another image type is replaced by a note saying so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..messages import TextPart, ToolCall, ToolResult
+from ._access import b64, field, has_parts, items, json_arguments, parts_of
+
+__all__ = ["IMAGE_TYPES", "calls_from_content", "result_blocks", "result_message"]
+
+IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+"""Image media types a `tool_result` may hold."""
+
+
+def calls_from_content(content: Any) -> list[ToolCall]:
+    """The `tool_use` blocks of an assistant turn as calls, in order; `input` stays a dict.
+
+    Args:
+        content: a `Message` (its content is read), its content blocks, or the same as dicts.
+    """
+    blocks = content if isinstance(content, list | tuple) else field(content, "content")
+    if blocks is None or isinstance(blocks, str):
+        return []
+    calls: list[ToolCall] = []
+    for block in items(blocks):
+        if field(block, "type") != "tool_use":
+            continue  # text, thinking, server tools (run by Anthropic, not here)
+        calls.append(
+            ToolCall(
+                id=str(field(block, "id") or ""),
+                name=str(field(block, "name") or ""),
+                arguments=json_arguments(field(block, "input") or {}),
+            )
+        )
+    return calls
+
+
+def result_blocks(results: Iterable[ToolResult]) -> list[dict[str, Any]]:
+    """One `tool_result` block per result, in order; `is_error` is set on failures."""
+    blocks: list[dict[str, Any]] = []
+    for result in results:
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.call_id}
+        content = _content(result)
+        if content:
+            block["content"] = content
+        if not result.ok:
+            block["is_error"] = True
+        blocks.append(block)
+    return blocks
+
+
+def result_message(results: Iterable[ToolResult]) -> dict[str, Any]:
+    """The `user` message that answers the tool calls: `{"role": "user", "content": blocks}`."""
+    return {"role": "user", "content": result_blocks(results)}
+
+
+def _content(result: ToolResult) -> str | list[dict[str, Any]]:
+    if not has_parts(result):
+        return result.content
+    content: list[dict[str, Any]] = []
+    for part in parts_of(result):
+        if isinstance(part, TextPart):
+            if part.text:  # Anthropic rejects empty text blocks
+                content.append({"type": "text", "text": part.text})
+        elif part.mime_type in IMAGE_TYPES:
+            source = {"type": "base64", "media_type": part.mime_type, "data": b64(part.data)}
+            content.append({"type": "image", "source": source})
+        else:
+            note = f"[an image of type {part.mime_type} was left out: Anthropic does not accept that type]"
+            content.append({"type": "text", "text": note})
+    return content

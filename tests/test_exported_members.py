@@ -1,0 +1,55 @@
+"""The public surface: the contract of DESIGN.md section 3, plus what was added on purpose."""
+
+from __future__ import annotations
+
+import runtime
+
+CONTRACT = {
+    # authoring
+    "tool", "ToolBase", "Tool", "SimpleTool", "ToolSet", "Description", "CallContext",
+    "ToolRejected", "validate", "fail",
+    # contract (schema)
+    "ToolDescriptor", "ToolParameter",
+    # registry
+    "ToolRegistry",
+    # wire
+    "ToolCall", "ToolResult", "ToolSuccess", "ToolFailure", "FailureKind", "ToolCallMetadata",
+    # engine
+    "open_runtime", "Runtime", "RestartPolicy", "Feature",
+    "TERMINATE_TOOL",
+}  # fmt: skip
+
+ADDED_ON_PURPOSE = {
+    # multimodal result parts (ToolBase.result_to_parts)
+    "ContentPart", "TextPart", "ImagePart",
+    # the exception hierarchy of runtime.exceptions
+    "ToolRuntimeError", "InvalidArguments", "SchemaError", "ToolDefinitionError", "RuntimeClosed",
+    "ToolUnavailable",
+}  # fmt: skip
+
+
+def test_the_package_exports_exactly_the_contract_and_the_deliberate_additions() -> None:
+    assert sorted(runtime.__all__) == sorted(CONTRACT | ADDED_ON_PURPOSE)
+
+
+def test_every_exported_name_exists_and_is_reexported_from_a_private_or_sub_module() -> None:
+    for name in runtime.__all__:
+        value = getattr(runtime, name)
+        assert value is not None
+        if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+            assert value.__module__.startswith("runtime."), (name, value.__module__)
+
+
+def test_the_contract_submodules_import() -> None:
+    from runtime.providers import anthropic, gemini, openai
+    from runtime.tracing import Tracing
+
+    assert Tracing.__name__ == "Tracing"
+    assert all(
+        callable(m.__dict__.get(f))
+        for m, f in (
+            (openai, "calls_from_message"),
+            (anthropic, "calls_from_content"),
+            (gemini, "calls_from_parts"),
+        )
+    )
