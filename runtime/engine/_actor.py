@@ -121,6 +121,7 @@ class ToolActor:
         self._has_teardown = cls.teardown is not ToolBase.teardown
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
         self._mode = _ASYNC if tool.is_async else _INLINE if tool.inline else _THREAD
+        self._tool_dispatch = tool.dispatch
         self._decode: Callable[[Any], Any] = tool.decode_args
         codec = tool._codec
         if cls.decode_args is ToolBase.decode_args and codec is not None:
@@ -301,9 +302,11 @@ class ToolActor:
         self._nursery.start_soon(self._worker)
 
     async def _worker(self) -> None:
-        # One cancel scope serves many calls: a call's deadline is set on it while the call
-        # runs, and a caller that gives up cancels it. Entering a scope per call would cost
-        # about as much as the channel hop itself; a cancelled scope is replaced.
+        # The hot path, in one coroutine frame: a parked call costs its task, this frame and
+        # the tool's own coroutine. One cancel scope serves many calls: a call's deadline is
+        # set on it while the call runs, and a caller that gives up cancels it (entering a
+        # scope per call would cost about as much as the channel hop). A cancelled scope is
+        # replaced.
         receive = self._recv.receive
         while True:
             with trio.CancelScope() as scope:
@@ -315,10 +318,50 @@ class ToolActor:
                     self._idle -= 1
                     if self._idle == 0 and (self._limit is None or self._workers < self._limit):
                         self._spawn_worker()
-                    try:
-                        await self._serve(env, scope)
-                    finally:
-                        self._idle += 1
+                    if env.state == QUEUED:  # else settled while it waited (its caller gave up)
+                        if self._stopping:
+                            env.fail(FailureKind.UNAVAILABLE, self._unavailable())
+                        else:
+                            env.state = RUNNING
+                            self.in_flight += 1
+                            try:
+                                result: ToolResult | None = self._too_large(env)
+                                if result is None:
+                                    try:
+                                        args = self._decode(env.call.arguments)
+                                    except Exception as exc:
+                                        result = self._exception_result(env, exc)
+                                    else:
+                                        timed = self._arm(env, scope)
+                                        try:
+                                            if self._around is not None and env.ctx is not None:
+                                                with self._around.around(env.ctx):
+                                                    value = await self._dispatch(args, env.ctx)
+                                            elif self._mode == _ASYNC:
+                                                value = await self._tool_dispatch(args, env.ctx)
+                                            else:
+                                                value = await self._dispatch(args, env.ctx)
+                                        except BaseException as exc:  # SystemExit is the tool's error too
+                                            if escapes(exc):
+                                                raise
+                                            if scope.cancel_called:
+                                                result = self._interrupted(env)  # cancel turned into an error
+                                            else:
+                                                result = self._exception_result(env, exc)
+                                        else:
+                                            result = self._success(env, value)
+                                        finally:
+                                            if timed:
+                                                scope.deadline = math.inf
+                            except BaseException:
+                                self._interrupt(env, scope)
+                                raise
+                            finally:
+                                self.in_flight -= 1
+                                env.scope = None
+                            assert result is not None
+                            env.settle(result)
+                    self._idle += 1
                     if self._idle > _KEEP_IDLE:
                         self._idle -= 1
                         self._workers -= 1
@@ -326,50 +369,19 @@ class ToolActor:
                     if scope.cancel_called:
                         break  # a call was cancelled or timed out (and swallowed it): take a fresh scope
 
-    async def _serve(self, env: Envelope, scope: trio.CancelScope) -> None:
-        # The hot path: kept in few coroutine frames, with the tool's hooks looked up once.
-        if env.state != QUEUED:
-            return  # settled while it waited (its caller gave up)
-        if self._stopping:
-            env.fail(FailureKind.UNAVAILABLE, self._unavailable())
-            return
-        env.state = RUNNING
-        self.in_flight += 1
-        call = env.call
-        try:
-            raw = call.arguments
-            if type(raw) is str and len(raw) * 4 > self._max_bytes and len(raw.encode()) > self._max_bytes:
-                result: ToolResult = failure(
-                    call,
-                    FailureKind.INVALID_ARGUMENTS,
-                    f"invalid arguments for tool {self.name!r}: {len(raw.encode())} bytes, "
-                    f"over the limit of {self._max_bytes}",
-                )
-            else:
-                try:
-                    args = self._decode(raw)
-                except Exception as exc:
-                    result = self._exception_result(env, exc)
-                else:
-                    result = await self._invoke(env, args, scope)
-        except BaseException:
-            if scope.cancel_called:  # this call's deadline, or its caller gave up
-                env.settle(self._interrupted(env))
-            else:  # cancelled from outside: a sibling call crashed the actor, or shutdown
-                reason = self._crash.reason if self._crash is not None else None
-                message = (
-                    f"tool {self.name!r} crashed while serving this call ({reason}) and is restarting"
-                    if reason
-                    else self._unavailable()
-                )
-                env.fail(FailureKind.UNAVAILABLE, message)
-            raise
-        finally:
-            self.in_flight -= 1
-            env.scope = None
-        env.settle(result)
+    def _too_large(self, env: Envelope) -> ToolFailure | None:
+        raw = env.call.arguments
+        if type(raw) is str and len(raw) * 4 > self._max_bytes and len(raw.encode()) > self._max_bytes:
+            return failure(
+                env.call,
+                FailureKind.INVALID_ARGUMENTS,
+                f"invalid arguments for tool {self.name!r}: {len(raw.encode())} bytes, "
+                f"over the limit of {self._max_bytes}",
+            )
+        return None
 
-    async def _invoke(self, env: Envelope, args: Any, scope: trio.CancelScope) -> ToolResult:
+    def _arm(self, env: Envelope, scope: trio.CancelScope) -> bool:
+        """Put the call's deadline on the worker's scope; True if there is one."""
         deadline = env.deadline
         # The tool's own limit and the caller's both hold (the smaller wins); the runtime's
         # default is only for a call that neither limits.
@@ -381,39 +393,34 @@ class ToolActor:
             if own < deadline:
                 deadline = own
                 env.limit = limit
-        timed = deadline != math.inf
-        if timed:
-            scope.deadline = deadline
-            if env.ctx is not None:
-                env.ctx.deadline = deadline
         env.scope = scope
-        tool = self.tool
-        try:
-            if self._around is not None and env.ctx is not None:
-                with self._around.around(env.ctx):
-                    value = await self._dispatch(tool, args, env.ctx)
-            elif self._mode == _ASYNC:
-                value = await tool.dispatch(args, env.ctx)
-            else:
-                value = await self._dispatch(tool, args, env.ctx)
-        except BaseException as exc:  # SystemExit (argparse does that) is the tool's error too
-            if escapes(exc):
-                raise
-            if scope.cancel_called:
-                return self._interrupted(env)  # the tool turned its cancellation into an error
-            return self._exception_result(env, exc)
-        finally:
-            if timed:
-                scope.deadline = math.inf
-        return self._success(env, value)
+        if deadline == math.inf:
+            return False
+        scope.deadline = deadline
+        if env.ctx is not None:
+            env.ctx.deadline = deadline
+        return True
 
-    async def _dispatch(self, tool: ToolBase[Any, Any], args: Any, ctx: Any) -> Any:
+    def _interrupt(self, env: Envelope, scope: trio.CancelScope) -> None:
+        """The call was cancelled before it could settle: say why."""
+        if scope.cancel_called:  # this call's deadline, or its caller gave up
+            env.settle(self._interrupted(env))
+        else:  # cancelled from outside: a sibling call crashed the actor, or shutdown
+            reason = self._crash.reason if self._crash is not None else None
+            message = (
+                f"tool {self.name!r} crashed while serving this call ({reason}) and is restarting"
+                if reason
+                else self._unavailable()
+            )
+            env.fail(FailureKind.UNAVAILABLE, message)
+
+    async def _dispatch(self, args: Any, ctx: Any) -> Any:
         if self._mode == _ASYNC:
-            return await tool.dispatch(args, ctx)
+            return await self._tool_dispatch(args, ctx)
         if self._mode == _INLINE:
-            return tool.dispatch(args, ctx)
+            return self._tool_dispatch(args, ctx)
         return await trio.to_thread.run_sync(
-            tool.dispatch, args, ctx, limiter=self.config.thread_limiter, abandon_on_cancel=True
+            self._tool_dispatch, args, ctx, limiter=self.config.thread_limiter, abandon_on_cancel=True
         )
 
     def _interrupted(self, env: Envelope) -> ToolFailure:

@@ -72,6 +72,7 @@ class Envelope:
         "deadline",
         "index",
         "limit",
+        "reported",
         "result",
         "scope",
         "state",
@@ -95,6 +96,7 @@ class Envelope:
         self.state = QUEUED
         self.scope: trio.CancelScope | None = None
         self.cancelled = False
+        self.reported = False  # finishing hooks ran (the caller's side)
         self.index = index
         self._batch = batch
         self._event: trio.Event | None = None if batch is not None else trio.Event()

@@ -204,8 +204,10 @@ class Runtime:
     ) -> list[ToolResult]:
         """Run calls concurrently; results in the order of `calls`, one per call."""
         results: list[ToolResult | None] = []
-        async for env in self._run_batch(calls, metadata, timeout, results):
-            results[env.index] = env.result
+        async with contextlib.aclosing(self._run_batch(calls, metadata, timeout, results)) as chunks:
+            async for chunk in chunks:
+                for env in chunk:
+                    results[env.index] = env.result
         return results  # type: ignore[return-value]  # every slot is filled
 
     async def as_completed(
@@ -227,10 +229,11 @@ class Runtime:
         """
         # aclosing: a consumer that stops early closes this generator, and that must close the
         # batch too (cancelling its calls now), not leave it to the garbage collector.
-        async with contextlib.aclosing(self._run_batch(calls, metadata, timeout, None)) as batch:
-            async for env in batch:
-                assert env.result is not None
-                yield env.result
+        async with contextlib.aclosing(self._run_batch(calls, metadata, timeout, None)) as chunks:
+            async for chunk in chunks:
+                for env in chunk:
+                    assert env.result is not None
+                    yield env.result
 
     async def invoke(
         self,
@@ -299,7 +302,12 @@ class Runtime:
         metadata: Mapping[str, Any] | None,
         timeout: float | None,
         results: list[ToolResult | None] | None,
-    ) -> AsyncGenerator[Envelope, None]:
+    ) -> AsyncGenerator[list[Envelope], None]:
+        """Send every call, then yield the finished envelopes in chunks, in completion order.
+
+        Chunks, not single envelopes: a thousand calls finishing together cost one resume of
+        this generator, not a thousand.
+        """
         self._check_open()
         calls = calls if isinstance(calls, Sequence) else list(calls)
         if results is not None:
@@ -313,27 +321,44 @@ class Runtime:
             if pipeline is not None:
                 for env in envs:
                     await pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]
-            with trio.move_on_at(deadline):
-                for env in envs:
-                    if env.state == QUEUED and env.actor is not None:
-                        await env.actor.submit(env)
+            if deadline == math.inf:
+                await self._submit_all(envs)
+            else:
+                with trio.move_on_at(deadline):
+                    await self._submit_all(envs)
             while finished < len(envs):
                 if not batch.done:
-                    with trio.move_on_at(deadline):
+                    if deadline == math.inf:
                         await batch.wait()
-                    if not batch.done:  # the deadline passed
-                        for env in envs:
-                            env.abandon(FailureKind.TIMEOUT, env.timeout_message())
-                        await batch.wait()  # running calls time out by their own deadline
-                env = batch.done.popleft()
-                finished += 1
-                await self._finish(env)
-                yield env
+                    else:
+                        with trio.move_on_at(deadline):
+                            await batch.wait()
+                        if not batch.done:  # the deadline passed
+                            for env in envs:
+                                env.abandon(FailureKind.TIMEOUT, env.timeout_message())
+                            await batch.wait()  # running calls time out by their own deadline
+                chunk = list(batch.done)
+                batch.done.clear()
+                for env in chunk:
+                    await self._finish(env)
+                finished += len(chunk)
+                yield chunk
         except BaseException:
-            await self._cancelled([e for e in envs if e.state != DONE or e in batch.done])
+            await self._cancelled([e for e in envs if not e.reported])
             raise
 
+    @staticmethod
+    async def _submit_all(envs: list[Envelope]) -> None:
+        for env in envs:
+            actor = env.actor
+            if env.state == QUEUED and actor is not None and not actor.submit_nowait(env):
+                await actor.submit(env)  # a full mailbox: wait for room (backpressure)
+
     async def _finish(self, env: Envelope) -> None:
+        """Count the call and run the finishing hooks, exactly once per call."""
+        if env.reported:
+            return
+        env.reported = True
         result = env.result
         assert result is not None
         if env.actor is not None:
