@@ -41,9 +41,11 @@ def test_every_exported_name_exists_and_is_reexported_from_a_private_or_sub_modu
 
 
 def test_the_contract_submodules_import() -> None:
+    from runtime.embed import RuntimeThread
     from runtime.providers import anthropic, gemini, openai
     from runtime.tracing import Tracing
 
+    assert RuntimeThread.__module__ == "runtime.embed"
     assert Tracing.__name__ == "Tracing"
     assert all(
         callable(m.__dict__.get(f))
