@@ -20,6 +20,7 @@ from ._ir import (
     TypeNode,
     Union,
 )
+from ._notes import json_type
 
 __all__ = ["node_schema", "parameters_schema", "property_schema"]
 
@@ -89,7 +90,7 @@ def node_schema(node: TypeNode) -> dict[str, Any]:
         schema = {"anyOf": [node_schema(o) for o in node.options]}
     elif isinstance(node, Enum):
         schema = {"enum": list(node.values)}
-        kinds = {_json_type(v) for v in node.values}
+        kinds = {json_type(v) for v in node.values}
         if len(kinds) == 1:
             schema["type"] = kinds.pop()
     elif isinstance(node, Ref):
@@ -114,15 +115,3 @@ def _object_schema(properties: tuple[ToolParameter, ...], additional: TypeNode |
     elif additional is not True:
         schema["additionalProperties"] = node_schema(additional)
     return schema
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return "string"
