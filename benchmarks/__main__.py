@@ -9,13 +9,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument(
-        "--only", choices=["runtime", "peers"], help="run one report (peers needs the bench extra)"
+        "--only",
+        choices=["runtime", "peers", "mcp"],
+        help="run one report (peers needs the bench extra)",
     )
     args = parser.parse_args()
     if args.only in (None, "runtime"):
         from . import bench_runtime
 
         report = bench_runtime.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "mcp"):
+        from . import bench_mcp  # starts MCP server processes (stdio and HTTP)
+
+        report = bench_mcp.main(quick=args.quick)
         report.print()
         print(f"\nwrote {report.save()}")
     if args.only in (None, "peers"):

@@ -704,7 +704,10 @@ def test_non_local_ref_is_rejected(ref: str) -> None:
             {
                 "$ref": "#/$defs/A",
                 "$defs": {
-                    "A": {"type": "object", "properties": {"x": {"allOf": [{"$ref": "#/$defs/A"}, {}]}}}
+                    "A": {
+                        "type": "object",
+                        "properties": {"x": {"allOf": [{"$ref": "#/$defs/A"}, {"type": "object"}]}},
+                    }
                 },
             },
             "'allOf' is only supported over object schemas",

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import trio
+
+from ..engine import open_runtime
+from ..messages import ToolCall, ToolFailure
 from ..registry import ToolRegistry
 from ..schema import DIALECTS
 
@@ -28,6 +35,8 @@ def load_registry(spec: str) -> ToolRegistry:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise CommandError(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module itself failed while importing
+        raise CommandError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     try:
         value: Any = module
         for part in attr.split("."):
@@ -48,6 +57,85 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _call(args: argparse.Namespace) -> int:
+    registry = load_registry(args.target)
+
+    async def call() -> ToolFailure | str:
+        async with open_runtime(registry) as rt:
+            result = await rt.call(ToolCall(id="cli", name=args.name, arguments=args.arguments))
+        return result if isinstance(result, ToolFailure) else result.content
+
+    outcome = trio.run(call)
+    if isinstance(outcome, ToolFailure):
+        print(outcome.content, file=sys.stderr)
+        return 1
+    print(outcome)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    registry = load_registry(args.target)
+    address = _address(args.http) if args.http is not None else None
+    token = args.token if args.token is not None else os.environ.get(_TOKEN_ENV) or None
+    if token is not None and address is None:
+        raise CommandError("--token needs --http (stdio has no transport to authenticate)")
+    from ..mcp import serve_http, serve_stdio  # the MCP SDK takes seconds to import: only when serving
+
+    # stdout is the stdio transport: everything else, logs included, goes to stderr.
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+    async def serve() -> None:
+        async with open_runtime(registry) as rt:
+            if address is None:
+                await serve_stdio(rt)
+                return
+            async with trio.open_nursery() as nursery:
+                host, port = await nursery.start(
+                    functools.partial(serve_http, rt, address[0], address[1], args.path, token=token)
+                )
+                where = f"[{host}]" if ":" in host else host
+                print(
+                    f"serving {len(rt.registry)} tools over MCP at http://{where}:{port}{args.path}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    try:
+        trio.run(serve)
+    except BaseException as exc:
+        error = _only_error(exc)  # nurseries wrap what their tasks raise in ExceptionGroups
+        if isinstance(error, KeyboardInterrupt):
+            return 130
+        if isinstance(error, OSError):
+            where = f"on {args.http}" if args.http is not None else "over stdio"
+            raise CommandError(f"cannot serve {where}: {error.strerror or error}") from exc
+        if not isinstance(error, Exception):
+            raise
+        print(f"error: serving stopped: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _only_error(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member exception groups, else `exc` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+_TOKEN_ENV = "TOOL_RUNTIME_MCP_TOKEN"
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise CommandError(f"expected --http HOST:PORT (e.g. 127.0.0.1:8000), got {text!r}")
+    return host, int(port)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from ..demo import run_demo
 
@@ -64,6 +152,23 @@ def _parser() -> argparse.ArgumentParser:
     schema.add_argument("--provider", default="jsonschema", choices=sorted(DIALECTS))
     schema.add_argument("--strict", action="store_true", help="OpenAI strict mode")
     schema.set_defaults(run=_schema)
+    call = sub.add_parser("call", help="call one tool of MODULE:ATTR and print its result")
+    call.add_argument("target", metavar="MODULE:ATTR")
+    call.add_argument("name", metavar="NAME", help="the tool's name")
+    call.add_argument(
+        "arguments", metavar="JSON", nargs="?", default="{}", help="the arguments, a JSON object"
+    )
+    call.set_defaults(run=_call)
+    serve = sub.add_parser("serve", help="serve the tools of MODULE:ATTR over MCP (stdio unless --http)")
+    serve.add_argument("target", metavar="MODULE:ATTR")
+    serve.add_argument(
+        "--http", metavar="HOST:PORT", help="serve streamable HTTP here (port 0: any free port)"
+    )
+    serve.add_argument("--path", default="/mcp", help="the HTTP endpoint's path (default /mcp)")
+    serve.add_argument(
+        "--token", help=f"require `Authorization: Bearer TOKEN` over HTTP (default: ${_TOKEN_ENV})"
+    )
+    serve.set_defaults(run=_serve)
     return parser
 
 

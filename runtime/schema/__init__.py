@@ -41,3 +41,5 @@ from ._openai import strict_parameters_schema as strict_parameters_schema
 from ._to_jsonschema import node_schema as node_schema
 from ._to_jsonschema import parameters_schema as parameters_schema
 from ._to_jsonschema import property_schema as property_schema
+from ._to_python import arguments_struct as arguments_struct
+from ._to_python import python_type as python_type

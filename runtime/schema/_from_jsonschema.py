@@ -3,9 +3,10 @@
 One parser serves both directions of the project: Python types reach the IR through
 `msgspec.json.schema` and then this parser, and MCP servers' `inputSchema`s come through
 it too. It understands what real servers send: local `$ref` into `$defs` / `definitions`,
-type arrays, `anyOf` / `oneOf` / single `allOf`, `enum` with or without `type`, `const`,
-`nullable` (OpenAPI), nested objects and arrays, tuples (`prefixItems`), and every
-`additionalProperties` form. Recursive references become `Ref` nodes plus one definition;
+type arrays, `anyOf` / `oneOf` (also beside the object they constrain), `allOf` over
+objects, `enum` with or without `type`, `const`, `nullable` (OpenAPI), draft-04 boolean
+`exclusiveMinimum` / `exclusiveMaximum`, nested objects and arrays, tuples (`prefixItems`), and
+every `additionalProperties` form. Recursive references become `Ref` nodes plus one definition;
 a depth limit, counted along the path and never reset inside a branch, stops anything else.
 """
 
@@ -40,6 +41,23 @@ __all__ = ["DEFAULT_MAX_DEPTH", "descriptor_from_json_schema", "parse_json_schem
 DEFAULT_MAX_DEPTH = 32
 
 _ANNOTATION_ONLY = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
+# Keys that give a schema a shape of its own; a schema without any only constrains (`required`, `not`...).
+_SHAPE_KEYS = frozenset(
+    {
+        "type",
+        "$ref",
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "items",
+        "prefixItems",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+    }
+)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
@@ -76,6 +94,8 @@ def descriptor_from_json_schema(
     node, definitions = parse_json_schema(schema, max_depth=max_depth)
     if isinstance(node, Ref):
         node = definitions[node.name]
+    if isinstance(node, Union):
+        node = _merged_objects(node, definitions) or node
     if not isinstance(node, Object):
         raise SchemaError(
             f"the parameters of tool {name!r} must be a JSON object schema, not {type(node).__name__.lower()}"
@@ -172,7 +192,7 @@ class _Parser:
             return self._ref(ref, depth)
         for key in ("anyOf", "oneOf"):
             if key in schema:
-                return union_of(self._list(schema[key], key, depth))
+                return self._any_of(schema, key, depth)
         if "allOf" in schema:
             return self._all_of(schema, depth)
         if "const" in schema:
@@ -206,9 +226,34 @@ class _Parser:
             raise SchemaError(f"'{key}' must be a non-empty list")
         return tuple(self.node(s, depth + 1) for s in value)
 
+    def _any_of(self, schema: Mapping[str, Any], key: str, depth: int) -> TypeNode:
+        options = schema[key]
+        base = {k: v for k, v in schema.items() if k != key}
+        if not _has_shape(base):
+            return union_of(self._list(options, key, depth))
+        # `{"type": "object", "properties": ..., "anyOf": [...]}`: the options refine the object
+        # beside them. Options that only constrain (`{"required": ["a"]}`) leave its shape as it
+        # is (the server checks them); options with a shape of their own are merged into it.
+        if not isinstance(options, list) or not options:
+            raise SchemaError(f"'{key}' must be a non-empty list")
+        if not any(_has_shape(o) for o in options):
+            return self.node(base, depth + 1)
+        return union_of(tuple(self.node(_merge(base, o), depth + 1) for o in options))
+
     def _all_of(self, schema: Mapping[str, Any], depth: int) -> TypeNode:
-        parts = self._list(schema["allOf"], "allOf", depth)
-        if len(parts) == 1:
+        raw = schema["allOf"]
+        if not isinstance(raw, list) or not raw:
+            raise SchemaError("'allOf' must be a non-empty list")
+        base = {k: v for k, v in schema.items() if k != "allOf"}
+        shaped = [s for s in raw if _has_shape(s) or not isinstance(s, Mapping | bool)]
+        if _has_shape(base):
+            shaped.insert(0, base)
+        # Parts without a shape only constrain: their `required` names still count.
+        required = {r for s in raw if isinstance(s, Mapping) and not _has_shape(s) for r in _names(s)}
+        parts = tuple(self.node(s, depth + 1) for s in shaped)
+        if not parts:
+            return AnyValue()
+        if len(parts) == 1 and not required:
             return parts[0]
         resolved = [self.definitions.get(p.name) if isinstance(p, Ref) else p for p in parts]
         if not all(isinstance(p, Object) for p in resolved):
@@ -221,6 +266,13 @@ class _Parser:
                 props[prop.name] = prop
             if p.additional is False:
                 additional = False
+        for name in required:
+            known = props.get(name)
+            props[name] = (
+                ToolParameter(name=name, type=AnyValue())
+                if known is None
+                else msgspec.structs.replace(known, required=True)
+            )
         return Object(properties=tuple(props.values()), additional=additional)
 
     def _typed(self, schema: Mapping[str, Any], kind: Any, depth: int) -> TypeNode:
@@ -232,7 +284,7 @@ class _Parser:
                 max_length=_opt(schema, "maxLength", int),
             )
         if kind == "integer" or kind == "number":
-            bounds = {k: _opt(schema, k, (int, float)) for k in _NUMERIC}
+            bounds = _bounds(schema)
             cls = Integer if kind == "integer" else Number
             return cls(
                 minimum=bounds["minimum"],
@@ -276,9 +328,7 @@ class _Parser:
         raw_props = schema.get("properties", {})
         if not isinstance(raw_props, Mapping):
             raise SchemaError("'properties' must be an object")
-        required = schema.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise SchemaError("'required' must be a list of property names")
+        required = _names(schema)
         props = []
         for name, prop_schema in raw_props.items():
             node = self.node(prop_schema, depth + 1)
@@ -296,6 +346,10 @@ class _Parser:
                     default=default,
                 )
             )
+        # A required name the properties do not describe may hold any value.
+        props.extend(
+            ToolParameter(name=r, type=AnyValue()) for r in dict.fromkeys(required) if r not in raw_props
+        )
         additional: TypeNode | bool
         extra = schema.get("additionalProperties", True)
         additional = extra if isinstance(extra, bool) else self.node(extra, depth + 1)
@@ -330,6 +384,81 @@ def union_of(options: tuple[TypeNode, ...]) -> TypeNode:
             else only
         )
     return Union(options=tuple(flat), description=description)
+
+
+def _merged_objects(node: Union, definitions: Mapping[str, TypeNode]) -> Object | None:
+    """One object standing for a union of objects (a tool whose arguments take several shapes).
+
+    The model is shown every property; one is required when every shape requires it, and a
+    property that several shapes type differently gets the union of their types. The server
+    still checks which combinations it accepts. None when an option is not an object.
+    """
+    options = [definitions.get(o.name) if isinstance(o, Ref) else o for o in node.options]
+    objects = [o for o in options if not isinstance(o, Null)]
+    if not objects or not all(isinstance(o, Object) for o in objects):
+        return None
+    props: dict[str, ToolParameter] = {}
+    always: dict[str, int] = {}  # in how many shapes a property is required
+    for obj in objects:
+        assert isinstance(obj, Object)
+        for prop in obj.properties:
+            always[prop.name] = always.get(prop.name, 0) + prop.required
+            known = props.get(prop.name)
+            props[prop.name] = (
+                prop if known is None else msgspec.structs.replace(known, type=_joined(known.type, prop.type))
+            )
+    merged = tuple(
+        msgspec.structs.replace(p, required=always[p.name] == len(objects)) for p in props.values()
+    )
+    closed = all(isinstance(o, Object) and o.additional is False for o in objects)
+    return Object(properties=merged, additional=not closed, description=node.description)
+
+
+def _joined(a: TypeNode, b: TypeNode) -> TypeNode:
+    if isinstance(a, Enum) and isinstance(
+        b, Enum
+    ):  # a discriminator: `kind` is "a" in one shape, "b" in another
+        return Enum(values=tuple(dict.fromkeys((*a.values, *b.values))), description=a.description)
+    return a if a == b else union_of((a, b))
+
+
+def _has_shape(schema: Any) -> bool:
+    return isinstance(schema, Mapping) and not _SHAPE_KEYS.isdisjoint(schema)
+
+
+def _merge(base: Mapping[str, Any], option: Any) -> Any:
+    """`base` refined by one `anyOf` / `oneOf` option: properties and required names add up."""
+    if not isinstance(option, Mapping):
+        return option  # parsing it reports what is wrong with it
+    merged = {**base, **option}
+    props_a, props_b = base.get("properties"), option.get("properties")
+    if isinstance(props_a, Mapping) and isinstance(props_b, Mapping):
+        merged["properties"] = {**props_a, **props_b}
+    req_a, req_b = base.get("required"), option.get("required")
+    if isinstance(req_a, list) and isinstance(req_b, list):
+        merged["required"] = [*req_a, *(r for r in req_b if r not in req_a)]
+    return merged
+
+
+def _names(schema: Mapping[str, Any]) -> list[str]:
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise SchemaError("'required' must be a list of property names")
+    return required
+
+
+def _bounds(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Numeric bounds; draft-04's boolean `exclusiveMinimum` / `exclusiveMaximum` turn their bound exclusive."""
+    bounds: dict[str, Any] = {}
+    for key in _NUMERIC:
+        value = schema.get(key)
+        if isinstance(value, bool) and key in ("exclusiveMinimum", "exclusiveMaximum"):
+            continue
+        bounds[key] = _opt(schema, key, (int, float))
+    for key, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if schema.get(key) is True and bounds[plain] is not None:
+            bounds[key], bounds[plain] = bounds[plain], None
+    return {k: bounds.get(k) for k in _NUMERIC}
 
 
 def _scalar(value: Any) -> Any:

@@ -12,7 +12,7 @@ import contextlib
 import copy
 import inspect
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, overload
 
 import msgspec
@@ -45,6 +45,8 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         on_full: OnFull = "wait",
         inline: bool = False,
         restart_on: Iterable[type[BaseException]] = (),
+        title: str | None = None,
+        annotations: Mapping[str, Any] | None = None,
         _declared: FunctionTool | None = None,
     ) -> None:
         bind: str | None = None
@@ -93,6 +95,12 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         self.descriptor = descriptor_from_fields(
             fields, name=self.name, description=self.description, param_descriptions=doc.params
         ) or describe(codec, name=self.name, description=self.description, param_docs=doc.params)
+        if title is not None or annotations is not None:
+            self.descriptor = msgspec.structs.replace(
+                self.descriptor,
+                title=title,
+                annotations=dict(annotations) if annotations is not None else None,
+            )
         self.result_type = hints.get("return")
 
     # -- building --------------------------------------------------------------------
@@ -218,6 +226,8 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             on_full=self.on_full,
             inline=self.inline,
             restart_on=self.restart_on,
+            title=self.descriptor.title,
+            annotations=self.descriptor.annotations,
             _declared=self,
         )
 
@@ -243,6 +253,8 @@ def tool(
     on_full: OnFull = "wait",
     inline: bool = False,
     restart_on: Iterable[type[BaseException]] = (),
+    title: str | None = None,
+    annotations: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -256,6 +268,8 @@ def tool(
     on_full: OnFull = "wait",
     inline: bool = False,
     restart_on: Iterable[type[BaseException]] = (),
+    title: str | None = None,
+    annotations: Mapping[str, Any] | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a sync or async function or method.
 
@@ -269,6 +283,9 @@ def tool(
         on_full: "wait" (backpressure) or "reject" (OVERLOADED) when the mailbox is full.
         inline: run a sync function on the trio thread (only for fast, non-blocking code).
         restart_on: exceptions after which the tool's actor is restarted (teardown, setup).
+        title: a human-readable title (shown by MCP clients).
+        annotations: behaviour hints for MCP clients, passed through as given
+            (`{"readOnlyHint": True, "openWorldHint": False}`).
     """
 
     def make(f: Callable[..., Any]) -> FunctionTool:
@@ -282,6 +299,8 @@ def tool(
             on_full=on_full,
             inline=inline,
             restart_on=restart_on,
+            title=title,
+            annotations=annotations,
         )
 
     if fn is not None:

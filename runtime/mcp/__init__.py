@@ -1,0 +1,16 @@
+"""MCP in both directions: MCP servers' tools inside a runtime, and a runtime's tools served over MCP.
+
+Client: `stdio(...)`, `http(...)`, `sse(...)` describe servers to connect to; pass them as
+`open_runtime(..., mcp_servers=[...])`. Server: `serve_stdio(rt)` and `serve_http(rt, ...)`.
+"""
+
+from ._client_specs import HttpServer as HttpServer
+from ._client_specs import ServerSpec as ServerSpec
+from ._client_specs import SseServer as SseServer
+from ._client_specs import StdioServer as StdioServer
+from ._client_specs import http as http
+from ._client_specs import sse as sse
+from ._client_specs import stdio as stdio
+from ._client_tool import McpTool as McpTool
+from ._server import serve_stdio as serve_stdio
+from ._server_http import serve_http as serve_http

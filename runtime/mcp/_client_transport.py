@@ -1,0 +1,136 @@
+"""The SDK transports a connection opens, and a watch on their read side.
+
+An MCP session has no event for "the server went away": when a stdio server exits, the
+SDK's dispatcher sees its read stream end, wakes the requests waiting on it and stops, and
+nobody else hears of it. `watched` wraps a transport so that the end of its read stream (the
+server exited, the stream broke) is reported at once, and the connection reconnects before
+the next call instead of failing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import httpx2
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+__all__ = ["TransportStreams", "http_transport", "sse_transport", "stdio_transport", "WatchedTransport"]
+
+TransportStreams = tuple[Any, Any]  # (read stream, write stream) as the SDK's Transport yields them
+Transport = AbstractAsyncContextManager[TransportStreams]
+
+_SSE_READ_TIMEOUT = 300.0  # a server may keep a response stream quiet for long
+
+
+def stdio_transport(
+    command: str,
+    args: tuple[str, ...],
+    env: Mapping[str, str] | None,
+    cwd: str | Path | None,
+) -> Transport:
+    """Start `command` as a subprocess and talk MCP over its stdin / stdout.
+
+    The server's stderr goes to this process's stderr.
+    """
+    params = StdioServerParameters(
+        command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
+    )
+    return stdio_client(params, errlog=sys.stderr)
+
+
+@contextlib.asynccontextmanager
+async def http_transport(
+    url: str, headers: Mapping[str, str] | None, connect_timeout: float
+) -> AsyncIterator[TransportStreams]:
+    """Streamable HTTP to `url`, with `headers` on every request."""
+    timeout = httpx2.Timeout(connect_timeout, read=_SSE_READ_TIMEOUT)
+    async with (
+        httpx2.AsyncClient(headers=dict(headers) if headers else None, timeout=timeout) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
+
+
+def sse_transport(url: str, headers: Mapping[str, str] | None, connect_timeout: float) -> Transport:
+    """The 2024-11-05 HTTP+SSE transport (servers that predate streamable HTTP)."""
+    return sse_client(
+        url,
+        headers=dict(headers) if headers else None,
+        timeout=connect_timeout,
+        sse_read_timeout=_SSE_READ_TIMEOUT,
+    )
+
+
+class WatchedTransport:
+    """`transport`, calling `on_end()` once its read stream ends or breaks."""
+
+    def __init__(self, transport: Transport, on_end: Callable[[], None]) -> None:
+        self._transport = transport
+        self._on_end = on_end
+
+    async def __aenter__(self) -> TransportStreams:
+        read, write = await self._transport.__aenter__()
+        return _WatchedRead(read, self._on_end), write
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return await self._transport.__aexit__(exc_type, exc, tb)
+
+
+class _WatchedRead:
+    """A read stream (the SDK's `ReadStream` protocol) that reports its own end."""
+
+    __slots__ = ("_inner", "_on_end")
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> Any:
+        # The SDK's context-carrying streams expose the sender's contextvars here.
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+        return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+    def __aiter__(self) -> _WatchedRead:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedRead:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,200 @@
+"""A runtime's tools served over MCP, with the SDK's low-level `Server`; and `serve_stdio`.
+
+Every `tools/call` goes through `Runtime.call`, so arguments are validated by the runtime
+(the low-level server validates nothing), and limits, spans and supervision apply. The W3C
+trace context of the request's `_meta` becomes the call's metadata, so the served call's
+`execute_tool` span continues the client's trace.
+
+`notifications/tools/list_changed` follows the runtime's `registry_version`, in both protocol
+eras: published on the `subscriptions/listen` bus (2026-07-28), and sent on the standalone
+channel of every connection that completed the `initialize` handshake (2025-11-25).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types as types
+import trio
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.connection import Connection
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from ..engine import Runtime
+from ..exceptions import RuntimeClosed
+from ..messages import ToolCall
+from ._server_catalog import Catalog, error_result, plain_result
+
+__all__ = ["DEFAULT_NAME", "ServedRuntime", "serve_stdio", "trace_metadata"]
+
+log = logging.getLogger("runtime.mcp")
+
+DEFAULT_NAME = "tool-runtime"
+_NOTIFY_TIMEOUT = 5.0  # seconds one slow client may hold up a list_changed fan-out
+_W3C = TraceContextTextMapPropagator()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tool-runtime")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "0"
+
+
+class _Server(Server[Any]):
+    """The SDK server, announcing `tools.listChanged` in the handshake era too.
+
+    The streamable-HTTP session manager asks the server for its initialization options
+    itself, with no notification options: the default has to say it.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class ServedRuntime:
+    """A runtime behind an MCP server: the SDK `Server` and the task that announces tool changes.
+
+    Attributes:
+        server: the SDK's low-level server; run it over any transport while
+            `announce_changes` runs beside it.
+    """
+
+    def __init__(self, rt: Runtime, *, name: str = DEFAULT_NAME, instructions: str | None = None) -> None:
+        self._rt = rt
+        self._catalog = Catalog(rt)
+        self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus)
+        self._sessions: set[ServerSession] = set()
+        self.server = _Server(
+            name,
+            version=_version(),
+            instructions=instructions,
+            get_tool_input_schema=self._catalog.input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=self._listen,
+        )
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._initialized
+        )
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return self._catalog.listing()
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        served = self._catalog.get(params.name)
+        call = ToolCall(
+            id=f"mcp-{ctx.request_id}" if ctx.request_id is not None else "mcp",
+            name=params.name,
+            arguments=params.arguments or {},
+        )
+        try:
+            result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+        except RuntimeClosed as exc:
+            return error_result(f"Error: {exc}")
+        return served.result(result) if served is not None else plain_result(result)
+
+    async def _initialized(self, ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
+        # A handshake-era connection: list_changed goes to it on its standalone channel. The
+        # SDK keeps no list of connections and exposes no close hook on the request context,
+        # so the session's connection (private) is where its removal is scheduled.
+        session = ctx.session
+        self._sessions.add(session)
+        connection = getattr(session, "_connection", None)
+        if isinstance(connection, Connection):
+            connection.exit_stack.callback(self._sessions.discard, session)
+
+    async def announce_changes(self) -> None:
+        """Tell connected clients whenever the runtime's tools change; runs until cancelled."""
+        version = self._rt.registry_version
+        while True:
+            version = await self._rt.wait_registry_changed(version)
+            await self._bus.publish(ToolsListChanged())
+            sessions = list(self._sessions)
+            if sessions:
+                async with trio.open_nursery() as nursery:
+                    for session in sessions:
+                        nursery.start_soon(self._notify, session)
+
+    @staticmethod
+    async def _notify(session: ServerSession) -> None:
+        with trio.move_on_after(_NOTIFY_TIMEOUT):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a connection going away; the next listing is current anyway
+                log.debug("list_changed not delivered: %s", exc)
+
+
+def trace_metadata(meta: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The W3C trace context a served call continues, as call metadata (None when there is none).
+
+    The current span is the SDK's server span of this request (a child of the `_meta`
+    traceparent), or the client's span itself when no SDK is configured; the `_meta` carrier
+    is used as it is when the current context belongs to another trace.
+    """
+    traceparent = meta.get("traceparent") if meta is not None else None
+    requested = _trace_id(traceparent) if isinstance(traceparent, str) else None
+    current = trace.get_current_span().get_span_context()
+    if current.is_valid and requested in (None, current.trace_id):
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        return carrier
+    if meta is None or requested is None:
+        return None
+    carrier = {"traceparent": str(traceparent)}
+    tracestate = meta.get("tracestate")
+    if isinstance(tracestate, str):
+        carrier["tracestate"] = tracestate
+    return carrier
+
+
+def _trace_id(traceparent: str) -> int | None:
+    """The trace id of a W3C traceparent (`00-<trace id>-<span id>-<flags>`), None if malformed."""
+    parts = traceparent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    try:
+        return int(parts[1], 16) or None
+    except ValueError:
+        return None
+
+
+async def serve_stdio(rt: Runtime, *, name: str = DEFAULT_NAME, instructions: str | None = None) -> None:
+    """Serve `rt`'s tools over MCP on this process's stdin and stdout, until stdin closes.
+
+    While serving, stdout carries only the protocol (stray prints go to stderr). Both
+    protocol eras are served: the client's first request decides.
+
+    Args:
+        rt: the runtime whose tools are served (tools registered later are served too).
+        name: the server's name in the handshake.
+        instructions: text the client may show its model about these tools.
+    """
+    served = ServedRuntime(rt, name=name, instructions=instructions)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(served.announce_changes)
+        async with stdio_server() as (read_stream, write_stream):
+            await served.server.run(read_stream, write_stream, served.server.create_initialization_options())
+        nursery.cancel_scope.cancel()

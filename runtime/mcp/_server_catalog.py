@@ -1,0 +1,168 @@
+"""What a served runtime tells MCP clients: its tools as MCP `Tool`s, and results as `CallToolResult`s.
+
+The listing is rebuilt only when the runtime's tool set changes (`registry_version`), and a
+tool's entry only when the tool itself changed. A tool whose result type is known gets an
+`outputSchema` and its results a `structuredContent`; MCP wants an object there, so any other
+result type is wrapped as `{"result": value}` with a matching schema (FastMCP's convention).
+A `str` result is the text itself and gets neither.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+import mcp_types as types
+import msgspec
+
+from ..engine import Runtime
+from ..messages import ImagePart, TextPart, ToolFailure, ToolResult, ToolSuccess
+from ..schema import Object, Ref, TypeNode, node_schema, render_tool, type_node
+from ..tools import ToolBase
+
+__all__ = ["Catalog", "ServedTool", "error_result", "plain_result"]
+
+log = logging.getLogger("runtime.mcp")
+
+_WRAP_KEY = "result"
+_NO_OUTPUT: tuple[Any, ...] = (None, type(None), str, Any)
+
+
+class ServedTool:
+    """One tool as it is served: its MCP listing and how its results are shaped."""
+
+    __slots__ = ("listing", "structured", "tool", "wrap")
+
+    def __init__(self, tool: ToolBase[Any, Any]) -> None:
+        self.tool = tool
+        listed = dict(render_tool(tool.descriptor, "mcp"))
+        self.wrap = False
+        if "outputSchema" not in listed:
+            output = _output_schema(tool)
+            if output is not None:
+                listed["outputSchema"], self.wrap = output
+        self.structured = "outputSchema" in listed
+        self.listing = types.Tool.model_validate(listed)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return self.listing.input_schema
+
+    def result(self, result: ToolResult) -> types.CallToolResult:
+        """The MCP result of one call of this tool."""
+        if isinstance(result, ToolFailure):
+            return error_result(result.content)
+        content = _content(result)
+        if not self.structured:
+            return types.CallToolResult(content=content)
+        try:
+            value = msgspec.json.decode(self.tool.encode_result(result.value))
+        except Exception as exc:  # the text was made; a structured copy of the value could not be
+            log.warning("tool %r: its result has no JSON form for structuredContent: %s", self.tool.name, exc)
+            return error_result(f"Error: tool {self.tool.name!r} returned a result that could not be encoded")
+        return types.CallToolResult(
+            content=content, structured_content={_WRAP_KEY: value} if self.wrap else value
+        )
+
+
+class Catalog:
+    """The served listing of a runtime's tools, kept current with its registry."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._version = -1
+        self._tools: dict[str, ServedTool] = {}
+        self._listing = types.ListToolsResult(tools=[])
+
+    def _refresh(self) -> None:
+        version = self._rt.registry_version
+        if version == self._version:
+            return
+        tools: dict[str, ServedTool] = {}
+        for tool in self._rt.registry:
+            served = self._tools.get(tool.name)
+            if served is None or served.tool is not tool:
+                try:
+                    served = ServedTool(tool)
+                except Exception:
+                    log.exception("tool %r cannot be described to MCP clients; it is not listed", tool.name)
+                    continue
+            tools[tool.name] = served
+        self._tools = tools
+        self._listing = types.ListToolsResult(tools=[s.listing for s in tools.values()])
+        self._version = version
+
+    def listing(self) -> types.ListToolsResult:
+        """Every tool, in one page."""
+        self._refresh()
+        return self._listing
+
+    def get(self, name: str) -> ServedTool | None:
+        """The served tool called `name`, or None."""
+        self._refresh()
+        return self._tools.get(name)
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The tool's inputSchema (for the SDK's `Mcp-Param-*` header checks), or None."""
+        served = self.get(name)
+        return served.input_schema if served is not None else None
+
+
+def error_result(text: str) -> types.CallToolResult:
+    """A tool-level error: the model reads `text` and may correct itself."""
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def plain_result(result: ToolResult) -> types.CallToolResult:
+    """The MCP result of a call to a tool that is not (or no longer) listed."""
+    if isinstance(result, ToolFailure):
+        return error_result(result.content)
+    return types.CallToolResult(content=_content(result))
+
+
+def _content(result: ToolSuccess) -> list[types.ContentBlock]:
+    if not result.parts:
+        return [types.TextContent(text=result.content)]
+    blocks: list[types.ContentBlock] = []
+    for part in result.parts:
+        if isinstance(part, TextPart):
+            blocks.append(types.TextContent(text=part.text))
+        elif isinstance(part, ImagePart):
+            blocks.append(
+                types.ImageContent(data=base64.b64encode(part.data).decode("ascii"), mime_type=part.mime_type)
+            )
+    return blocks
+
+
+def _output_schema(tool: ToolBase[Any, Any]) -> tuple[dict[str, Any], bool] | None:
+    """The outputSchema of a tool's results and whether they are wrapped, or None."""
+    descriptor = tool.descriptor
+    if descriptor.output is not None:
+        node: TypeNode = descriptor.output
+        definitions = descriptor.definitions
+    else:
+        result_type = tool.result_type
+        if _no_output(result_type):
+            return None
+        found = type_node(result_type)
+        if found is None:
+            return None
+        node, definitions = found
+    root = definitions.get(node.name) if isinstance(node, Ref) else node
+    if isinstance(root, Object):
+        schema = node_schema(root)
+        wrap = False
+    else:
+        schema = {"type": "object", "properties": {_WRAP_KEY: node_schema(node)}, "required": [_WRAP_KEY]}
+        wrap = True
+    if definitions:
+        schema["$defs"] = {name: node_schema(n) for name, n in definitions.items()}
+    return schema, wrap
+
+
+def _no_output(result_type: Any) -> bool:
+    try:
+        return result_type in _NO_OUTPUT
+    except TypeError:  # an unhashable, uncomparable annotation
+        return False

@@ -1,0 +1,1 @@
+"""Small MCP servers written with the official SDK, run as real processes by the MCP tests."""
