@@ -949,3 +949,38 @@ def test_a_defaulted_parameter_reports_its_declared_type_not_the_lenient_one() -
 
     with pytest.raises(InvalidArguments, match=r"^Expected `int`, got `str` - at `\$\.limit`$"):
         page.decode_args('{"limit": "ten"}')
+
+
+async def test_result_value_chooses_what_the_success_carries_while_text_and_parts_come_from_the_result() -> (
+    None
+):
+    from runtime import ToolCall, ToolDescriptor, open_runtime
+    from runtime.messages import ImagePart
+
+    class Reply(msgspec.Struct):
+        text: str
+        data: dict[str, int]
+
+    class Rich(ToolBase[Any, Any], dynamic=True):
+        name = "rich"
+        descriptor = ToolDescriptor(name="rich")
+
+        def decode_args(self, raw: Any) -> Any:
+            return None
+
+        async def execute(self, args: Any, ctx: CallContext) -> Reply:
+            return Reply(text="two things", data={"n": 2})
+
+        def result_to_text(self, result: Reply) -> str:
+            return result.text
+
+        def result_to_parts(self, result: Reply) -> list[Any]:
+            return [ImagePart(data=b"png")]
+
+        def result_value(self, result: Reply) -> Any:
+            return result.data
+
+    async with open_runtime([Rich()], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="1", name="rich"))
+    assert result.ok
+    assert (result.content, result.value, result.parts) == ("two things", {"n": 2}, (ImagePart(data=b"png"),))

@@ -120,6 +120,7 @@ class ToolActor:
         self._has_setup = cls.setup is not ToolBase.setup
         self._has_teardown = cls.teardown is not ToolBase.teardown
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
+        self._value = cls.result_value is not ToolBase.result_value
         self._mode = _ASYNC if tool.is_async else _INLINE if tool.inline else _THREAD
         self._tool_dispatch = tool.dispatch
         self._decode: Callable[[Any], Any] = tool.decode_args
@@ -432,6 +433,8 @@ class ToolActor:
         try:
             text = self._to_text(value)
             parts = tuple(self.tool.result_to_parts(value)) if self._parts else ()
+            if self._value:
+                value = self.tool.result_value(value)
         except Exception as exc:
             error_type, text = describe_error(exc)
             return failure(

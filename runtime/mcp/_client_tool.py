@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextvars
 import hashlib
 import logging
 import re
@@ -34,7 +33,7 @@ from ..schema import ToolDescriptor
 from ..tools import CallContext, ToolBase
 from ..tools._codec import ArgsCodec
 
-__all__ = ["McpTool", "local_name", "read_result"]
+__all__ = ["McpResult", "McpTool", "local_name", "read_result"]
 
 log = logging.getLogger("runtime.mcp")
 
@@ -42,11 +41,14 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 _json = msgspec.json.Encoder()
 
-# The text and parts of the result a worker task has just produced, for `result_to_text` and
-# `result_to_parts`: the engine calls them right after `execute` returns, in the same task.
-_rendered: contextvars.ContextVar[tuple[Any, str, tuple[ContentPart, ...]] | None] = contextvars.ContextVar(
-    "mcp_rendered", default=None
-)
+
+class McpResult(msgspec.Struct, frozen=True):
+    """One `tools/call` reply, read: the value, the text for the model, multimodal parts."""
+
+    value: Any
+    text: str
+    parts: tuple[ContentPart, ...] = ()
+
 
 Caller = Callable[["McpTool", Any, "CallContext | None"], Awaitable[types.CallToolResult]]
 
@@ -85,25 +87,19 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         self.timeout = timeout
         self._caller = caller
 
-    async def execute(self, args: Any, ctx: CallContext) -> Any:
+    async def execute(self, args: Any, ctx: CallContext) -> McpResult:
         """Send the checked arguments to the server; see the module's table for the result."""
-        result = await self._caller(self, args, ctx)
-        value, text, parts = read_result(result)
-        _rendered.set((value, text, parts))
-        return value
+        value, text, parts = read_result(await self._caller(self, args, ctx))
+        return McpResult(value, text, parts)
 
-    def result_to_text(self, result: Any) -> str:
-        rendered = _rendered.get()
-        if rendered is not None and rendered[0] is result:
-            return rendered[1]
-        return result if isinstance(result, str) else _json.encode(result).decode()
+    def result_to_text(self, result: McpResult) -> str:
+        return result.text
 
-    def result_to_parts(self, result: Any) -> list[ContentPart]:
-        rendered = _rendered.get()
-        if rendered is not None and rendered[0] is result:
-            _rendered.set(None)
-            return list(rendered[2])
-        return []  # no parts of its own: the model reads the text
+    def result_to_parts(self, result: McpResult) -> list[ContentPart]:
+        return list(result.parts)  # empty for a text-only reply: the model reads the text
+
+    def result_value(self, result: McpResult) -> Any:
+        return result.value
 
     def __repr__(self) -> str:
         return f"<McpTool {self.name!r} of {self.server!r}>"

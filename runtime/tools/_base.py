@@ -151,6 +151,14 @@ class ToolBase(Generic[ArgsT, ResultT]):
         """Multimodal content for the model; by default one text part."""
         return [TextPart(text=self.result_to_text(result))]
 
+    def result_value(self, result: ResultT) -> Any:
+        """What `ToolSuccess.value` carries; by default the result itself.
+
+        For a tool whose `execute` returns a richer object than its callers should see
+        (an MCP tool returns the whole reply; the value is its structured content).
+        """
+        return result
+
     # -- lifecycle -------------------------------------------------------------------
 
     async def setup(self) -> None:
