@@ -110,3 +110,20 @@ def test_function_tools_use_the_direct_path_and_fall_back_for_the_rest() -> None
     assert plain.descriptor.parameter("b").description == "bee"
     assert direct_node(Point) is None
     assert nested.descriptor.parameter("p").type.name == "Point"  # type: ignore[union-attr]
+
+
+def test_string_annotations_resolve_like_get_type_hints() -> None:
+    import typing
+
+    from runtime.tools._function import _quick_hints
+
+    def f(
+        a: Annotated[int, msgspec.Meta(ge=0)], b: list[str] | None = None, c: Point | None = None
+    ) -> None: ...
+
+    def g(tree: list["Point"]) -> None: ...  # noqa: UP037 - a name quoted inside: the general path
+
+    assert _quick_hints(f) == typing.get_type_hints(f, include_extras=True)
+    assert _quick_hints(f)["return"] is type(None)
+    assert _quick_hints(g) is None
+    assert tool(g).descriptor.parameter("tree").type.items.name == "Point"  # type: ignore[union-attr]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, overload
@@ -107,7 +109,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
 
     def _resolve_hints(self, fn: Callable[..., Any]) -> dict[str, Any]:
         try:
-            return typing.get_type_hints(fn, include_extras=True)
+            return _quick_hints(fn) or typing.get_type_hints(fn, include_extras=True)
         except Exception as exc:
             raise ToolDefinitionError(
                 f"tool {self.name!r}: cannot resolve its type annotations ({exc}); "
@@ -230,6 +232,48 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             annotations=self.descriptor.annotations,
             _declared=self,
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(annotation: str) -> types.CodeType:
+    return compile(annotation, "<annotation>", "eval")
+
+
+def _quick_hints(fn: Callable[..., Any]) -> dict[str, Any] | None:
+    """The function's annotations evaluated, or None where `typing.get_type_hints` is needed.
+
+    Under `from __future__ import annotations` every annotation is a string, and
+    `get_type_hints` compiles each one anew: most of a tool's build time. The compiled code
+    is cached here per string; annotations that still name types by string after that
+    (`list["Node"]`) or live on wrapped callables take the general path.
+    """
+    annotations = getattr(fn, "__annotations__", None)
+    module_globals = getattr(fn, "__globals__", None)
+    if not isinstance(annotations, dict) or module_globals is None or hasattr(fn, "__wrapped__"):
+        return None
+    hints: dict[str, Any] = {}
+    for name, annotation in annotations.items():
+        if isinstance(annotation, str):
+            annotation = eval(_compiled(annotation), module_globals)  # as get_type_hints does
+            if _unresolved(annotation):
+                return None
+        if annotation is None:
+            annotation = type(None)
+        hints[name] = annotation
+    return hints
+
+
+def _unresolved(tp: Any) -> bool:
+    """True if `tp` still names a type by string somewhere inside it."""
+    if isinstance(tp, str | typing.ForwardRef):
+        return True
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return False
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        args = args[:1]
+    return any(_unresolved(a) for a in args)
 
 
 def _is_context(hint: Any) -> bool:
