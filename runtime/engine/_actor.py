@@ -28,7 +28,7 @@ import trio
 from ..exceptions import InvalidArguments, ToolRejected, ToolUnavailable
 from ..features import FeaturePipeline
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
-from ..tools import ToolBase
+from ..tools import ToolBase, result_encoder
 from ._envelope import QUEUED, RUNNING, Envelope, describe_error, failure, truncate
 
 __all__ = ["ActorState", "EngineConfig", "RestartPolicy", "ToolActor"]
@@ -80,6 +80,14 @@ class EngineConfig(msgspec.Struct, kw_only=True):
     thread_limiter: Any = None  # trio.CapacityLimiter, shared by every sync tool
 
 
+_encode = result_encoder.encode
+
+
+def _default_text(value: Any) -> str:
+    """`ToolBase.result_to_text` of a tool that overrides neither it nor `encode_result`."""
+    return value if type(value) is str else _encode(value).decode()
+
+
 def escapes(exc: BaseException) -> bool:
     """True for what a tool's code must let through: trio's cancellation and Ctrl-C.
 
@@ -115,6 +123,7 @@ class ToolActor:
         self._limit = tool.max_concurrency
         self._timeout = tool.timeout
         self._default_timeout = config.default_timeout
+        self._untimed = self._timeout is None and self._default_timeout is None
         self._restart_on = tool.restart_on
         cls = type(tool)
         self._has_setup = cls.setup is not ToolBase.setup
@@ -128,6 +137,8 @@ class ToolActor:
         if cls.decode_args is ToolBase.decode_args and codec is not None:
             self._decode = codec.decode  # skip a layer: the hook is not overridden
         self._to_text: Callable[[Any], str] = tool.result_to_text
+        if cls.result_to_text is ToolBase.result_to_text and cls.encode_result is ToolBase.encode_result:
+            self._to_text = _default_text  # the hooks are not overridden: skip two method calls
         self._around = config.pipeline if config.pipeline.wraps_calls else None
         self._max_bytes = config.max_argument_bytes
         self._max_chars = config.max_result_chars
@@ -326,14 +337,23 @@ class ToolActor:
                             env.state = RUNNING
                             self.in_flight += 1
                             try:
-                                result: ToolResult | None = self._too_large(env)
+                                raw = env.call.arguments
+                                result: ToolResult | None = (
+                                    self._too_large(env)
+                                    if type(raw) is str and len(raw) * 4 > self._max_bytes
+                                    else None
+                                )
                                 if result is None:
                                     try:
-                                        args = self._decode(env.call.arguments)
+                                        args = self._decode(raw)
                                     except Exception as exc:
                                         result = self._exception_result(env, exc)
                                     else:
-                                        timed = self._arm(env, scope)
+                                        if self._untimed and env.deadline == math.inf:
+                                            env.scope = scope  # no deadline: nothing to arm
+                                            timed = False
+                                        else:
+                                            timed = self._arm(env, scope)
                                         try:
                                             if self._around is not None and env.ctx is not None:
                                                 with self._around.around(env.ctx):
@@ -482,3 +502,7 @@ class ToolActor:
             self.succeeded += 1
         else:
             self.failures[result.kind.value] += 1
+
+    def record_failure(self, failure: ToolFailure) -> None:
+        """Count a failure's kind (the caller counts the call itself)."""
+        self.failures[failure.kind.value] += 1

@@ -64,12 +64,12 @@ class Envelope:
 
     __slots__ = (
         "_batch",
-        "_event",
         "actor",
         "call",
         "cancelled",
         "ctx",
         "deadline",
+        "event",
         "index",
         "limit",
         "reported",
@@ -99,7 +99,7 @@ class Envelope:
         self.reported = False  # finishing hooks ran (the caller's side)
         self.index = index
         self._batch = batch
-        self._event: trio.Event | None = None if batch is not None else trio.Event()
+        self.event: trio.Event | None = None if batch is not None else trio.Event()
 
     def settle(self, result: ToolResult) -> bool:
         """Answer the call; False (and nothing happens) if it was answered already."""
@@ -110,8 +110,8 @@ class Envelope:
         if self._batch is not None:
             self._batch.settled(self)
         else:
-            assert self._event is not None
-            self._event.set()
+            assert self.event is not None
+            self.event.set()
         return True
 
     def fail(self, kind: FailureKind, message: str, error_type: str | None = None) -> bool:
@@ -120,8 +120,8 @@ class Envelope:
 
     async def wait(self) -> None:
         """Wait until settled (single calls only)."""
-        assert self._event is not None
-        await self._event.wait()
+        assert self.event is not None
+        await self.event.wait()
 
     def abandon(self, kind: FailureKind, message: str) -> None:
         """The caller stops waiting: settle a queued call now, cancel a running one.

@@ -174,7 +174,7 @@ class Runtime:
                     if not actor.submit_nowait(env):
                         await actor.submit(env)
                     if env.state != DONE:
-                        await env.wait()
+                        await env.event.wait()  # type: ignore[union-attr]  # a single call has its event
                 else:
                     with trio.move_on_at(deadline):
                         await actor.submit(env)
@@ -190,7 +190,11 @@ class Runtime:
         result = env.result
         assert result is not None
         if actor is not None:
-            actor.record(result)
+            actor.calls += 1
+            if result.ok:
+                actor.succeeded += 1
+            else:
+                actor.record_failure(result)  # type: ignore[arg-type]
         if pipeline is not None:
             await pipeline.finished(call, result, env.ctx)  # type: ignore[arg-type]
         return result
