@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -74,23 +74,39 @@ class Feature:
         """An actor was restarted (`event` "restart") or marked down ("down")."""
 
 
-def _guarded_exit(
-    feature: Feature, manager: contextlib.AbstractContextManager[None], call_id: str
-) -> Callable[[type[BaseException] | None, BaseException | None, TracebackType | None], bool]:
-    """The exit of a feature's `around_call` manager: an error in it is logged, and it can
-    neither replace nor swallow what the tool's code raised (a feature only watches)."""
+class _Around:
+    """Every feature's `around_call` manager for one call, entered in order, exited in reverse.
 
-    def exit_(
-        exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
-        try:
-            type(manager).__exit__(manager, exc_type, exc, tb)
-        except Exception as error:
-            if error is not exc:
-                log.exception("feature %r failed in around_call for call %s", feature, call_id)
-        return False
+    A feature that fails to enter is logged and skipped; an error in an exit is logged, and
+    no exit can replace or swallow what the tool's code raised (a feature only watches).
+    """
 
-    return exit_
+    __slots__ = ("_ctx", "_entered", "_features")
+
+    def __init__(self, features: tuple[Feature, ...], ctx: CallContext) -> None:
+        self._features = features
+        self._ctx = ctx
+        self._entered: list[tuple[Feature, contextlib.AbstractContextManager[None]]] = []
+
+    def __enter__(self) -> None:
+        for f in self._features:
+            try:
+                manager = f.around_call(self._ctx)
+                if manager is not None:
+                    type(manager).__enter__(manager)
+                    self._entered.append((f, manager))
+            except Exception:
+                log.exception("feature %r failed in around_call for call %s", f, self._ctx.call_id)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for f, manager in reversed(self._entered):
+            try:
+                type(manager).__exit__(manager, exc_type, exc, tb)
+            except Exception as error:
+                if error is not exc:
+                    log.exception("feature %r failed in around_call for call %s", f, self._ctx.call_id)
 
 
 def _overrides(feature: Feature, hook: str) -> bool:
@@ -125,19 +141,9 @@ class FeaturePipeline:
         """True when some feature has an `around_call`."""
         return bool(self._around)
 
-    @contextlib.contextmanager
-    def around(self, ctx: CallContext) -> Iterator[None]:
-        """Enter every feature's `around_call` for `ctx` (a failing one is logged and skipped)."""
-        with contextlib.ExitStack() as stack:
-            for f in self._around:
-                try:
-                    manager = f.around_call(ctx)
-                    if manager is not None:
-                        type(manager).__enter__(manager)
-                        stack.push(_guarded_exit(f, manager, ctx.call_id))
-                except Exception:
-                    log.exception("feature %r failed in around_call for call %s", f, ctx.call_id)
-            yield
+    def around(self, ctx: CallContext) -> contextlib.AbstractContextManager[None]:
+        """Every feature's `around_call` for `ctx`, as one context manager."""
+        return _Around(self._around, ctx)
 
     def supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
         for f in self._supervision:

@@ -357,7 +357,10 @@ class ToolActor:
                                         try:
                                             if self._around is not None and env.ctx is not None:
                                                 with self._around.around(env.ctx):
-                                                    value = await self._dispatch(args, env.ctx)
+                                                    if self._mode == _ASYNC:
+                                                        value = await self._tool_dispatch(args, env.ctx)
+                                                    else:
+                                                        value = await self._dispatch(args, env.ctx)
                                             elif self._mode == _ASYNC:
                                                 value = await self._tool_dispatch(args, env.ctx)
                                             else:
