@@ -60,7 +60,15 @@ def _tracer() -> tuple[TracerProvider, Any]:
     return provider, provider.get_tracer("floor")
 
 
-async def floor_b_seq(n: int, traced: bool = False) -> float:
+_GENAI_ATTRIBUTES = {
+    "gen_ai.operation.name": "execute_tool",
+    "gen_ai.tool.name": "add",
+    "gen_ai.tool.type": "function",
+    "gen_ai.tool.description": "Add two numbers.",
+}
+
+
+async def floor_b_seq(n: int, traced: bool = False, attributes: bool = False) -> float:
     tracer = _tracer()[1] if traced else None
     send, receive = trio.open_memory_channel[_Slot](1024)
     async with trio.open_nursery() as nursery:
@@ -69,7 +77,10 @@ async def floor_b_seq(n: int, traced: bool = False) -> float:
         start = trio.current_time()
         for _ in range(n):
             if tracer is not None:
-                span = tracer.start_span("execute_tool add")
+                span = tracer.start_span(
+                    "execute_tool add",
+                    attributes={**_GENAI_ATTRIBUTES, "gen_ai.tool.call.id": "c1"} if attributes else None,
+                )
             slot = _Slot(RAW)
             send.send_nowait(slot)
             await slot.done.wait()
@@ -293,6 +304,19 @@ def main(quick: bool = False) -> Report:
         lambda: trio.run(runtime_seq, n, "add", traced), lambda: trio.run(floor_b_seq, n, True), repeats
     )
     report.add(Row("traced call (SDK, in-memory export)", "runtime", "floor_c", s, f, target=1.2))
+    s, f = compare(
+        lambda: trio.run(runtime_seq, n, "add", traced), lambda: trio.run(floor_b_seq, n, True, True), repeats
+    )
+    report.add(
+        Row(
+            "traced call, same-attributes floor",
+            "runtime",
+            "floor_c+",
+            s,
+            f,
+            note="span carries the 5 GenAI attributes",
+        )
+    )
 
     s, f = compare(
         lambda: trio.run(runtime_seq, n, "add", True), lambda: trio.run(runtime_seq, n, "add", False), repeats
