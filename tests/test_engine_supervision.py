@@ -619,3 +619,49 @@ async def test_an_exception_in_the_callers_block_still_shuts_the_runtime_down(
             raise KeyError("mine")
     assert flaky.times("teardown") == [0.0]
     assert rt.statistics().tools["flaky"].state == "stopped"
+
+
+async def test_stuck_tools_share_one_grace_period_at_shutdown(autojump_clock: trio.abc.Clock) -> None:
+    def stuck_tool(name: str) -> Any:
+        @tool(name=name)
+        async def hang() -> None:
+            await trio.sleep_forever()
+
+        return hang
+
+    results: list[ToolResult] = []
+    tools = [stuck_tool("a"), stuck_tool("b"), stuck_tool("c")]
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery, open_runtime(tools, tracing=False, shutdown_timeout=5) as rt:
+
+        async def call(name: str) -> None:
+            results.append(await rt.call(ToolCall(id=name, name=name)))
+
+        for name in "abc":
+            nursery.start_soon(call, name)
+        await trio.testing.wait_all_tasks_blocked()
+    assert trio.current_time() - start == 5  # one grace period for all three, not 5 s each
+    assert sorted(r.call_id for r in results) == ["a", "b", "c"]
+    assert all(isinstance(r, ToolFailure) and r.kind is FailureKind.UNAVAILABLE for r in results)
+
+
+async def test_tool_sources_start_together(autojump_clock: trio.abc.Clock) -> None:
+    class SlowSource:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def run(self, registrar: Any, *, task_status: Any) -> None:
+            await trio.sleep(1)  # connecting and listing
+
+            @tool(name=f"{self.name}_ping")
+            async def ping() -> str:
+                return "pong"
+
+            await registrar.register(ping)
+            task_status.started()
+            await trio.sleep_forever()
+
+    start = trio.current_time()
+    async with open_runtime([], tracing=False, mcp_servers=[SlowSource("x"), SlowSource("y")]) as rt:
+        assert trio.current_time() - start == 1
+        assert sorted(rt.registry.names()) == ["x_ping", "y_ping"]

@@ -439,8 +439,11 @@ async def open_runtime(
         rt = Runtime(routing, config, pipeline, supervisor)
         try:
             await routing.register(list(registry))
-            for source in mcp_servers:
-                await supervisor.start_source(source, rt)
+            sources = list(mcp_servers)
+            if sources:  # started together: each may take seconds to spawn, connect and list
+                async with trio.open_nursery() as starting:
+                    for source in sources:
+                        starting.start_soon(supervisor.start_source, source, rt)
             try:
                 yield rt
             except Exception as exc:

@@ -49,10 +49,10 @@ class Supervisor:
     async def _supervise(self, actor: ToolActor, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         await actor.supervise(self.policy, task_status=task_status)
 
-    async def stop(self, actor: ToolActor) -> None:
-        """Stop one actor: graceful for `shutdown_timeout` seconds, then brutal."""
+    async def stop(self, actor: ToolActor, *, deadline: float | None = None) -> None:
+        """Stop one actor: graceful for `shutdown_timeout` seconds (or until `deadline`), then brutal."""
         actor.begin_stop()
-        with trio.move_on_after(self.shutdown_timeout):
+        with trio.move_on_at(trio.current_time() + self.shutdown_timeout if deadline is None else deadline):
             await actor.stopped.wait()
         if not actor.stopped.is_set():
             log.warning(
@@ -75,10 +75,16 @@ class Supervisor:
         self._sources.append((source, scope))
 
     async def stop_all(self) -> None:
-        """Stop the sources, then every actor in reverse start order."""
+        """Stop the sources, then every actor in reverse start order, within one grace period.
+
+        Each actor stops (graceful, then brutal) before the next one begins, as in OTP; the
+        graceful part of all of them shares one `shutdown_timeout`, so a runtime with many
+        stuck tools still closes in `shutdown_timeout`, not that much per tool.
+        """
         self._stopping = True
         for _, scope in reversed(self._sources):
             scope.cancel()
         self._sources.clear()
-        while self._actors:  # not a copy: an actor whose start was under way is in the list too
-            await self.stop(self._actors[-1])
+        deadline = trio.current_time() + self.shutdown_timeout
+        while self._actors:  # not a copy: an actor whose start was under way joins the list
+            await self.stop(self._actors[-1], deadline=deadline)
