@@ -1438,3 +1438,15 @@ async def test_registry_changes_are_counted_and_can_be_awaited() -> None:
         assert "late" in rt.registry
         await rt.unregister("late")
         assert rt.registry_version == start + 2
+
+
+async def test_already_parsed_arguments_are_held_to_the_same_byte_limit() -> None:
+    counting = CountingDecode()
+    CountingDecode.decoded = 0
+    async with open_runtime([counting], tracing=False, max_argument_bytes=64) as rt:
+        small = await rt.call(ToolCall(id="d1", name="counting", arguments={"text": "hi"}))
+        big = await rt.call(ToolCall(id="d2", name="counting", arguments={"text": "x" * 100}))
+    assert small.ok
+    assert isinstance(big, ToolFailure)
+    assert big.message == "invalid arguments for tool 'counting': 111 bytes, over the limit of 64"
+    assert CountingDecode.decoded == 1

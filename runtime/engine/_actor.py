@@ -340,7 +340,7 @@ class ToolActor:
                                 raw = env.call.arguments
                                 result: ToolResult | None = (
                                     self._too_large(env)
-                                    if type(raw) is str and len(raw) * 4 > self._max_bytes
+                                    if type(raw) is not str or len(raw) * 4 > self._max_bytes
                                     else None
                                 )
                                 if result is None:
@@ -394,15 +394,22 @@ class ToolActor:
                         break  # a call was cancelled or timed out (and swallowed it): take a fresh scope
 
     def _too_large(self, env: Envelope) -> ToolFailure | None:
+        """INVALID_ARGUMENTS for arguments over `max_argument_bytes` (as JSON), before decoding."""
         raw = env.call.arguments
-        if type(raw) is str and len(raw) * 4 > self._max_bytes and len(raw.encode()) > self._max_bytes:
-            return failure(
-                env.call,
-                FailureKind.INVALID_ARGUMENTS,
-                f"invalid arguments for tool {self.name!r}: {len(raw.encode())} bytes, "
-                f"over the limit of {self._max_bytes}",
-            )
-        return None
+        if type(raw) is str:
+            size = len(raw.encode()) if len(raw) * 4 > self._max_bytes else 0
+        else:  # an already-parsed object (Anthropic, Gemini): its size as JSON
+            try:
+                size = len(_encode(raw))
+            except (TypeError, ValueError):
+                return None  # not JSON-encodable: decoding says what is wrong with it
+        if size <= self._max_bytes:
+            return None
+        return failure(
+            env.call,
+            FailureKind.INVALID_ARGUMENTS,
+            f"invalid arguments for tool {self.name!r}: {size} bytes, over the limit of {self._max_bytes}",
+        )
 
     def _arm(self, env: Envelope, scope: trio.CancelScope) -> bool:
         """Put the call's deadline on the worker's scope; True if there is one."""
