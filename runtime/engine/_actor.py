@@ -511,7 +511,7 @@ class ToolActor:
         if isinstance(result, ToolSuccess):
             self.succeeded += 1
         else:
-            self.failures[result.kind.value] += 1
+            self.record_failure(result)
 
     def record_failure(self, failure: ToolFailure) -> None:
         """Count a failure's kind (the caller counts the call itself)."""

@@ -19,8 +19,8 @@ import msgspec
 import trio
 
 from ..exceptions import RuntimeClosed
-from ..features import CALL_ID_KEY, TOOL_NAME_KEY, Feature, FeaturePipeline
-from ..messages import FailureKind, ToolCall, ToolCallMetadata, ToolResult
+from ..features import Feature, FeaturePipeline
+from ..messages import FailureKind, ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
 from ..tools import CallContext, ToolBase
 from ._actor import EngineConfig, RestartPolicy
@@ -279,15 +279,9 @@ class Runtime:
         actor = self._routing.routes.get(call.name)
         tool = actor.tool if actor is not None else None
         ctx: CallContext | None = None
-        if self._pipeline is not None:
-            ctx = CallContext(
-                call.id, call.name, self._pipeline.merge_metadata(call, tool, metadata), None, tool
-            )
-        elif tool is not None and tool.takes_context:
-            merged = dict(metadata) if metadata else {}
-            merged[CALL_ID_KEY] = call.id
-            merged[TOOL_NAME_KEY] = call.name
-            ctx = CallContext(call.id, call.name, ToolCallMetadata(merged), None, tool)
+        if self._pipeline is not None or (tool is not None and tool.takes_context):
+            merged = self._config.pipeline.merge_metadata(call, tool, metadata)
+            ctx = CallContext(call.id, call.name, merged, None, tool)
         env = Envelope(call, ctx, deadline, limit, batch, index)
         if actor is None:
             self._unknown += 1
