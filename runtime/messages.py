@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Final, Literal
 import msgspec
 
 __all__ = [
+    "ECHO_LIMIT",
     "TERMINATE_TOOL",
     "ContentPart",
     "FailureKind",
@@ -25,11 +26,27 @@ __all__ = [
     "ToolResult",
     "ToolSuccess",
     "decode_result",
+    "echo",
     "encode_result",
 ]
 
 TERMINATE_TOOL: Final = "__terminate__"
 """Reserved tool name an agent loop uses to finish with a final answer (Koog's TerminationTool)."""
+
+ECHO_LIMIT: Final = 128
+"""Characters of a name or id (sent by a model) that a failure text repeats back."""
+
+
+def echo(value: object, limit: int = ECHO_LIMIT) -> str:
+    """`value` as text fit to repeat in a failure message: at most `limit` characters.
+
+    A model can send a megabyte "tool name"; the failure that answers it must not send the
+    megabyte back (nor make a span, a log line or a model turn out of it).
+    """
+    text = value if isinstance(value, str) else type(value).__name__ if value is None else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text)} characters)"
 
 
 class FailureKind(enum.StrEnum):

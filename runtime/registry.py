@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from .exceptions import ToolDefinitionError
+from .messages import ECHO_LIMIT, echo
 from .schema import ToolDescriptor, render_tool
 from .tools import FunctionTool, ToolBase, ToolSet, check_tool_name, tool
 
@@ -80,14 +81,16 @@ class ToolRegistry:
 
     def missing_message(self, name: str) -> str:
         """What to tell a model that asked for a tool this registry does not have."""
-        close = self.closest(name)
+        # No tool name is over 64 characters: a longer one has no close match worth the search.
+        close = self.closest(name) if len(name) <= 64 else []
+        shown_name = repr(name) if len(name) <= ECHO_LIMIT else echo(name)
         if close:
-            return f"no tool named {name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
+            return f"no tool named {shown_name}; did you mean {' or '.join(repr(c) for c in close)}?"
         names = list(self._by_name)
         if not names:
-            return f"no tool named {name!r}; no tools are available"
+            return f"no tool named {shown_name}; no tools are available"
         shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
-        return f"no tool named {name!r}; available tools: {shown}"
+        return f"no tool named {shown_name}; available tools: {shown}"
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, str):

@@ -1,54 +1,32 @@
-"""The envelope a call travels in, its one-shot reply slot, and the failure texts.
+"""The envelope a call travels in, and its one-shot reply slot.
 
 An envelope is settled exactly once: the first `settle` wins and later ones are ignored.
 That single rule is what guarantees one result per call whoever finishes it (the worker,
 a deadline on the caller's side, a crash, shutdown).
+
+The caller enforces every deadline itself: it waits on the reply slot until `expires`, and
+a tool that ignores its cancellation is answered TIMEOUT from the caller's side a short
+grace after its deadline (its work is then "abandoned" and counted).
 """
 
 from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING
 
 import trio
 
-from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
+from ..messages import FailureKind, ToolCall, ToolResult
 from ..tools import CallContext
+from ._outcome import failure
+from ._stats import ToolCounters
 
-if TYPE_CHECKING:
-    from ._actor import ToolActor
-
-__all__ = ["Batch", "Envelope", "describe_error", "failure", "truncate"]
+__all__ = ["ABANDON_GRACE", "DONE", "QUEUED", "RUNNING", "Batch", "BatchEnvelope", "CallEnvelope", "Envelope"]
 
 QUEUED, RUNNING, DONE = 0, 1, 2
 
-
-def failure(call: ToolCall, kind: FailureKind, message: str, error_type: str | None = None) -> ToolFailure:
-    """A failure answering `call`."""
-    return ToolFailure(call_id=call.id, tool=call.name, kind=kind, message=message, error_type=error_type)
-
-
-class Batch:
-    """Where the envelopes of one `call_many` / `as_completed` report, in completion order."""
-
-    __slots__ = ("_wakeup", "done", "pending")
-
-    def __init__(self, pending: int) -> None:
-        self.pending = pending
-        self.done: collections.deque[Envelope] = collections.deque()
-        self._wakeup = trio.Event()
-
-    def settled(self, env: Envelope) -> None:
-        self.done.append(env)
-        self.pending -= 1
-        self._wakeup.set()
-
-    async def wait(self) -> None:
-        """Return when at least one settled envelope is waiting in `done`."""
-        while not self.done:
-            self._wakeup = trio.Event()
-            await self._wakeup.wait()
+ABANDON_GRACE = 0.05
+"""Seconds a running call gets to end after its cancellation before its caller answers it."""
 
 
 class Envelope:
@@ -57,76 +35,78 @@ class Envelope:
     Attributes:
         deadline: absolute trio time by which the call must end (inf: none).
         limit: the timeout in seconds behind `deadline`, for the TIMEOUT message.
+        expires: when the caller stops waiting for the worker and looks again (`lapse`).
         state: QUEUED, RUNNING or DONE.
         scope: the worker's cancel scope while RUNNING.
         cancelled: the caller gave up (cancellation), so a cancel means CANCELLED.
+        counters: the counters of the tool it was routed to (None: not routed).
+        settled_at: trio time of the settle (for calls answered while their work runs on).
     """
 
     __slots__ = (
-        "_batch",
-        "actor",
         "call",
         "cancelled",
+        "counters",
         "ctx",
         "deadline",
-        "event",
-        "index",
+        "expires",
+        "interrupted",
         "limit",
         "reported",
         "result",
         "scope",
+        "settled_at",
         "state",
     )
 
     def __init__(
-        self,
-        call: ToolCall,
-        ctx: CallContext | None,
-        deadline: float = math.inf,
-        limit: float | None = None,
-        batch: Batch | None = None,
-        index: int = 0,
+        self, call: ToolCall, ctx: CallContext | None, deadline: float = math.inf, limit: float | None = None
     ) -> None:
         self.call = call
         self.ctx = ctx
         self.deadline = deadline
+        self.expires = deadline
         self.limit = limit
-        self.actor: ToolActor | None = None
+        self.counters: ToolCounters | None = None
         self.result: ToolResult | None = None
         self.state = QUEUED
         self.scope: trio.CancelScope | None = None
         self.cancelled = False
+        self.interrupted = False  # the caller cancelled the worker's scope after a lapse
         self.reported = False  # finishing hooks ran (the caller's side)
-        self.index = index
-        self._batch = batch
-        self.event: trio.Event | None = None if batch is not None else trio.Event()
+        self.settled_at = math.inf
 
     def settle(self, result: ToolResult) -> bool:
         """Answer the call; False (and nothing happens) if it was answered already."""
         if self.state == DONE:
             return False
+        running = self.state == RUNNING
         self.state = DONE
         self.result = result
-        if self._batch is not None:
-            self._batch.settled(self)
-        else:
-            assert self.event is not None
-            self.event.set()
+        if running and self.scope is not None:  # answered while its worker still runs it
+            self.settled_at = trio.current_time()
+            if self.counters is not None:
+                self.counters.orphans[self] = self.settled_at
+        self._notify()
         return True
+
+    def _notify(self) -> None:
+        raise NotImplementedError
 
     def fail(self, kind: FailureKind, message: str, error_type: str | None = None) -> bool:
         """Settle with a failure."""
         return self.settle(failure(self.call, kind, message, error_type))
 
-    async def wait(self) -> None:
-        """Wait until settled (single calls only)."""
-        assert self.event is not None
-        await self.event.wait()
+    def expire_at(self, when: float) -> None:
+        """The worker armed a deadline: the caller must look again by `when` at the latest."""
+        if when < self.expires:
+            self.expires = when
 
     def abandon(self, kind: FailureKind, message: str) -> None:
         """The caller stops waiting: settle a queued call now, cancel a running one.
 
-        A running call is settled by its worker once the cancellation reaches it.
+        A running call is settled by its worker once the cancellation reaches it, or by
+        `lapse` after `ABANDON_GRACE` if it never does.
         """
         if self.state == QUEUED:
             self.fail(kind, message)
@@ -135,25 +115,115 @@ class Envelope:
             if self.scope is not None:
                 self.scope.cancel()
 
+    def lapse(self) -> None:
+        """`expires` passed and the call is not settled: cancel it, or answer it if cancelled already."""
+        if self.state == QUEUED:
+            self.fail(FailureKind.TIMEOUT, self.timeout_message())
+        elif self.state == RUNNING:
+            if not self.interrupted:
+                self.interrupted = True
+                if self.scope is not None:
+                    self.scope.cancel()
+                self.expires = trio.current_time() + ABANDON_GRACE
+            else:  # cancelled a grace ago and still running: it ignores cancellation
+                if self.ctx is not None:
+                    self.ctx.abandoned = True
+                self.fail(
+                    FailureKind.TIMEOUT,
+                    f"{self.timeout_message()}; it did not stop when cancelled and was abandoned",
+                )
+
     def timeout_message(self) -> str:
         limit = f"{self.limit:g}s" if self.limit is not None else "its deadline"
         return f"tool {self.call.name!r} did not finish within {limit}"
 
     def __repr__(self) -> str:
         state = ("queued", "running", "done")[self.state]
-        return f"<Envelope {self.call.id!r} {self.call.name!r} {state}>"
+        return f"<{type(self).__name__} {self.call.id!r} {self.call.name!r} {state}>"
 
 
-def describe_error(exc: BaseException) -> tuple[str, str]:
-    """(qualified type, "Type: message") of an exception, never a traceback."""
-    cls = type(exc)
-    qualified = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    text = str(exc)
-    return qualified, f"{cls.__name__}: {text}" if text else cls.__name__
+class CallEnvelope(Envelope):
+    """The envelope of a single `Runtime.call`: its caller waits on `event`.
+
+    Attributes:
+        waiter: the caller's cancel scope while it waits (the worker moves its deadline in).
+    """
+
+    __slots__ = ("event", "waiter")
+
+    def __init__(
+        self, call: ToolCall, ctx: CallContext | None, deadline: float = math.inf, limit: float | None = None
+    ) -> None:
+        super().__init__(call, ctx, deadline, limit)
+        self.event = trio.Event()
+        self.waiter: trio.CancelScope | None = None
+
+    def _notify(self) -> None:
+        self.event.set()
+
+    def expire_at(self, when: float) -> None:
+        if when < self.expires:
+            self.expires = when
+            waiter = self.waiter
+            if waiter is not None and when < waiter.deadline:
+                waiter.deadline = when
 
 
-def truncate(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters, with a marker saying so."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}\n[truncated: the result had {len(text)} characters; showing the first {limit}]"
+class Batch:
+    """Where the envelopes of one `call_many` / `as_completed` report, in completion order."""
+
+    __slots__ = ("_wakeup", "done", "expires", "pending", "waiter")
+
+    def __init__(self, pending: int, deadline: float) -> None:
+        self.pending = pending
+        self.done: collections.deque[Envelope] = collections.deque()
+        self._wakeup = trio.Event()
+        self.expires = deadline  # the earliest `expires` of its envelopes (a lower bound)
+        self.waiter: trio.CancelScope | None = None
+
+    def settled(self, env: Envelope) -> None:
+        self.done.append(env)
+        self.pending -= 1
+        self._wakeup.set()
+
+    def expire_at(self, when: float) -> None:
+        if when < self.expires:
+            self.expires = when
+            waiter = self.waiter
+            if waiter is not None and when < waiter.deadline:
+                waiter.deadline = when
+
+    async def wait(self) -> None:
+        """Return when at least one settled envelope is waiting in `done`, or at `expires`."""
+        with trio.CancelScope(deadline=self.expires) as self.waiter:
+            while not self.done:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+        self.waiter = None
+
+
+class BatchEnvelope(Envelope):
+    """The envelope of one call of a batch: it reports to the batch."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(
+        self,
+        call: ToolCall,
+        ctx: CallContext | None,
+        deadline: float,
+        limit: float | None,
+        batch: Batch,
+        index: int,
+    ) -> None:
+        super().__init__(call, ctx, deadline, limit)
+        self.batch = batch
+        self.index = index
+
+    def _notify(self) -> None:
+        self.batch.settled(self)
+
+    def expire_at(self, when: float) -> None:
+        if when < self.expires:
+            self.expires = when
+            self.batch.expire_at(when)

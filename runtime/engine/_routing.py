@@ -14,14 +14,15 @@ import trio
 
 from ..registry import ToolRegistry
 from ..tools import ToolBase, check_tool_name
-from ._actor import EngineConfig, ToolActor
+from ._actor import ToolActor
+from ._config import EngineConfig
 from ._supervisor import Supervisor
 
 __all__ = ["RegistryActor"]
 
 
 class _Request:
-    __slots__ = ("done", "error", "names", "replace", "tools")
+    __slots__ = ("done", "error", "names", "replace", "started", "tools")
 
     def __init__(
         self, tools: Sequence[ToolBase[Any, Any]] = (), names: Sequence[str] = (), replace: bool = False
@@ -31,6 +32,7 @@ class _Request:
         self.replace = replace
         self.done = trio.Event()
         self.error: BaseException | None = None
+        self.started: list[ToolActor] = []
 
 
 class RegistryActor:
@@ -51,7 +53,7 @@ class RegistryActor:
             async for request in self._recv:
                 try:
                     if request.tools:
-                        await self._register(request.tools, request.replace)
+                        request.started = await self._register(request.tools, request.replace)
                     else:
                         await self._unregister(request.names)
                 except Exception as exc:
@@ -65,10 +67,19 @@ class RegistryActor:
         if request.error is not None:
             raise request.error
 
-    async def register(self, tools: Sequence[ToolBase[Any, Any]], *, replace: bool = False) -> None:
-        """Start an actor for each tool and route to it (ValueError on a name clash unless `replace`)."""
-        if tools:
-            await self.ask(_Request(tools=tools, replace=replace))
+    async def register(
+        self, tools: Sequence[ToolBase[Any, Any]], *, replace: bool = False
+    ) -> list[ToolActor]:
+        """Start an actor for each tool and route to it (ValueError on a name clash unless `replace`).
+
+        Returns the new actors without waiting for their setup (see `ToolActor.ready`): one
+        tool's slow `setup()` never holds up the routing table.
+        """
+        if not tools:
+            return []
+        request = _Request(tools=tools, replace=replace)
+        await self.ask(request)
+        return request.started
 
     async def unregister(self, names: Sequence[str]) -> None:
         """Stop routing to `names` and stop their actors (absent names are ignored)."""
@@ -78,7 +89,7 @@ class RegistryActor:
     def close(self) -> None:
         self._send.close()
 
-    async def _register(self, tools: Sequence[ToolBase[Any, Any]], replace: bool) -> None:
+    async def _register(self, tools: Sequence[ToolBase[Any, Any]], replace: bool) -> list[ToolActor]:
         seen: set[str] = set()
         for t in tools:
             check_tool_name(t.name)
@@ -96,6 +107,7 @@ class RegistryActor:
         self._publish({**self.routes, **started})
         for actor in replaced:
             await self._supervisor.stop(actor)
+        return list(started.values())
 
     async def _unregister(self, names: Sequence[str]) -> None:
         gone = [self.routes[n] for n in names if n in self.routes]

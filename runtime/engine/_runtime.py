@@ -15,19 +15,21 @@ import math
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
-import msgspec
 import trio
 
 from ..exceptions import RuntimeClosed
 from ..features import Feature, FeaturePipeline
-from ..messages import FailureKind, ToolCall, ToolResult
+from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, echo
 from ..registry import ToolLike, ToolRegistry
 from ..tools import CallContext, ToolBase
-from ._actor import EngineConfig, RestartPolicy
-from ._envelope import DONE, QUEUED, Batch, Envelope
+from ._actor import ToolActor
+from ._config import EngineConfig, RestartPolicy
+from ._envelope import DONE, QUEUED, Batch, BatchEnvelope, CallEnvelope, Envelope
 from ._routing import RegistryActor
 from ._source import ToolSource
-from ._supervisor import Supervisor
+from ._stats import RuntimeStatistics, ToolStatistics
+from ._supervisor import Host, Supervisor
+from ._worker import call_chain
 
 __all__ = ["Runtime", "RuntimeStatistics", "ToolStatistics", "open_runtime"]
 
@@ -35,39 +37,7 @@ log = logging.getLogger("runtime.engine")
 
 _CANCELLED = "the call was cancelled by its caller"
 _HOOK_GRACE = 1.0  # seconds the shielded failure hooks of a cancelled call may take
-
-
-class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters of one tool (a snapshot).
-
-    Attributes:
-        calls: calls answered.
-        succeeded: calls that returned.
-        failures: failed calls by FailureKind value.
-        in_flight: calls running now.
-        queued: calls waiting in the mailbox now.
-        restarts: times the actor was restarted.
-        state: "starting", "up", "restarting", "down" or "stopped".
-    """
-
-    calls: int
-    succeeded: int
-    failures: dict[str, int]
-    in_flight: int
-    queued: int
-    restarts: int
-    state: str
-
-
-class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters of a runtime (a snapshot): per tool, and calls to tools it does not have."""
-
-    tools: dict[str, ToolStatistics]
-    unknown_tool_calls: int
-
-    @property
-    def in_flight(self) -> int:
-        return sum(t.in_flight for t in self.tools.values())
+_HOST_GRACE = 1.0  # seconds the host's last tasks may take to end once everything has stopped
 
 
 class Runtime:
@@ -84,6 +54,7 @@ class Runtime:
         self._closing = False
         self._unknown = 0
         self._ids = itertools.count(1)
+        self._problems: dict[int, _Problem] = {}  # malformed calls between `_route` and `_admit`
 
     # -- introspection ---------------------------------------------------------------
 
@@ -111,34 +82,26 @@ class Runtime:
         return self._pipeline.features if self._pipeline is not None else ()
 
     def statistics(self) -> RuntimeStatistics:
-        """Per-tool counters: calls, failures by kind, in flight, queued, restarts, state."""
+        """Per-tool counters: calls, failures by kind, in flight, queued, restarts, state,
+        abandoned work (calls answered while their code ran on). `.to_dict()` for JSON."""
         return RuntimeStatistics(
-            tools={
-                name: ToolStatistics(
-                    calls=a.calls,
-                    succeeded=a.succeeded,
-                    failures=dict(a.failures),
-                    in_flight=a.in_flight,
-                    queued=a.queued(),
-                    restarts=a.restarts,
-                    state=a.state.value,
-                )
-                for name, a in self._routing.routes.items()
-            },
+            tools={name: a.statistics() for name, a in self._routing.routes.items()},
             unknown_tool_calls=self._unknown,
         )
 
     # -- run-time registration -------------------------------------------------------
 
     async def register(self, *tools: ToolLike, replace: bool = False) -> None:
-        """Add tools while running (each gets a supervised actor).
+        """Add tools while running (each gets a supervised actor); returns once each tool's
+        first `setup()` attempt has ended (bounded by its `setup_timeout`).
 
         Raises:
             ValueError: a name is taken and `replace` is False.
             RuntimeClosed: the runtime is closed or shutting down.
         """
         self._check_not_closing()
-        await self._routing.register(list(ToolRegistry(tools)), replace=replace)
+        for actor in await self._routing.register(list(ToolRegistry(tools)), replace=replace):
+            await actor.ready.wait()
 
     async def unregister(self, *names: str) -> None:
         """Remove tools while running; their queued calls fail UNAVAILABLE.
@@ -156,6 +119,9 @@ class Runtime:
     ) -> ToolResult:
         """Run one tool call; always returns its result (a ToolSuccess or a ToolFailure).
 
+        The result arrives by the call's deadline (its `timeout`, its tool's, the runtime's
+        default), even from a tool that ignores cancellation.
+
         Raises:
             RuntimeClosed: the runtime is closed (the only exception this raises, besides
                 the caller's own cancellation).
@@ -163,41 +129,24 @@ class Runtime:
         if self._closed:
             self._check_open()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        env = self._envelope(call, metadata, deadline, timeout, None, 0)
-        pipeline = self._pipeline
-        actor = env.actor
+        env = CallEnvelope(*self._route(call, metadata), deadline, timeout)
+        actor = self._admit(env)
         try:
-            if pipeline is not None:  # a hook may await: a cancel there must still finish the call
-                await pipeline.starting(call, env.ctx)  # type: ignore[arg-type]
+            if self._pipeline is not None:  # a hook may await: a cancel there must still finish the call
+                await self._pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
             if actor is not None and env.state == QUEUED:
-                if deadline == math.inf:
+                if deadline == math.inf and actor.untimed:  # no deadline anywhere: no scope to enter
                     if not actor.submit_nowait(env):
                         await actor.submit(env)
                     if env.state != DONE:
-                        await env.event.wait()  # type: ignore[union-attr]  # a single call has its event
+                        await env.event.wait()
                 else:
-                    with trio.move_on_at(deadline):
-                        await actor.submit(env)
-                        if env.state != DONE:
-                            await env.wait()
-                    if env.state != DONE:
-                        env.abandon(FailureKind.TIMEOUT, env.timeout_message())
-                        if env.state != DONE:
-                            await env.wait()  # running: its worker has the same deadline
+                    await self._wait_timed(env, actor)
         except BaseException:
             await self._cancelled([env])
             raise
-        result = env.result
-        assert result is not None
-        if actor is not None:
-            actor.calls += 1
-            if result.ok:
-                actor.succeeded += 1
-            else:
-                actor.record_failure(result)  # type: ignore[arg-type]
-        if pipeline is not None:
-            await pipeline.finished(call, result, env.ctx)  # type: ignore[arg-type]
-        return result
+        await self._finish(env)
+        return env.result  # type: ignore[return-value]  # settled: DONE
 
     async def call_many(
         self,
@@ -236,8 +185,7 @@ class Runtime:
         async with contextlib.aclosing(self._run_batch(calls, metadata, timeout, None)) as chunks:
             async for chunk in chunks:
                 for env in chunk:
-                    assert env.result is not None
-                    yield env.result
+                    yield env.result  # type: ignore[misc]  # settled: DONE
 
     async def invoke(
         self,
@@ -250,7 +198,8 @@ class Runtime:
     ) -> ToolResult:
         """Call a tool from code, with keyword arguments, through the same pipeline.
 
-        `await rt.invoke(add, a=1, b=2)`; the arguments are validated like a model's.
+        `await rt.invoke(add, a=1, b=2)`; the arguments are validated like a model's (a value
+        that is not JSON, such as `object()`, is INVALID_ARGUMENTS for this call alone).
         """
         name = tool if isinstance(tool, str) else tool.name
         call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
@@ -267,32 +216,73 @@ class Runtime:
         if self._closing:
             raise RuntimeClosed("the runtime is shutting down; no tool can be added or removed")
 
-    def _envelope(
-        self,
-        call: ToolCall,
-        metadata: Mapping[str, Any] | None,
-        deadline: float,
-        limit: float | None,
-        batch: Batch | None,
-        index: int,
-    ) -> Envelope:
-        actor = self._routing.routes.get(call.name)
+    def _route(
+        self, call: ToolCall, metadata: Mapping[str, Any] | None
+    ) -> tuple[ToolCall, CallContext | None]:
+        """The call (made safe to echo if the model sent odd fields) and its context."""
+        name = call.name
+        if type(name) is not str or type(call.id) is not str or len(name) > ECHO_LIMIT:
+            call, problem = _sanitized(call)
+            name = call.name
+            if problem is not None:
+                self._problems[id(call)] = problem
+        actor = self._routing.routes.get(name)
         tool = actor.tool if actor is not None else None
-        ctx: CallContext | None = None
         if self._pipeline is not None or (tool is not None and tool.takes_context):
             merged = self._config.pipeline.merge_metadata(call, tool, metadata)
-            ctx = CallContext(call.id, call.name, merged, None, tool)
-        env = Envelope(call, ctx, deadline, limit, batch, index)
+            return call, CallContext(call.id, name, merged, None, tool)
+        return call, None
+
+    def _admit(self, env: Envelope) -> ToolActor | None:
+        """The actor that serves `env`, or None with `env` settled (unknown tool, malformed,
+        shutting down, a call that would wait on itself)."""
+        call = env.call
+        if self._problems:
+            problem = self._problems.pop(id(call), None)
+            if problem is not None:
+                env.fail(*problem)
+                return None
+        actor = self._routing.routes.get(call.name)
         if actor is None:
             self._unknown += 1
             env.fail(FailureKind.UNKNOWN_TOOL, self._routing.registry.missing_message(call.name))
-        elif self._closing:
+            return None
+        env.counters = actor.counters
+        if self._closing:
             env.fail(
                 FailureKind.UNAVAILABLE, f"tool {call.name!r} is unavailable: the runtime is shutting down"
             )
-        else:
-            env.actor = actor
-        return env
+            return None
+        chain = call_chain.get()
+        if chain and actor.counters in chain:
+            held = chain.count(actor.counters)
+            if held >= actor.pool.capacity:
+                env.fail(
+                    FailureKind.OVERLOADED,
+                    f"tool {call.name!r} would wait on itself: all {held} of its slots "
+                    "(max_concurrency) are held by the chain of calls that makes this call",
+                )
+                return None
+        return actor
+
+    async def _wait_timed(self, env: CallEnvelope, actor: ToolActor) -> None:
+        """Submit and wait, answering the call from this side once its deadline lapses."""
+        submitted = False
+        while True:
+            with trio.CancelScope(deadline=env.expires) as waiting:
+                env.waiter = waiting
+                if not submitted:
+                    submitted = True
+                    if not actor.submit_nowait(env):
+                        await actor.submit(env)  # a full mailbox: wait for room (backpressure)
+                if env.state != DONE:
+                    await env.event.wait()
+            env.waiter = None
+            if env.state == DONE:
+                return
+            env.lapse()
+            if env.state == DONE:
+                return
 
     async def _run_batch(
         self,
@@ -300,7 +290,7 @@ class Runtime:
         metadata: Mapping[str, Any] | None,
         timeout: float | None,
         results: list[ToolResult | None] | None,
-    ) -> AsyncGenerator[list[Envelope], None]:
+    ) -> AsyncGenerator[list[BatchEnvelope], None]:
         """Send every call, then yield the finished envelopes in chunks, in completion order.
 
         Chunks, not single envelopes: a thousand calls finishing together cost one resume of
@@ -311,31 +301,29 @@ class Runtime:
         if results is not None:
             results.extend(None for _ in calls)
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        batch = Batch(len(calls))
-        envs = [self._envelope(c, metadata, deadline, timeout, batch, i) for i, c in enumerate(calls)]
+        batch = Batch(len(calls), deadline)
+        envs: list[BatchEnvelope] = []
+        actors: list[ToolActor | None] = []
+        for i, c in enumerate(calls):
+            env = BatchEnvelope(*self._route(c, metadata), deadline, timeout, batch, i)
+            envs.append(env)
+            actors.append(self._admit(env))
         pipeline = self._pipeline
         finished = 0
         try:
             if pipeline is not None:
                 for env in envs:
-                    await pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]
-            if deadline == math.inf:
-                await self._submit_all(envs)
-            else:
-                with trio.move_on_at(deadline):
-                    await self._submit_all(envs)
+                    await pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
+            with trio.move_on_at(deadline):
+                for env, actor in zip(envs, actors, strict=True):
+                    if env.state == QUEUED and actor is not None and not actor.submit_nowait(env):
+                        await actor.submit(env)  # a full mailbox: wait for room (backpressure)
             while finished < len(envs):
-                if not batch.done:
-                    if deadline == math.inf:
-                        await batch.wait()
-                    else:
-                        with trio.move_on_at(deadline):
-                            await batch.wait()
-                        if not batch.done:  # the deadline passed
-                            for env in envs:
-                                env.abandon(FailureKind.TIMEOUT, env.timeout_message())
-                            await batch.wait()  # running calls time out by their own deadline
-                chunk = list(batch.done)
+                while not batch.done:
+                    await batch.wait()
+                    if not batch.done:  # an envelope's deadline lapsed
+                        _lapse(envs, batch)
+                chunk: list[BatchEnvelope] = list(batch.done)  # type: ignore[arg-type]  # a batch holds its own
                 batch.done.clear()
                 for env in chunk:
                     await self._finish(env)
@@ -345,26 +333,19 @@ class Runtime:
             await self._cancelled([e for e in envs if not e.reported])
             raise
 
-    @staticmethod
-    async def _submit_all(envs: list[Envelope]) -> None:
-        for env in envs:
-            actor = env.actor
-            if env.state == QUEUED and actor is not None and not actor.submit_nowait(env):
-                await actor.submit(env)  # a full mailbox: wait for room (backpressure)
-
     async def _finish(self, env: Envelope) -> None:
-        """Count the call and run the finishing hooks, exactly once per call."""
+        """Count the call and run the finishing hooks, exactly once per call (all paths)."""
         if env.reported:
             return
         env.reported = True
         result = env.result
         assert result is not None
-        if env.actor is not None:
-            env.actor.record(result)
+        if env.counters is not None:
+            env.counters.record(result)
         if self._pipeline is not None:
-            await self._pipeline.finished(env.call, result, env.ctx)  # type: ignore[arg-type]
+            await self._pipeline.finished(env.call, result, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
 
-    async def _cancelled(self, envs: list[Envelope]) -> None:
+    async def _cancelled(self, envs: Sequence[Envelope]) -> None:
         """The caller was cancelled: every call not yet finished fails CANCELLED, hooks included."""
         for env in envs:
             if env.state != DONE:
@@ -381,6 +362,39 @@ class Runtime:
         self._closed = True
 
 
+def _lapse(envs: Sequence[Envelope], batch: Batch) -> None:
+    """The batch woke at its earliest expiry: lapse every envelope due, find the next expiry."""
+    now = trio.current_time()
+    batch.expires = math.inf
+    for env in envs:
+        if env.state != DONE:
+            if env.expires <= now:
+                env.lapse()
+            if env.state != DONE and env.expires < batch.expires:
+                batch.expires = env.expires
+
+
+_Problem = tuple[FailureKind, str]
+
+
+def _sanitized(call: ToolCall) -> tuple[ToolCall, _Problem | None]:
+    """A copy of `call` safe to echo in results, spans and logs, and what was wrong with it."""
+    name, call_id = call.name, call.id
+    problem: tuple[FailureKind, str] | None = None
+    if type(call_id) is not str:
+        problem = (
+            FailureKind.INVALID_ARGUMENTS,
+            f"the tool call's id must be a string, not {type(call_id).__name__}",
+        )
+        call_id = "" if call_id is None else echo(call_id)
+    if type(name) is not str:
+        problem = (FailureKind.UNKNOWN_TOOL, f"a tool name must be a string, not {type(name).__name__}")
+        name = echo(name)
+    elif len(name) > ECHO_LIMIT:
+        name = echo(name)  # no tool has such a name: routing fails, and says so briefly
+    return ToolCall(id=call_id, name=name, arguments=call.arguments), problem
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(
     registry: ToolRegistry | Iterable[ToolLike] = (),
@@ -391,6 +405,7 @@ async def open_runtime(
     restart: RestartPolicy | None = None,
     mcp_servers: Iterable[ToolSource] = (),
     max_argument_bytes: int = 1 << 20,
+    max_argument_depth: int = 64,
     max_result_chars: int = 100_000,
     thread_limit: int = 40,
     shutdown_timeout: float = 5.0,
@@ -406,9 +421,12 @@ async def open_runtime(
         restart: how crashed actors are restarted.
         mcp_servers: tool sources (`runtime.mcp.stdio(...)` ...); waits for their first listing.
         max_argument_bytes: larger arguments are INVALID_ARGUMENTS before decoding.
-        max_result_chars: longer result texts are cut, with a marker.
-        thread_limit: worker threads shared by all sync tools.
-        shutdown_timeout: seconds running calls get to finish at shutdown before they are cancelled.
+        max_argument_depth: arguments nested deeper are INVALID_ARGUMENTS before decoding.
+        max_result_chars: longer texts going back (content, text parts, failures) are cut, with a marker.
+        thread_limit: worker threads of each sync tool that sets no `max_concurrency` (each
+            sync tool has its own budget, so one tool's stuck threads never starve another).
+        shutdown_timeout: seconds running calls get to finish at shutdown before they are
+            cancelled; work that ignores cancellation is abandoned half a second later.
     """
     if not isinstance(registry, ToolRegistry):
         registry = ToolRegistry(registry)
@@ -421,34 +439,34 @@ async def open_runtime(
         pipeline=pipeline,
         default_timeout=default_timeout,
         max_argument_bytes=max_argument_bytes,
+        max_argument_depth=max_argument_depth,
         max_result_chars=max_result_chars,
         shutdown_timeout=shutdown_timeout,
-        thread_limiter=trio.CapacityLimiter(thread_limit),
+        thread_limit=thread_limit,
     )
-    body_error: Exception | None = None
-    async with trio.open_nursery() as nursery:
-        supervisor = Supervisor(nursery, restart or RestartPolicy(), shutdown_timeout)
+    host = await Host.open()
+    supervisor = Supervisor(host, restart or RestartPolicy(), shutdown_timeout)
+    try:
         routing = RegistryActor(supervisor, config)
-        await nursery.start(routing.run)
+        await host.nursery.start(routing.run)
         rt = Runtime(routing, config, pipeline, supervisor)
         try:
-            await routing.register(list(registry))
+            for actor in await routing.register(list(registry)):
+                await actor.ready.wait()  # each setup is bounded by its tool's setup_timeout
             sources = list(mcp_servers)
             if sources:  # started together: each may take seconds to spawn, connect and list
                 async with trio.open_nursery() as starting:
                     for source in sources:
                         starting.start_soon(supervisor.start_source, source, rt)
-            try:
-                yield rt
-            except Exception as exc:
-                # Re-raised below, outside the nursery, so the caller gets its own exception
-                # back as it raised it rather than wrapped in an ExceptionGroup.
-                body_error = exc
+            yield rt
         finally:
             with trio.CancelScope(shield=True):
                 await rt._close()
-    if body_error is not None:
-        raise body_error
+    finally:
+        host.close()  # what still runs there (code that ignores cancellation) is abandoned
+        if not supervisor.abandoned:  # everything stopped: let the host's tasks end with us
+            with trio.CancelScope(shield=True), trio.move_on_after(_HOST_GRACE):
+                await host.done.wait()
 
 
 def _tracing_feature(tracing: bool | Feature) -> Feature | None:

@@ -14,4 +14,5 @@ from ._context import fail as fail
 from ._context import validate as validate
 from ._function import FunctionTool as FunctionTool
 from ._function import tool as tool
+from ._options import ToolOptions as ToolOptions
 from ._toolset import ToolSet as ToolSet

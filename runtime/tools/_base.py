@@ -13,7 +13,7 @@ import inspect
 import re
 import typing
 from collections.abc import Mapping
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
@@ -22,6 +22,7 @@ from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, descriptor_from_type, parse_docstring, without_null
 from ._codec import ArgField, ArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
+from ._options import OnFull, ToolOptions
 
 __all__ = [
     "ArgsT",
@@ -29,15 +30,12 @@ __all__ = [
     "SimpleTool",
     "Tool",
     "ToolBase",
-    "check_options",
     "describe",
     "result_encoder",
 ]
 
 ArgsT = TypeVar("ArgsT")
 ResultT = TypeVar("ResultT")
-
-OnFull = Literal["wait", "reject"]
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -55,11 +53,13 @@ class ToolBase(Generic[ArgsT, ResultT]):
 
     Subclass `Tool` or `SimpleTool` unless the tool needs its CallContext. Class attributes
     configure it: `name`, `description`, and the options of `@tool` (`timeout`,
-    `max_concurrency`, `mailbox_size`, `on_full`, `inline`, `restart_on`). `execute` may be
+    `max_concurrency`, `mailbox_size`, `on_full`, `inline`, `restart_on`, `setup_timeout`,
+    `placement`; see `ToolOptions`), read once when the class is defined. `execute` may be
     sync (run in a worker thread) or async. Override the codec hooks to change how
     arguments are read and results are shown to the model.
 
     Attributes:
+        options: the validated options the engine reads (from the attributes, once per actor).
         descriptor: what the model is told (built from the args type once per class).
         args_type: the type the arguments decode into.
         result_type: the declared result type, when known.
@@ -73,6 +73,8 @@ class ToolBase(Generic[ArgsT, ResultT]):
     on_full: OnFull = "wait"
     inline: bool = False
     restart_on: tuple[type[BaseException], ...] = ()
+    setup_timeout: float | None = 30.0
+    placement: Any = None
 
     tool_type: ClassVar[str] = "function"
     """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""
@@ -98,7 +100,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
         if found is None:
             return  # a generic intermediate class; its concrete subclasses are built
         args_type, result_type = found
-        check_options(cls, f"tool class {cls.__qualname__}")
+        ToolOptions.build(f"tool class {cls.__qualname__}", cls)  # a bad option fails here, at definition
         name = cls.__dict__.get("name") or getattr(cls, "name", None) or _snake(cls.__name__)
         cls.name = check_tool_name(name)
         own_doc = parse_docstring(cls.__dict__.get("__doc__"))
@@ -114,6 +116,11 @@ class ToolBase(Generic[ArgsT, ResultT]):
             description=description or args_doc.summary,
             param_docs={**args_doc.params, **own_doc.params},
         )
+
+    @property
+    def options(self) -> ToolOptions:
+        """The tool's options as one validated value (read from its attributes)."""
+        return ToolOptions.build(f"tool {getattr(self, 'name', '?')!r}", self)
 
     async def execute(self, args: ArgsT, ctx: CallContext) -> ResultT:
         """Do the work. The engine calls this through `dispatch`, never the model directly."""
@@ -192,36 +199,6 @@ class SimpleTool(Tool[ArgsT, str], dynamic=True):
 
 
 # -- building --------------------------------------------------------------------------
-
-
-def check_options(owner: Any, what: str) -> None:
-    """Validate the tool options found as attributes of `owner`.
-
-    Raises:
-        ToolDefinitionError: an option has a value the runtime cannot honour.
-    """
-    timeout = owner.timeout
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-    ):
-        raise ToolDefinitionError(
-            f"{what}: timeout must be a positive number of seconds or None, not {timeout!r}"
-        )
-    limit = owner.max_concurrency
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ToolDefinitionError(f"{what}: max_concurrency must be a positive int or None, not {limit!r}")
-    size = owner.mailbox_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ToolDefinitionError(f"{what}: mailbox_size must be a positive int, not {size!r}")
-    if owner.on_full not in ("wait", "reject"):
-        raise ToolDefinitionError(f"{what}: on_full must be 'wait' or 'reject', not {owner.on_full!r}")
-    restart_on = owner.restart_on
-    if not isinstance(restart_on, tuple) or not all(
-        isinstance(e, type) and issubclass(e, BaseException) for e in restart_on
-    ):
-        raise ToolDefinitionError(
-            f"{what}: restart_on must be a tuple of exception classes, not {restart_on!r}"
-        )
 
 
 def describe(

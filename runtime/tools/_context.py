@@ -25,9 +25,11 @@ class CallContext:
         deadline: the trio time by which the call must end, or None.
         tool: the tool serving the call (None for an unknown tool).
         error: the exception behind an ERROR failure, set by the engine (for logs and spans).
+        abandoned: set by the engine when the call was answered while its work could not be
+            stopped (it ignored cancellation, or its thread was blocked); shown on the span.
     """
 
-    __slots__ = ("call_id", "deadline", "error", "metadata", "tool", "tool_name")
+    __slots__ = ("abandoned", "call_id", "deadline", "error", "metadata", "tool", "tool_name")
 
     def __init__(
         self,
@@ -43,6 +45,7 @@ class CallContext:
         self.metadata = metadata
         self.deadline = deadline
         self.error: BaseException | None = None
+        self.abandoned = False
 
     def __repr__(self) -> str:
         return (

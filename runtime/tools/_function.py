@@ -14,16 +14,17 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, overload
+from collections.abc import Callable, Mapping
+from typing import Any, Unpack, overload
 
 import msgspec
 
 from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, descriptor_from_fields, parse_docstring
-from ._base import OnFull, ToolBase, check_options, describe
+from ._base import ToolBase, describe
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
+from ._options import ToolOptions, ToolOptionsKw
 
 __all__ = ["FunctionTool", "tool"]
 
@@ -41,15 +42,11 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         *,
         name: str | None = None,
         description: str | None = None,
-        timeout: float | None = None,
-        max_concurrency: int | None = None,
-        mailbox_size: int = 1024,
-        on_full: OnFull = "wait",
-        inline: bool = False,
-        restart_on: Iterable[type[BaseException]] = (),
         title: str | None = None,
         annotations: Mapping[str, Any] | None = None,
+        options: ToolOptions | None = None,
         _declared: FunctionTool | None = None,
+        **option_values: Unpack[ToolOptionsKw],
     ) -> None:
         bind: str | None = None
         static = isinstance(fn, staticmethod)
@@ -73,13 +70,11 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         self._bound = False
         self._attr: str | None = None
         self.name = check_tool_name(name or getattr(fn, "__name__", None))
-        self.timeout = timeout
-        self.max_concurrency = max_concurrency
-        self.mailbox_size = mailbox_size
-        self.on_full = on_full
-        self.inline = inline
-        self.restart_on = tuple(restart_on)
-        check_options(self, f"tool {self.name!r}")
+        if options is None or option_values:
+            base = msgspec.structs.asdict(options) if options is not None else {}
+            options = ToolOptions.build(f"tool {self.name!r}", {**base, **option_values})
+        for field in ToolOptions.__struct_fields__:  # the class-attribute view of the options
+            setattr(self, field, getattr(options, field))
         self.is_async = inspect.iscoroutinefunction(fn)
 
         doc = parse_docstring(fn.__doc__)
@@ -222,12 +217,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             impl,
             name=self.name,
             description=None if impl.__doc__ else self.description,
-            timeout=self.timeout,
-            max_concurrency=self.max_concurrency,
-            mailbox_size=self.mailbox_size,
-            on_full=self.on_full,
-            inline=self.inline,
-            restart_on=self.restart_on,
+            options=self.options,
             title=self.descriptor.title,
             annotations=self.descriptor.annotations,
             _declared=self,
@@ -291,14 +281,9 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    timeout: float | None = None,
-    max_concurrency: int | None = None,
-    mailbox_size: int = 1024,
-    on_full: OnFull = "wait",
-    inline: bool = False,
-    restart_on: Iterable[type[BaseException]] = (),
     title: str | None = None,
     annotations: Mapping[str, Any] | None = None,
+    **options: Unpack[ToolOptionsKw],
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -306,14 +291,9 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    timeout: float | None = None,
-    max_concurrency: int | None = None,
-    mailbox_size: int = 1024,
-    on_full: OnFull = "wait",
-    inline: bool = False,
-    restart_on: Iterable[type[BaseException]] = (),
     title: str | None = None,
     annotations: Mapping[str, Any] | None = None,
+    **options: Unpack[ToolOptionsKw],
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a sync or async function or method.
 
@@ -327,6 +307,8 @@ def tool(
         on_full: "wait" (backpressure) or "reject" (OVERLOADED) when the mailbox is full.
         inline: run a sync function on the trio thread (only for fast, non-blocking code).
         restart_on: exceptions after which the tool's actor is restarted (teardown, setup).
+        setup_timeout: unused by function tools (they have no setup); accepted for symmetry.
+        placement: where the tool runs (default: in this process); see `runtime.placement`.
         title: a human-readable title (shown by MCP clients).
         annotations: behaviour hints for MCP clients, passed through as given
             (`{"readOnlyHint": True, "openWorldHint": False}`).
@@ -334,17 +316,7 @@ def tool(
 
     def make(f: Callable[..., Any]) -> FunctionTool:
         return FunctionTool(
-            f,
-            name=name,
-            description=description,
-            timeout=timeout,
-            max_concurrency=max_concurrency,
-            mailbox_size=mailbox_size,
-            on_full=on_full,
-            inline=inline,
-            restart_on=restart_on,
-            title=title,
-            annotations=annotations,
+            f, name=name, description=description, title=title, annotations=annotations, **options
         )
 
     if fn is not None:

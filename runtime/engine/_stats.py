@@ -1,0 +1,116 @@
+"""Counters: what each tool's actor counts, and the immutable snapshots `statistics()` returns."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import msgspec
+
+from ..messages import ToolFailure, ToolResult, ToolSuccess
+
+__all__ = ["RuntimeStatistics", "ToolCounters", "ToolStatistics"]
+
+
+class ToolCounters:
+    """One tool's live counters, updated on the trio thread (no locks needed).
+
+    Attributes:
+        calls: calls answered.
+        succeeded: calls that returned.
+        failures: failed calls by FailureKind value.
+        in_flight: calls a worker is serving now.
+        restarts: times the actor was restarted.
+        orphans: calls answered from outside their worker (a lapsed deadline, a cancelled
+            caller, a crash) while the worker still runs them, with the time they were answered.
+        abandoned_late: orphans whose work ended more than a grace after they were answered.
+        abandoned_threads: threads of a sync tool left running when their call was cancelled.
+    """
+
+    __slots__ = (
+        "abandoned_late",
+        "abandoned_threads",
+        "calls",
+        "failures",
+        "in_flight",
+        "orphans",
+        "restarts",
+        "succeeded",
+    )
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.succeeded = 0
+        self.failures: collections.Counter[str] = collections.Counter()
+        self.in_flight = 0
+        self.restarts = 0
+        self.orphans: dict[object, float] = {}
+        self.abandoned_late = 0
+        self.abandoned_threads = 0
+
+    def stuck_orphans(self, now: float, grace: float) -> int:
+        """Orphans still running more than `grace` seconds after they were answered."""
+        return sum(1 for settled in self.orphans.values() if now - settled > grace)
+
+    def record(self, result: ToolResult) -> None:
+        """Count a finished call."""
+        self.calls += 1
+        if type(result) is ToolSuccess:
+            self.succeeded += 1
+        else:
+            self.record_failure(result)  # type: ignore[arg-type]  # not a success: a failure
+
+    def record_failure(self, failure: ToolFailure) -> None:
+        """Count a failure's kind (the caller counts the call itself)."""
+        self.failures[failure.kind.value] += 1
+
+
+class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of one tool (a snapshot).
+
+    Attributes:
+        calls: calls answered.
+        succeeded: calls that returned.
+        failures: failed calls by FailureKind value.
+        in_flight: calls running now.
+        queued: calls waiting in the mailbox now.
+        restarts: times the actor was restarted.
+        state: "starting", "up", "restarting", "down" or "stopped".
+        abandoned: calls answered while their work could not be stopped (it ignored
+            cancellation, or its thread was blocked); see `abandoned_running`.
+        abandoned_running: abandoned work still running now (a stuck thread, a shielded task).
+        threads: worker threads this tool holds now (sync tools), abandoned ones included.
+        down_reason: why the tool is down, if it is.
+    """
+
+    calls: int
+    succeeded: int
+    failures: dict[str, int]
+    in_flight: int
+    queued: int
+    restarts: int
+    state: str
+    abandoned: int = 0
+    abandoned_running: int = 0
+    threads: int = 0
+    down_reason: str | None = None
+
+
+class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of a runtime (a snapshot): per tool, and calls to tools it does not have."""
+
+    tools: dict[str, ToolStatistics]
+    unknown_tool_calls: int
+
+    @property
+    def in_flight(self) -> int:
+        return sum(t.in_flight for t in self.tools.values())
+
+    @property
+    def abandoned_running(self) -> int:
+        return sum(t.abandoned_running for t in self.tools.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-serialisable dict of the snapshot (for a health endpoint or a log line)."""
+        result: dict[str, Any] = msgspec.to_builtins(self)
+        return result

@@ -1,0 +1,376 @@
+"""The workers of one tool actor: they take envelopes from its mailbox and serve them.
+
+Async tools get one worker per concurrent call (a pool that grows when every worker is busy,
+up to `max_concurrency`, and shrinks when idle). Sync tools run in worker threads under the
+tool's own thread budget (its `max_concurrency`, else the runtime's `thread_limit`), so one
+tool's stuck threads can never starve another tool; `inline=True` runs them on the loop.
+
+Serving a call: check the arguments' bounds, decode them, arm the deadline, run the tool,
+turn the value into text and parts. Everything that touches the model's or the caller's
+data happens inside that call's failure mapping (`_outcome`): whatever it raises becomes
+that call's result, and the worker goes on to the next call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import trio
+
+from ..messages import FailureKind, ToolFailure, ToolResult
+from ..tools import ToolBase, ToolOptions, result_encoder
+from ._arguments import check_arguments, not_unicode
+from ._config import EngineConfig
+from ._envelope import ABANDON_GRACE, QUEUED, RUNNING, Envelope
+from ._outcome import describe_error, exception_failure, failure, input_failure, success
+from ._stats import ToolCounters
+
+__all__ = ["WorkerPool", "call_chain", "escapes"]
+
+log = logging.getLogger("runtime.engine")
+
+_KEEP_IDLE = 4  # idle workers an async tool keeps between bursts
+_ASYNC, _INLINE, _THREAD = 0, 1, 2  # how a tool's dispatch runs
+
+call_chain: ContextVar[tuple[ToolCounters, ...]] = ContextVar("runtime_call_chain", default=())
+"""The tools (by their counters) whose calls are running in this context, outermost first.
+
+Set only around calls to tools with a `max_concurrency`: a call from inside such a tool to
+itself, when its whole capacity is held by its own call chain, would wait forever.
+"""
+
+_encode = result_encoder.encode
+
+
+def _default_text(value: Any) -> str:
+    """`ToolBase.result_to_text` of a tool that overrides neither it nor `encode_result`."""
+    return value if type(value) is str else _encode(value).decode()
+
+
+def escapes(exc: BaseException) -> bool:
+    """True for an exception that is a cancellation of trio's (alone or in a group)."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(trio.Cancelled) is not None
+    return False
+
+
+class WorkerPool:
+    """Serves one tool's calls from its mailbox, for one incarnation of its actor at a time.
+
+    Args:
+        tool: the tool.
+        options: its options.
+        config: the runtime's settings.
+        counters: the tool's counters (shared with the actor and the callers).
+        receive: the mailbox's receiving end.
+        crashed: called with the reason when the tool raised one of its `restart_on`
+            exceptions (the actor cancels the incarnation and restarts).
+        why_unavailable: what a call hears when it cannot be served (down, shutting down).
+    """
+
+    def __init__(
+        self,
+        tool: ToolBase[Any, Any],
+        options: ToolOptions,
+        config: EngineConfig,
+        counters: ToolCounters,
+        receive: trio.MemoryReceiveChannel[Envelope],
+        crashed: Callable[[str], None],
+        why_unavailable: Callable[[], str],
+    ) -> None:
+        self.tool = tool
+        self.name = tool.name
+        self.counters = counters
+        self._receive = receive.receive
+        self._crashed = crashed
+        self._why_unavailable = why_unavailable
+        self.stopping = False
+        self.crash_reason: str | None = None
+        self._nursery: trio.Nursery | None = None
+        self._workers = 0
+        self._idle = 0
+        self._threads_busy = 0
+        self.running: set[Envelope] = set()  # the calls the workers are serving now
+        cls = type(tool)
+        self._mode = _ASYNC if tool.is_async else _INLINE if options.inline else _THREAD
+        self._limit = options.max_concurrency
+        self._chained = options.max_concurrency is not None
+        self.capacity = options.max_concurrency if options.max_concurrency is not None else math.inf
+        self.limiter: trio.CapacityLimiter | None = None
+        if self._mode == _THREAD:
+            budget = options.max_concurrency or config.thread_limit
+            self.limiter = trio.CapacityLimiter(budget)
+            self.capacity = budget
+        self._timeout = options.timeout
+        self._default_timeout = config.default_timeout
+        self._untimed = self._timeout is None and self._default_timeout is None
+        self._restart_on = options.restart_on
+        self._parts = cls.result_to_parts is not ToolBase.result_to_parts
+        self._value = cls.result_value is not ToolBase.result_value
+        self._tool_dispatch = tool.dispatch
+        self._decode: Callable[[Any], Any] = tool.decode_args
+        codec = tool._codec
+        if cls.decode_args is ToolBase.decode_args and codec is not None:
+            self._decode = codec.decode  # skip a layer: the hook is not overridden
+        self._to_text: Callable[[Any], str] = tool.result_to_text
+        if cls.result_to_text is ToolBase.result_to_text and cls.encode_result is ToolBase.encode_result:
+            self._to_text = _default_text  # the hooks are not overridden: skip two method calls
+        self._around = config.pipeline if config.pipeline.wraps_calls else None
+        self._max_bytes = config.max_argument_bytes
+        self._max_depth = config.max_argument_depth
+        self._max_chars = config.max_result_chars
+
+    # -- the pool --------------------------------------------------------------------
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Serve in `nursery` (one incarnation of the actor)."""
+        self._nursery = nursery
+        self._workers = self._idle = 0
+        self.crash_reason = None
+        self._spawn()
+
+    def _spawn(self) -> None:
+        assert self._nursery is not None
+        self._workers += 1
+        self._idle += 1
+        self._nursery.start_soon(self._worker)
+
+    def stuck_threads(self) -> int:
+        """Threads of this tool still running calls that were already answered."""
+        if self.limiter is None:
+            return 0
+        return max(0, self.limiter.borrowed_tokens - self._threads_busy)
+
+    async def _worker(self) -> None:
+        # The hot path, in one coroutine frame: a parked call costs its task, this frame and
+        # the tool's own coroutine. One cancel scope serves many calls: a call's deadline is
+        # set on it while the call runs, and a caller that gives up cancels it (entering a
+        # scope per call would cost about as much as the channel hop). A cancelled scope is
+        # replaced.
+        receive = self._receive
+        counters = self.counters
+        running = self.running
+        while True:
+            with trio.CancelScope() as scope:
+                while True:
+                    try:
+                        env = await receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        return
+                    self._idle -= 1
+                    if self._idle == 0 and (self._limit is None or self._workers < self._limit):
+                        self._spawn()
+                    try:
+                        if env.state == QUEUED:  # else settled while it waited (its caller gave up)
+                            if self.stopping:
+                                env.fail(FailureKind.UNAVAILABLE, self._why_unavailable())
+                            else:
+                                env.state = RUNNING
+                                env.scope = scope
+                                counters.in_flight += 1
+                                running.add(env)
+                                result: ToolResult
+                                try:
+                                    raw = env.call.arguments
+                                    try:
+                                        if (
+                                            type(raw) is not str
+                                            or len(raw) * 4 > self._max_bytes
+                                            or (
+                                                len(raw) > self._max_depth
+                                                and raw.count("[") + raw.count("{") > self._max_depth
+                                            )
+                                        ):
+                                            check_arguments(raw, self._max_bytes, self._max_depth)
+                                        args = self._decode(raw)
+                                    except Exception as exc:
+                                        result = self._input_failure(env, raw, exc)
+                                    else:
+                                        timed = not (
+                                            self._untimed and env.deadline == math.inf
+                                        ) and self._arm(env, scope)
+                                        try:
+                                            if self._chained:
+                                                value = await self._chain(env, args)
+                                            elif self._around is not None and env.ctx is not None:
+                                                with self._around.around(env.ctx):
+                                                    value = await self._dispatch(env, args)
+                                            elif self._mode == _ASYNC:
+                                                value = await self._tool_dispatch(args, env.ctx)
+                                            else:
+                                                value = await self._dispatch(env, args)
+                                        except BaseException as exc:  # KeyboardInterrupt too: the tool's own
+                                            result = await self._raised(env, exc, scope)
+                                        else:
+                                            result = self._success(env, value)
+                                        finally:
+                                            if timed:
+                                                scope.deadline = math.inf
+                                except BaseException:  # cancelled from outside: a crash or shutdown
+                                    self._interrupt(env, scope)
+                                    raise
+                                finally:
+                                    counters.in_flight -= 1
+                                    running.discard(env)
+                                    env.scope = None
+                                if not env.settle(result):
+                                    self._late(env, result)
+                    finally:
+                        self._idle += 1
+                    if self._idle > _KEEP_IDLE:
+                        self._idle -= 1
+                        self._workers -= 1
+                        return
+                    if scope.cancel_called:
+                        break  # a call was cancelled or timed out: take a fresh scope
+
+    # -- one call --------------------------------------------------------------------
+
+    async def _chain(self, env: Envelope, args: Any) -> Any:
+        token = call_chain.set((*call_chain.get(), self.counters))
+        try:
+            if self._around is not None and env.ctx is not None:
+                with self._around.around(env.ctx):
+                    return await self._dispatch(env, args)
+            return await self._dispatch(env, args)
+        finally:
+            call_chain.reset(token)
+
+    async def _dispatch(self, env: Envelope, args: Any) -> Any:
+        if self._mode == _ASYNC:
+            return await self._tool_dispatch(args, env.ctx)
+        if self._mode == _INLINE:
+            return self._tool_dispatch(args, env.ctx)
+        limiter = self.limiter
+        assert limiter is not None
+        stuck = self.stuck_threads()
+        if stuck >= limiter.total_tokens:
+            raise _Overloaded(
+                f"tool {self.name!r} is overloaded: all {stuck} of its threads are still running calls "
+                "that timed out or were cancelled (they are blocked and cannot be interrupted); "
+                "try again later"
+            )
+        self._threads_busy += 1
+        try:
+            return await trio.to_thread.run_sync(
+                self._tool_dispatch, args, env.ctx, limiter=limiter, abandon_on_cancel=True
+            )
+        except trio.Cancelled:
+            # The thread runs on (no thread can be interrupted) and keeps its slot of the
+            # tool's budget until it ends; `stuck_threads` counts it meanwhile.
+            self.counters.abandoned_threads += 1
+            if env.ctx is not None:
+                env.ctx.abandoned = True
+            raise
+        finally:
+            self._threads_busy -= 1
+
+    def _arm(self, env: Envelope, scope: trio.CancelScope) -> bool:
+        """Put the call's deadline on the worker's scope (and its caller's); True if there is one."""
+        deadline = env.deadline
+        # The tool's own limit and the caller's both hold (the smaller wins); the runtime's
+        # default is only for a call that neither limits.
+        limit = self._timeout
+        if limit is None and deadline == math.inf:
+            limit = self._default_timeout
+        if limit is not None:
+            own = trio.current_time() + limit
+            if own < deadline:
+                deadline = own
+                env.limit = limit
+        if deadline == math.inf:
+            return False
+        scope.deadline = deadline
+        env.expire_at(deadline)  # the caller answers it then if the tool ignores its cancellation
+        if env.ctx is not None:
+            env.ctx.deadline = deadline
+        return True
+
+    async def _raised(self, env: Envelope, exc: BaseException, scope: trio.CancelScope) -> ToolResult:
+        """The result of a call whose tool raised `exc`; re-raises a cancellation from outside."""
+        if scope.cancel_called:  # its deadline, or its caller gave up (maybe turned into an error)
+            return self._interrupted(env)
+        if escapes(exc):
+            # Not this call's cancellation: an outer one (a sibling's crash, shutdown) is
+            # re-raised here; otherwise the tool raised a Cancelled that is not its own.
+            await trio.lowlevel.checkpoint_if_cancelled()
+        if isinstance(exc, _Overloaded):
+            return failure(env.call, FailureKind.OVERLOADED, str(exc))
+        result = exception_failure(env.call, self.name, exc, self._max_chars)
+        if env.ctx is not None:
+            env.ctx.error = exc
+        if self._restart_on and isinstance(exc, self._restart_on):
+            log.warning(
+                "tool %r raised %s, a restart_on exception", self.name, result.error_type, exc_info=exc
+            )
+            self.crash_reason = describe_error(exc)[1]
+            self._crashed(self.crash_reason)
+        elif result.kind is FailureKind.ERROR:
+            log.info("tool %r raised %s", self.name, result.error_type, exc_info=exc)
+        return result
+
+    def _input_failure(self, env: Envelope, raw: Any, exc: Exception) -> ToolFailure:
+        if isinstance(exc, UnicodeError):
+            exc = not_unicode(raw, exc)
+        return input_failure(env.call, self.name, exc, self._max_chars)
+
+    def _success(self, env: Envelope, value: Any) -> ToolResult:
+        try:
+            text = self._to_text(value)
+            parts = tuple(self.tool.result_to_parts(value)) if self._parts else ()
+            if self._value:
+                value = self.tool.result_value(value)
+            return success(env.call, self.name, value, text, parts, self._max_chars)
+        except Exception as exc:
+            error_type, text = describe_error(exc)
+            return failure(
+                env.call,
+                FailureKind.ERROR,
+                f"tool {self.name!r} returned a result that could not be encoded: {text}"[: self._max_chars],
+                error_type,
+            )
+
+    def _interrupted(self, env: Envelope) -> ToolFailure:
+        if env.cancelled:
+            return failure(env.call, FailureKind.CANCELLED, "the call was cancelled by its caller")
+        return failure(env.call, FailureKind.TIMEOUT, env.timeout_message())
+
+    def _interrupt(self, env: Envelope, scope: trio.CancelScope) -> None:
+        """The call was cancelled from outside before it could settle: say why."""
+        if scope.cancel_called:  # this call's deadline, or its caller gave up
+            env.settle(self._interrupted(env))
+        else:  # a sibling call crashed the actor, or shutdown
+            reason = self.crash_reason
+            message = (
+                f"tool {self.name!r} crashed while serving this call ({reason}) and is restarting"
+                if reason
+                else self._why_unavailable()
+            )
+            env.fail(FailureKind.UNAVAILABLE, message)
+
+    def _late(self, env: Envelope, result: ToolResult) -> None:
+        """The call was answered already (its caller gave up, a deadline lapsed): drop this result."""
+        settled = self.counters.orphans.pop(env, None)
+        if settled is None:
+            return
+        late = trio.current_time() - settled
+        if late > ABANDON_GRACE:
+            self.counters.abandoned_late += 1
+            log.warning(
+                "tool %r: call %s ended %.3gs after it was answered (it ignored cancellation); "
+                "its result (%s) is dropped",
+                self.name,
+                env.call.id,
+                late,
+                "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
+            )
+
+
+class _Overloaded(Exception):
+    """A sync tool's thread budget is held entirely by abandoned threads."""
