@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
@@ -29,6 +30,10 @@ from .messages import ToolCall, ToolResult
 from .registry import ToolLike, ToolRegistry
 
 __all__ = ["RuntimeThread"]
+
+log = logging.getLogger("runtime.embed")
+
+_THREAD_EXIT_GRACE = 1.0  # seconds to wait for the thread once its runtime has closed
 
 T = TypeVar("T")
 
@@ -52,6 +57,7 @@ class RuntimeThread:
         self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
         self._closed = False
+        self._runtime_closed = threading.Event()  # open_runtime has returned (the thread may linger)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -90,7 +96,16 @@ class RuntimeThread:
         if token is not None and stop is not None:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(stop.set)
-        self._thread.join()
+        # The runtime closes within its grace period; the thread's trio run then also waits for
+        # work the runtime abandoned (a tool that ignores cancellation). Do not wait for that.
+        while self._thread.is_alive() and not self._runtime_closed.wait(0.05):
+            pass
+        self._thread.join(_THREAD_EXIT_GRACE)
+        if self._thread.is_alive():
+            log.warning(
+                "the runtime is closed, but its thread still runs work it abandoned (a tool that "
+                "ignores cancellation); it is a daemon thread and ends with that work or the process"
+            )
 
     def _run(self) -> None:
         try:
@@ -112,6 +127,7 @@ class RuntimeThread:
             await self._stop.wait()
             # Leaving the nursery waits for the calls already handed over; then the runtime closes.
         self._runtime = None
+        self._runtime_closed.set()
 
     # -- from other threads ----------------------------------------------------------
 

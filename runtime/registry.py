@@ -83,7 +83,7 @@ class ToolRegistry:
         """What to tell a model that asked for a tool this registry does not have."""
         # No tool name is over 64 characters: a longer one has no close match worth the search.
         close = self.closest(name) if len(name) <= 64 else []
-        shown_name = repr(name) if len(name) <= ECHO_LIMIT else echo(name)
+        shown_name = repr(name) if len(name) <= 2 * ECHO_LIMIT else repr(echo(name))
         if close:
             return f"no tool named {shown_name}; did you mean {' or '.join(repr(c) for c in close)}?"
         names = list(self._by_name)

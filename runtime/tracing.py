@@ -28,6 +28,7 @@ from .messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
 from .tools import CallContext
 
 __all__ = [
+    "CALL_ABANDONED",
     "CALL_DURATION_METRIC",
     "CALLS_IN_FLIGHT_METRIC",
     "ERROR_TYPE",
@@ -52,6 +53,8 @@ GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 ERROR_TYPE: Final = "error.type"
 OUTCOME: Final = "tool_runtime.outcome"
 """Metric attribute: "success", or the FailureKind value."""
+CALL_ABANDONED: Final = "tool_runtime.call.abandoned"
+"""Span attribute: the call was answered while its work could not be stopped (it runs on, abandoned)."""
 
 CALL_DURATION_METRIC: Final = "tool_runtime.tool.call.duration"
 CALLS_IN_FLIGHT_METRIC: Final = "tool_runtime.tool.calls.in_flight"
@@ -174,6 +177,8 @@ class Tracing(Feature):
             span.set_attribute(ERROR_TYPE, error_type)
             if ctx.error is not None:
                 span.record_exception(ctx.error)
+            if ctx.abandoned:  # answered while its code ran on (it ignored cancellation, a stuck thread)
+                span.set_attribute(CALL_ABANDONED, True)
             span.set_status(Status(StatusCode.ERROR, result.message))
         else:
             attributes[OUTCOME] = "success"

@@ -25,7 +25,7 @@ import trio
 from ..messages import FailureKind
 from ..tools import ToolBase
 from ._config import EngineConfig, RestartPolicy
-from ._envelope import ABANDON_GRACE, Envelope
+from ._envelope import Envelope
 from ._outcome import describe_error
 from ._stats import ToolCounters, ToolStatistics
 from ._worker import WorkerPool, escapes
@@ -120,7 +120,7 @@ class ToolActor:
     def statistics(self) -> ToolStatistics:
         """A snapshot of this tool's counters."""
         c = self.counters
-        stuck = c.stuck_orphans(trio.current_time(), ABANDON_GRACE) if c.orphans else 0
+        stuck = c.stuck_orphans(trio.current_time()) if c.orphans else 0
         stuck_threads = self.pool.stuck_threads()
         limiter = self.pool.limiter
         return ToolStatistics(
@@ -280,9 +280,7 @@ class ToolActor:
         """
         running = list(self.pool.running)
         for env in running:
-            if env.ctx is not None:
-                env.ctx.abandoned = True
-            env.fail(
+            env.give_up(
                 FailureKind.UNAVAILABLE,
                 f"tool {self.name!r} is unavailable: the runtime shut down while this call ran, "
                 "and the call did not stop when cancelled",

@@ -85,8 +85,8 @@ class Envelope:
         self.result = result
         if running and self.scope is not None:  # answered while its worker still runs it
             self.settled_at = trio.current_time()
-            if self.counters is not None:
-                self.counters.orphans[self] = self.settled_at
+            if self.counters is not None:  # abandoned if it still runs a grace from now
+                self.counters.orphans[self] = self.settled_at + ABANDON_GRACE
         self._notify()
         return True
 
@@ -126,12 +126,18 @@ class Envelope:
                     self.scope.cancel()
                 self.expires = trio.current_time() + ABANDON_GRACE
             else:  # cancelled a grace ago and still running: it ignores cancellation
-                if self.ctx is not None:
-                    self.ctx.abandoned = True
-                self.fail(
+                self.give_up(
                     FailureKind.TIMEOUT,
                     f"{self.timeout_message()}; it did not stop when cancelled and was abandoned",
                 )
+
+    def give_up(self, kind: FailureKind, message: str) -> None:
+        """Answer a running call whose work did not stop when cancelled: it is abandoned (counted)."""
+        if self.ctx is not None:
+            self.ctx.abandoned = True
+        if self.fail(kind, message) and self.counters is not None and self in self.counters.orphans:
+            # Known to ignore cancellation already: counted as abandoned from now on.
+            self.counters.orphans[self] = self.settled_at
 
     def timeout_message(self) -> str:
         limit = f"{self.limit:g}s" if self.limit is not None else "its deadline"
@@ -154,7 +160,20 @@ class CallEnvelope(Envelope):
     def __init__(
         self, call: ToolCall, ctx: CallContext | None, deadline: float = math.inf, limit: float | None = None
     ) -> None:
-        super().__init__(call, ctx, deadline, limit)
+        # Envelope.__init__ written out: one call less on the path of every single call.
+        self.call = call
+        self.ctx = ctx
+        self.deadline = deadline
+        self.expires = deadline
+        self.limit = limit
+        self.counters = None
+        self.result = None
+        self.state = QUEUED
+        self.scope = None
+        self.cancelled = False
+        self.interrupted = False
+        self.reported = False
+        self.settled_at = math.inf
         self.event = trio.Event()
         self.waiter: trio.CancelScope | None = None
 
@@ -172,9 +191,10 @@ class CallEnvelope(Envelope):
 class Batch:
     """Where the envelopes of one `call_many` / `as_completed` report, in completion order."""
 
-    __slots__ = ("_wakeup", "done", "expires", "pending", "waiter")
+    __slots__ = ("_wakeup", "done", "expires", "pending", "timed", "waiter")
 
     def __init__(self, pending: int, deadline: float) -> None:
+        self.timed = deadline != math.inf  # or one of its tools has a timeout (set by the runtime)
         self.pending = pending
         self.done: collections.deque[Envelope] = collections.deque()
         self._wakeup = trio.Event()
@@ -195,6 +215,11 @@ class Batch:
 
     async def wait(self) -> None:
         """Return when at least one settled envelope is waiting in `done`, or at `expires`."""
+        if not self.timed:  # no deadline anywhere in the batch: no scope to enter
+            while not self.done:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+            return
         with trio.CancelScope(deadline=self.expires) as self.waiter:
             while not self.done:
                 self._wakeup = trio.Event()
@@ -216,7 +241,20 @@ class BatchEnvelope(Envelope):
         batch: Batch,
         index: int,
     ) -> None:
-        super().__init__(call, ctx, deadline, limit)
+        # Envelope.__init__ written out: one call less for each call of a batch.
+        self.call = call
+        self.ctx = ctx
+        self.deadline = deadline
+        self.expires = deadline
+        self.limit = limit
+        self.counters = None
+        self.result = None
+        self.state = QUEUED
+        self.scope = None
+        self.cancelled = False
+        self.interrupted = False
+        self.reported = False
+        self.settled_at = math.inf
         self.batch = batch
         self.index = index
 

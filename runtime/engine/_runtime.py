@@ -129,8 +129,9 @@ class Runtime:
         if self._closed:
             self._check_open()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        env = CallEnvelope(*self._route(call, metadata), deadline, timeout)
-        actor = self._admit(env)
+        call, ctx, actor = self._route(call, metadata)
+        env = CallEnvelope(call, ctx, deadline, timeout)
+        actor = self._admit(env, actor)
         try:
             if self._pipeline is not None:  # a hook may await: a cancel there must still finish the call
                 await self._pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
@@ -145,7 +146,11 @@ class Runtime:
         except BaseException:
             await self._cancelled([env])
             raise
-        await self._finish(env)
+        if self._pipeline is None and env.counters is not None:  # `_finish` without hooks, inlined
+            env.reported = True
+            env.counters.record(env.result)  # type: ignore[arg-type]  # settled: DONE
+        else:
+            await self._finish(env)
         return env.result  # type: ignore[return-value]  # settled: DONE
 
     async def call_many(
@@ -218,8 +223,8 @@ class Runtime:
 
     def _route(
         self, call: ToolCall, metadata: Mapping[str, Any] | None
-    ) -> tuple[ToolCall, CallContext | None]:
-        """The call (made safe to echo if the model sent odd fields) and its context."""
+    ) -> tuple[ToolCall, CallContext | None, ToolActor | None]:
+        """The call (made safe to echo if the model sent odd fields), its context and its actor."""
         name = call.name
         if type(name) is not str or type(call.id) is not str or len(name) > ECHO_LIMIT:
             call, problem = _sanitized(call)
@@ -230,11 +235,11 @@ class Runtime:
         tool = actor.tool if actor is not None else None
         if self._pipeline is not None or (tool is not None and tool.takes_context):
             merged = self._config.pipeline.merge_metadata(call, tool, metadata)
-            return call, CallContext(call.id, name, merged, None, tool)
-        return call, None
+            return call, CallContext(call.id, name, merged, None, tool), actor
+        return call, None, actor
 
-    def _admit(self, env: Envelope) -> ToolActor | None:
-        """The actor that serves `env`, or None with `env` settled (unknown tool, malformed,
+    def _admit(self, env: Envelope, actor: ToolActor | None) -> ToolActor | None:
+        """`actor` if it may serve `env`, else None with `env` settled (unknown tool, malformed,
         shutting down, a call that would wait on itself)."""
         call = env.call
         if self._problems:
@@ -242,7 +247,6 @@ class Runtime:
             if problem is not None:
                 env.fail(*problem)
                 return None
-        actor = self._routing.routes.get(call.name)
         if actor is None:
             self._unknown += 1
             env.fail(FailureKind.UNKNOWN_TOOL, self._routing.registry.missing_message(call.name))
@@ -305,9 +309,13 @@ class Runtime:
         envs: list[BatchEnvelope] = []
         actors: list[ToolActor | None] = []
         for i, c in enumerate(calls):
-            env = BatchEnvelope(*self._route(c, metadata), deadline, timeout, batch, i)
+            routed, ctx, actor = self._route(c, metadata)
+            env = BatchEnvelope(routed, ctx, deadline, timeout, batch, i)
             envs.append(env)
-            actors.append(self._admit(env))
+            actor = self._admit(env, actor)
+            actors.append(actor)
+            if actor is not None and not actor.untimed:
+                batch.timed = True
         pipeline = self._pipeline
         finished = 0
         try:

@@ -22,7 +22,8 @@ class ToolCounters:
         in_flight: calls a worker is serving now.
         restarts: times the actor was restarted.
         orphans: calls answered from outside their worker (a lapsed deadline, a cancelled
-            caller, a crash) while the worker still runs them, with the time they were answered.
+            caller, shutdown) while the worker still runs them, with the time from which they
+            count as abandoned (when they were answered, plus a grace if they were only cancelled).
         abandoned_late: orphans whose work ended more than a grace after they were answered.
         abandoned_threads: threads of a sync tool left running when their call was cancelled.
     """
@@ -48,9 +49,9 @@ class ToolCounters:
         self.abandoned_late = 0
         self.abandoned_threads = 0
 
-    def stuck_orphans(self, now: float, grace: float) -> int:
-        """Orphans still running more than `grace` seconds after they were answered."""
-        return sum(1 for settled in self.orphans.values() if now - settled > grace)
+    def stuck_orphans(self, now: float) -> int:
+        """Orphans that count as abandoned by `now`."""
+        return sum(1 for since in self.orphans.values() if now >= since)
 
     def record(self, result: ToolResult) -> None:
         """Count a finished call."""

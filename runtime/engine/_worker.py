@@ -21,11 +21,11 @@ from typing import Any
 
 import trio
 
-from ..messages import FailureKind, ToolFailure, ToolResult
+from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import ToolBase, ToolOptions, result_encoder
 from ._arguments import check_arguments, not_unicode
 from ._config import EngineConfig
-from ._envelope import ABANDON_GRACE, QUEUED, RUNNING, Envelope
+from ._envelope import QUEUED, RUNNING, Envelope
 from ._outcome import describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
 
@@ -181,9 +181,9 @@ class WorkerPool:
                                     try:
                                         if (
                                             type(raw) is not str
-                                            or len(raw) * 4 > self._max_bytes
+                                            or (size := len(raw)) * 4 > self._max_bytes
                                             or (
-                                                len(raw) > self._max_depth
+                                                size > self._max_depth
                                                 and raw.count("[") + raw.count("{") > self._max_depth
                                             )
                                         ):
@@ -323,6 +323,8 @@ class WorkerPool:
     def _success(self, env: Envelope, value: Any) -> ToolResult:
         try:
             text = self._to_text(value)
+            if not self._parts and not self._value and len(text) <= self._max_chars:  # the common case
+                return ToolSuccess(call_id=env.call.id, tool=self.name, content=text, value=value)
             parts = tuple(self.tool.result_to_parts(value)) if self._parts else ()
             if self._value:
                 value = self.tool.result_value(value)
@@ -356,18 +358,18 @@ class WorkerPool:
 
     def _late(self, env: Envelope, result: ToolResult) -> None:
         """The call was answered already (its caller gave up, a deadline lapsed): drop this result."""
-        settled = self.counters.orphans.pop(env, None)
-        if settled is None:
+        since = self.counters.orphans.pop(env, None)
+        if since is None:
             return
-        late = trio.current_time() - settled
-        if late > ABANDON_GRACE:
+        now = trio.current_time()
+        if now >= since:
             self.counters.abandoned_late += 1
             log.warning(
                 "tool %r: call %s ended %.3gs after it was answered (it ignored cancellation); "
                 "its result (%s) is dropped",
                 self.name,
                 env.call.id,
-                late,
+                now - env.settled_at,
                 "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
             )
 
