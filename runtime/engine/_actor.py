@@ -140,7 +140,9 @@ class ToolActor:
     def _unavailable(self) -> str:
         if self.state is ActorState.DOWN:
             return f"tool {self.name!r} is down: {self.down_reason}"
-        return f"tool {self.name!r} is unavailable: the runtime is shutting down"
+        if self._stopping:
+            return f"tool {self.name!r} is unavailable: the runtime is shutting down"
+        return f"tool {self.name!r} is unavailable: its actor stopped unexpectedly and is restarting"
 
     # -- supervision -------------------------------------------------------------------
 
