@@ -42,7 +42,7 @@ from pydantic import Field  # a dependency of mcp, so present without the bench 
 from runtime import Description, ToolRegistry, tool
 
 from . import bench_runtime
-from ._harness import Report, Row, per_op_sync
+from ._harness import Report, Row, compare, per_op_sync
 
 RAW = bench_runtime.RAW
 BATCH = 1000
@@ -225,6 +225,105 @@ W3_BUILDERS: dict[str, Callable[[], Callable[[], object]]] = {
 }
 
 
+# -- W1, W1s, W4 against the best peer (openai-agents) ------------------------------------------
+# Sequential calls (one awaited after another) of an async and of a sync tool, and the bytes a
+# parked call holds (10,000 calls waiting on one event), each through the peer's per-call path.
+
+
+def add_sync(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def _openai_agents_seq(n: int, sync: bool) -> float:
+    from agents import function_tool
+    from agents.tool_context import ToolContext
+
+    fn_tool = function_tool(add_sync if sync else add)
+    name = "add_sync" if sync else "add"
+
+    def once() -> Awaitable[Any]:
+        return fn_tool.on_invoke_tool(
+            ToolContext(None, tool_name=name, tool_call_id="c1", tool_arguments=RAW), RAW
+        )
+
+    _check("openai-agents", await once())
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(n):
+        await once()
+    return (time.perf_counter() - start) / n * 1e6
+
+
+async def _openai_agents_parked(n: int) -> float:
+    import tracemalloc
+
+    from agents import function_tool
+    from agents.tool_context import ToolContext
+
+    release = asyncio.Event()
+
+    async def hold(x: int) -> int:
+        """Wait, then answer."""
+        await release.wait()
+        return x
+
+    fn_tool = function_tool(hold)
+    raw = '{"x": 1}'
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    tasks = [
+        asyncio.ensure_future(
+            fn_tool.on_invoke_tool(
+                ToolContext(None, tool_name="hold", tool_call_id=f"c{i}", tool_arguments=raw), raw
+            )
+        )
+        for i in range(n)
+    ]
+    for _ in range(5):  # let every call reach its wait
+        await asyncio.sleep(0)
+    during = tracemalloc.get_traced_memory()[0]
+    release.set()
+    results = await asyncio.gather(*tasks)
+    tracemalloc.stop()
+    assert results == [1] * n
+    return (during - before) / n
+
+
+def best_peer_rows(report: Report, quick: bool) -> None:
+    """W1, W1s, W2 (from the table above) and W4 as ratios to openai-agents, the best peer."""
+    if importlib.util.find_spec("agents") is None:
+        return
+    n = 3_000 if quick else 20_000
+    repeats = 3 if quick else 5
+    pairs: list[tuple[str, Callable[[], float], Callable[[], float], float]] = [
+        (
+            "W1 sequential async call",
+            lambda: trio.run(bench_runtime.runtime_seq, n),
+            lambda: asyncio.run(_openai_agents_seq(n, False)),
+            0.9,
+        ),
+        (
+            "W1s sequential sync call",
+            lambda: trio.run(bench_runtime.runtime_seq, n // 8, "add_thread"),
+            lambda: asyncio.run(_openai_agents_seq(n // 8, True)),
+            0.9,
+        ),
+    ]
+    parked = 2_000 if quick else 10_000
+    pairs.append(
+        (
+            f"W4 bytes per parked call ({parked:,})",
+            lambda: trio.run(bench_runtime.parked_runtime, parked),
+            lambda: asyncio.run(_openai_agents_parked(parked)),
+            1.0,
+        )
+    )
+    for workload, ours, theirs, target in pairs:
+        s, f = compare(ours, theirs, repeats)
+        report.add(Row(f"{workload} vs peer", "runtime", "openai-agents", s, f, target=target))
+
+
 # -- running -------------------------------------------------------------------------------------
 
 
@@ -280,6 +379,18 @@ def main(quick: bool = False) -> Report:
         if name != "runtime":
             note += "; " + _versus(ours, us, PEERS[name][2])
         report.add(Row(f"W2 1k concurrent: {name}", name, "floor_a", us, floor, note=note))
+    if "openai-agents" in times:
+        report.add(
+            Row(
+                "W2 1k concurrent vs peer",
+                "runtime",
+                "openai-agents",
+                ours,
+                times["openai-agents"],
+                target=0.8,
+            )
+        )
+    best_peer_rows(report, quick)
 
     w3: dict[str, Callable[[], float]] = {}
     for name, make in {"runtime": _runtime_builder, **{p: W3_BUILDERS[p] for p in peers}}.items():

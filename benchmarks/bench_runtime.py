@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import msgspec
 import trio
+import trio.testing
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

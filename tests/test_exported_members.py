@@ -41,11 +41,14 @@ def test_every_exported_name_exists_and_is_reexported_from_a_private_or_sub_modu
 
 
 def test_the_contract_submodules_import() -> None:
-    from runtime.embed import RuntimeThread
+    from runtime.embed import AsyncioRuntime, RuntimeThread, open_asyncio_runtime
     from runtime.providers import anthropic, gemini, openai
     from runtime.tracing import Tracing
 
-    assert RuntimeThread.__module__ == "runtime.embed"
+    assert {RuntimeThread.__module__, AsyncioRuntime.__module__, open_asyncio_runtime.__module__} == {
+        "runtime.embed._thread",
+        "runtime.embed._asyncio",
+    }
     assert Tracing.__name__ == "Tracing"
     assert all(
         callable(m.__dict__.get(f))

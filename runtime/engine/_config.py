@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from ..features import FeaturePipeline
@@ -40,6 +42,8 @@ class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
         max_result_chars: every text that goes back (content, text parts, failures) is cut here.
         shutdown_timeout: seconds running calls get to finish at shutdown.
         thread_limit: worker threads of a sync tool that sets no `max_concurrency`.
+        asyncio_loop: the host's asyncio loop, when the runtime runs on it as a trio guest
+            (`runtime.embed.open_asyncio_runtime`); tools with `loop="asyncio"` run there.
     """
 
     pipeline: FeaturePipeline = msgspec.field(default_factory=FeaturePipeline)
@@ -49,3 +53,4 @@ class EngineConfig(msgspec.Struct, kw_only=True, frozen=True):
     max_result_chars: int = 100_000
     shutdown_timeout: float = 5.0
     thread_limit: int = 40
+    asyncio_loop: Any = None

@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from ..exceptions import ToolDefinitionError
 from ..registry import ToolRegistry
 from ..tools import ToolBase, check_tool_name
 from ._actor import ToolActor
@@ -96,6 +97,12 @@ class RegistryActor:
             if t.name in seen or (t.name in self.routes and not replace):
                 raise ValueError(f"Tool {t.name!r} is already defined")
             seen.add(t.name)
+            if getattr(t, "loop", "trio") == "asyncio" and self._config.asyncio_loop is None:
+                raise ToolDefinitionError(
+                    f"tool {t.name!r} is an asyncio tool (loop='asyncio'): it needs a runtime running "
+                    "on an asyncio loop; open it with `runtime.embed.open_asyncio_runtime(...)` inside "
+                    "that loop (a FastAPI/Starlette lifespan), or make the tool a trio or sync tool"
+                )
         # The new actors start before the ones they replace stop, so that a call made meanwhile
         # reaches one or the other and is never told that the tool does not exist.
         started: dict[str, ToolActor] = {}

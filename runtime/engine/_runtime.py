@@ -8,6 +8,7 @@ in one go and collected as they settle; the tool actors supply the concurrency.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -417,6 +418,7 @@ async def open_runtime(
     max_result_chars: int = 100_000,
     thread_limit: int = 40,
     shutdown_timeout: float = 5.0,
+    asyncio_loop: asyncio.AbstractEventLoop | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime for `registry`; on exit, stop it (queued calls fail, none are dropped).
 
@@ -435,6 +437,9 @@ async def open_runtime(
             sync tool has its own budget, so one tool's stuck threads never starve another).
         shutdown_timeout: seconds running calls get to finish at shutdown before they are
             cancelled; work that ignores cancellation is abandoned half a second later.
+        asyncio_loop: the asyncio loop this trio run is a guest of, where tools declared
+            `loop="asyncio"` run. Set by `runtime.embed.open_asyncio_runtime`; not for
+            other uses (the loop must be running on this thread).
     """
     if not isinstance(registry, ToolRegistry):
         registry = ToolRegistry(registry)
@@ -451,6 +456,7 @@ async def open_runtime(
         max_result_chars=max_result_chars,
         shutdown_timeout=shutdown_timeout,
         thread_limit=thread_limit,
+        asyncio_loop=asyncio_loop,
     )
     host = await Host.open()
     supervisor = Supervisor(host, restart or RestartPolicy(), shutdown_timeout)

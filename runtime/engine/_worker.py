@@ -13,6 +13,7 @@ that call's result, and the worker goes on to the next call.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 from collections.abc import Callable
@@ -35,7 +36,8 @@ log = logging.getLogger("runtime.engine")
 
 _KEEP_IDLE = 4  # idle workers an async tool keeps between bursts
 _STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)  # only `_interrupted` makes these in a worker
-_ASYNC, _INLINE, _THREAD = 0, 1, 2  # how a tool's dispatch runs
+_ASYNC, _INLINE, _THREAD, _ASYNCIO = 0, 1, 2, 3  # how a tool's dispatch runs
+_ASYNCIO_GRACE = 0.05  # seconds a cancelled asyncio tool gets to end before the worker moves on
 
 call_chain: ContextVar[tuple[ToolCounters, ...]] = ContextVar("runtime_call_chain", default=())
 """The tools (by their counters) whose calls are running in this context, outermost first.
@@ -100,6 +102,9 @@ class WorkerPool:
         self.running: set[Envelope] = set()  # the calls the workers are serving now
         cls = type(tool)
         self._mode = _ASYNC if tool.is_async else _INLINE if options.inline else _THREAD
+        self._loop = config.asyncio_loop
+        if tool.is_async and options.loop == "asyncio":
+            self._mode = _ASYNCIO
         self._limit = options.max_concurrency
         self._chained = options.max_concurrency is not None
         self.capacity = options.max_concurrency if options.max_concurrency is not None else math.inf
@@ -248,6 +253,8 @@ class WorkerPool:
             return await self._tool_dispatch(args, env.ctx)
         if self._mode == _INLINE:
             return self._tool_dispatch(args, env.ctx)
+        if self._mode == _ASYNCIO:
+            return await self._on_asyncio(env, args)
         limiter = self.limiter
         assert limiter is not None
         stuck = self.stuck_threads()
@@ -271,6 +278,28 @@ class WorkerPool:
             raise
         finally:
             self._threads_busy -= 1
+
+    async def _on_asyncio(self, env: Envelope, args: Any) -> Any:
+        """Run an asyncio tool's coroutine as a task of the host's asyncio loop, and wait for it.
+
+        The runtime is a trio guest on that loop's thread, so this is a hand-off within one
+        thread. The task runs in a copy of this worker's context (the call's span is current
+        there); cancelling this call (its deadline, its caller) cancels the task.
+        """
+        loop = self._loop
+        task = loop.create_task(self._tool_dispatch(args, env.ctx), context=contextvars.copy_context())
+        done = trio.Event()
+        task.add_done_callback(lambda _: done.set())  # on the host thread, inside the guest run
+        try:
+            await done.wait()
+        except trio.Cancelled:
+            task.cancel()
+            with trio.CancelScope(shield=True), trio.move_on_after(_ASYNCIO_GRACE):
+                await done.wait()  # a task that ignores its cancellation runs on, abandoned
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: asyncio would log it as never retrieved
+            raise
+        return task.result()
 
     def _arm(self, env: Envelope, scope: trio.CancelScope) -> bool:
         """Put the call's deadline on the worker's scope (and its caller's); True if there is one."""

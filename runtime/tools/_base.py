@@ -22,7 +22,7 @@ from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, descriptor_from_type, parse_docstring, without_null
 from ._codec import ArgField, ArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
-from ._options import OnFull, ToolOptions
+from ._options import Loop, OnFull, ToolOptions
 
 __all__ = [
     "ArgsT",
@@ -54,7 +54,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     Subclass `Tool` or `SimpleTool` unless the tool needs its CallContext. Class attributes
     configure it: `name`, `description`, and the options of `@tool` (`timeout`,
     `max_concurrency`, `mailbox_size`, `on_full`, `inline`, `restart_on`, `setup_timeout`,
-    `placement`; see `ToolOptions`), read once when the class is defined. `execute` may be
+    `placement`, `loop`; see `ToolOptions`), read once when the class is defined. `execute` may be
     sync (run in a worker thread) or async. Override the codec hooks to change how
     arguments are read and results are shown to the model.
 
@@ -75,6 +75,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     restart_on: tuple[type[BaseException], ...] = ()
     setup_timeout: float | None = 30.0
     placement: Any = None
+    loop: Loop = "trio"
 
     tool_type: ClassVar[str] = "function"
     """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""
@@ -100,7 +101,12 @@ class ToolBase(Generic[ArgsT, ResultT]):
         if found is None:
             return  # a generic intermediate class; its concrete subclasses are built
         args_type, result_type = found
-        ToolOptions.build(f"tool class {cls.__qualname__}", cls)  # a bad option fails here, at definition
+        options = ToolOptions.build(f"tool class {cls.__qualname__}", cls)  # a bad option fails here
+        if options.loop == "asyncio" and not cls.is_async:
+            raise ToolDefinitionError(
+                f"tool class {cls.__qualname__}: loop='asyncio' runs `async def execute` on the host's "
+                "asyncio loop; this execute is not async (a sync tool runs in a worker thread anyway)"
+            )
         name = cls.__dict__.get("name") or getattr(cls, "name", None) or _snake(cls.__name__)
         cls.name = check_tool_name(name)
         own_doc = parse_docstring(cls.__dict__.get("__doc__"))

@@ -76,6 +76,11 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         for field in ToolOptions.__struct_fields__:  # the class-attribute view of the options
             setattr(self, field, getattr(options, field))
         self.is_async = inspect.iscoroutinefunction(fn)
+        if options.loop == "asyncio" and not self.is_async:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: loop='asyncio' runs an `async def` tool on the host's asyncio "
+                "loop; this function is not async (a sync tool runs in a worker thread anyway)"
+            )
 
         doc = parse_docstring(fn.__doc__)
         if _declared is not None:  # an override of a @tool method: the declaration fills the gaps

@@ -14,9 +14,10 @@ import msgspec
 
 from ..exceptions import ToolDefinitionError
 
-__all__ = ["OnFull", "ToolOptions", "ToolOptionsKw"]
+__all__ = ["Loop", "OnFull", "ToolOptions", "ToolOptionsKw"]
 
 OnFull = Literal["wait", "reject"]
+Loop = Literal["trio", "asyncio"]
 
 
 class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,6 +34,11 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
         restart_on: exceptions of the tool's own code after which its actor is restarted.
         setup_timeout: seconds `setup()` may take before the tool is marked down (None: no limit).
         placement: where the tool runs (None: in this process); see `runtime.placement`.
+        loop: the event loop an `async def` tool's code runs on: "trio" (the runtime's own),
+            or "asyncio" for code written for asyncio (asyncio.sleep, aiohttp, asyncpg...): it
+            then runs on the host's asyncio loop, which needs a runtime embedded in one
+            (`runtime.embed.open_asyncio_runtime`); opening any other runtime with such a
+            tool is a ToolDefinitionError.
     """
 
     timeout: float | None = None
@@ -43,6 +49,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
     restart_on: tuple[type[BaseException], ...] = ()
     setup_timeout: float | None = 30.0
     placement: Any = None
+    loop: Loop = "trio"
 
     @classmethod
     def build(cls, what: str, values: Any) -> ToolOptions:
@@ -94,6 +101,8 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
                 f"timeout={self.timeout!r} could not be honoured; drop inline=True (it then runs in a "
                 "worker thread, where a timeout works) or drop the timeout"
             )
+        if self.loop not in ("trio", "asyncio"):
+            raise ToolDefinitionError(f"{what}: loop must be 'trio' or 'asyncio', not {self.loop!r}")
         restart_on = self.restart_on
         if not isinstance(restart_on, tuple) or not all(
             isinstance(e, type) and issubclass(e, BaseException) for e in restart_on
@@ -117,3 +126,4 @@ class ToolOptionsKw(TypedDict, total=False):
     restart_on: tuple[type[BaseException], ...] | list[type[BaseException]]
     setup_timeout: float | None
     placement: Any
+    loop: Loop

@@ -9,12 +9,17 @@
 
 A call from asyncio costs one hand-off to the trio thread and one back (no thread pool);
 cancelling the asyncio task cancels the call on the trio side (it fails CANCELLED there).
+The caller's context variables (its OpenTelemetry context) go with every call.
+
+For an asyncio server, `open_asyncio_runtime` (runtime/embed/_asyncio.py) runs the runtime on
+the server's own loop instead, without this second thread; see docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import threading
@@ -24,10 +29,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from .engine import Runtime, RuntimeStatistics, open_runtime
-from .exceptions import RuntimeClosed
-from .messages import ToolCall, ToolResult
-from .registry import ToolLike, ToolRegistry
+from ..engine import Runtime, RuntimeStatistics, open_runtime
+from ..exceptions import RuntimeClosed
+from ..messages import ToolCall, ToolResult
+from ..registry import ToolLike, ToolRegistry
 
 __all__ = ["RuntimeThread"]
 
@@ -229,7 +234,9 @@ class RuntimeThread:
 
         assert self._token is not None
         try:
-            self._token.run_sync_soon(spawn)
+            # The call's task is spawned inside a copy of the caller's context, so it starts with
+            # the caller's context variables (its OpenTelemetry span: the parent of the tool's).
+            self._token.run_sync_soon(contextvars.copy_context().run, spawn)
         except trio.RunFinishedError:
             raise RuntimeClosed("the RuntimeThread has stopped") from None
         try:
