@@ -41,9 +41,14 @@ class Feature:
     around the tool's own code, and `on_supervisor_event` when an actor restarts or goes down.
     """
 
+    rechecks_enabled: bool = False
+    """True: a feature disabled when the runtime opened is asked again before each call, and
+    joins the calls from the first one it is enabled for (`enabled` must then be cheap)."""
+
     @property
     def enabled(self) -> bool:
-        """Read once when a runtime opens; a disabled feature's hooks are never called."""
+        """Read when a runtime opens (and before each call while False, if `rechecks_enabled`);
+        a disabled feature's hooks are never called."""
         return True
 
     def collect_metadata(self, call: ToolCall, tool: ToolBase[Any, Any] | None) -> Mapping[str, Any]:
@@ -116,20 +121,45 @@ def _overrides(feature: Feature, hook: str) -> bool:
 class FeaturePipeline:
     """The features of one runtime, with each hook's list of overriders resolved once."""
 
-    __slots__ = ("_around", "_collectors", "_completed", "_failed", "_starting", "_supervision", "features")
+    __slots__ = (
+        "_around",
+        "_collectors",
+        "_completed",
+        "_failed",
+        "_given",
+        "_starting",
+        "_supervision",
+        "dormant",
+        "features",
+    )
 
     def __init__(self, features: Iterable[Feature] = ()) -> None:
         given = tuple(features)
         for f in given:
             if not isinstance(f, Feature):
                 raise TypeError(f"features must be Feature instances, not {f!r}")
-        self.features: tuple[Feature, ...] = tuple(f for f in given if f.enabled)
+        self._given = given
+        self._resolve()
+
+    def _resolve(self) -> None:
+        enabled = [f.enabled for f in self._given]
+        self.features: tuple[Feature, ...] = tuple(f for f, on in zip(self._given, enabled, strict=True) if on)
+        self.dormant: tuple[Feature, ...] = tuple(
+            f for f, on in zip(self._given, enabled, strict=True) if not on and f.rechecks_enabled
+        )
         self._around = tuple(f for f in self.features if _overrides(f, "around_call"))
         self._supervision = tuple(f for f in self.features if _overrides(f, "on_supervisor_event"))
         self._collectors = tuple(f for f in self.features if _overrides(f, "collect_metadata"))
         self._starting = tuple(f for f in self.features if _overrides(f, "on_call_starting"))
         self._completed = tuple(f for f in self.features if _overrides(f, "on_call_completed"))
         self._failed = tuple(f for f in self.features if _overrides(f, "on_call_failed"))
+
+    def wake(self) -> bool:
+        """Re-read `enabled` of the dormant features; True if one turned on (the hooks changed)."""
+        if not any(f.enabled for f in self.dormant):
+            return False
+        self._resolve()
+        return True
 
     @property
     def active(self) -> bool:

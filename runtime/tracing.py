@@ -20,6 +20,7 @@ from typing import Any, Final
 import msgspec
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -64,6 +65,7 @@ _SCOPE: Final = "tool-runtime"
 _W3C = TraceContextTextMapPropagator()
 
 
+
 class Tracing(Feature):
     """Spans and metrics for every tool call.
 
@@ -74,7 +76,9 @@ class Tracing(Feature):
         record_results: put the result text on the span (it may be sensitive).
 
     With neither provider given and no SDK configured globally when the runtime opens, the
-    feature turns itself off, so untraced users pay nothing for it.
+    feature stays off, so untraced users pay next to nothing for it (one check per call);
+    from the first call after a global provider is set (`trace.set_tracer_provider`, or the
+    meter provider), it is on: a provider configured after the runtime opened still gets spans.
     """
 
     def __init__(
@@ -101,9 +105,15 @@ class Tracing(Feature):
         self._static: dict[Any, dict[str, Any]] = {}
 
     @property
+    def rechecks_enabled(self) -> bool:  # type: ignore[override]
+        return self._tracer_provider is None and self._meter_provider is None
+
+    @property
     def enabled(self) -> bool:
         if self._tracer_provider is not None or self._meter_provider is not None:
             return True
+        if _global_providers_unset():  # the common untraced case, checked before every call
+            return False
         return _configured(trace.get_tracer_provider()) or _configured(metrics.get_meter_provider())
 
     # -- hooks -----------------------------------------------------------------------
@@ -216,6 +226,21 @@ class _Current:
 
 def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
+
+
+def _global_providers_unset() -> bool:
+    """True while neither global provider has been set: a check cheap enough for every call.
+
+    Reads the API's module globals (a tenth of a microsecond); `get_tracer_provider()`
+    looks at the environment each time (microseconds). Where those globals are missing
+    (another API version), this says False and `enabled` asks the public functions. A
+    provider named in the environment (OTEL_PYTHON_TRACER_PROVIDER) is loaded by the first
+    `get_tracer_provider()`, which `Tracing()` itself makes, so it is never missed.
+    """
+    return (
+        getattr(trace, "_TRACER_PROVIDER", False) is None
+        and getattr(_metrics_api, "_METER_PROVIDER", False) is None
+    )
 
 
 def _configured(provider: object) -> bool:

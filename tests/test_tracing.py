@@ -277,3 +277,42 @@ def test_tracing_turns_itself_off_without_an_sdk() -> None:
     assert not FeaturePipeline([Tracing()]).active
     configured = Tracing(tracer_provider=TracerProvider())
     assert FeaturePipeline([configured]).features == (configured,)
+
+
+LATE_PROVIDER_SCRIPT = """
+import json, trio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from runtime import ToolCall, open_runtime, tool
+
+@tool
+async def add(a: int, b: int) -> int:
+    return a + b
+
+async def main():
+    exporter = InMemorySpanExporter()
+    async with open_runtime([add]) as rt:  # tracing=True: the global providers, none set yet
+        await rt.call(ToolCall(id="before", name="add", arguments='{"a": 1, "b": 2}'))
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)  # after the runtime opened, as a late app setup does
+        await rt.call(ToolCall(id="after", name="add", arguments='{"a": 1, "b": 2}'))
+        await rt.call_many([ToolCall(id="many", name="add", arguments='{"a": 1, "b": 2}')])
+    print(json.dumps([[s.name, s.attributes["gen_ai.tool.call.id"]] for s in exporter.get_finished_spans()]))
+
+trio.run(main)
+"""
+
+
+def test_a_tracer_provider_set_after_the_runtime_opened_gets_the_spans_of_later_calls() -> None:
+    # A subprocess: the global provider can be set once per process.
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_PROVIDER_SCRIPT], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(done.stdout) == [["execute_tool add", "after"], ["execute_tool add", "many"]]

@@ -50,6 +50,7 @@ class Runtime:
         self._routing = routing
         self._config = config
         self._pipeline = pipeline if pipeline.active else None
+        self._dormant = pipeline.dormant  # features that may turn on later (tracing=True, no SDK yet)
         self._supervisor = supervisor
         self._closed = False
         self._closing = False
@@ -129,6 +130,8 @@ class Runtime:
         """
         if self._closed:
             self._check_open()
+        if self._dormant:
+            self._wake()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         call, ctx, actor = self._route(call, metadata)
         env = CallEnvelope(call, ctx, deadline, timeout)
@@ -212,6 +215,18 @@ class Runtime:
         return await self.call(call, metadata=_metadata, timeout=_timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """A dormant feature may have turned on (a tracer provider set after opening): if so,
+        its hooks join every call from now on, in the callers and in the tool actors."""
+        pipeline = self._config.pipeline
+        if not pipeline.wake():
+            return
+        self._dormant = pipeline.dormant
+        self._pipeline = pipeline if pipeline.active else None
+        for actor in self._routing.routes.values():
+            actor.pool.use_pipeline(pipeline)
+        log.info("features turned on after the runtime opened: %s", ", ".join(map(repr, pipeline.features)))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -302,6 +317,8 @@ class Runtime:
         this generator, not a thousand.
         """
         self._check_open()
+        if self._dormant:
+            self._wake()
         calls = calls if isinstance(calls, Sequence) else list(calls)
         if results is not None:
             results.extend(None for _ in calls)

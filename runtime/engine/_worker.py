@@ -132,6 +132,10 @@ class WorkerPool:
         self._max_depth = config.max_argument_depth
         self._max_chars = config.max_result_chars
 
+    def use_pipeline(self, pipeline: Any) -> None:
+        """The features changed (one turned on after the runtime opened)."""
+        self._around = pipeline if pipeline.wraps_calls else None
+
     # -- the pool --------------------------------------------------------------------
 
     def start(self, nursery: trio.Nursery) -> None:
