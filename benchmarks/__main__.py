@@ -10,7 +10,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=["runtime", "peers", "mcp"],
+        choices=["runtime", "peers", "mcp", "server", "report"],
         help="run one report (peers needs the bench extra)",
     )
     args = parser.parse_args()
@@ -32,6 +32,15 @@ def main() -> None:
         report = bench_peers.main(quick=args.quick)
         report.print()
         print(f"\nwrote {report.save()}")
+        bench_peers.curves(quick=args.quick)
+    if args.only in (None, "server"):
+        from . import bench_server  # W5: server processes under wrk
+
+        bench_server.main(quick=args.quick)
+    if args.only in (None, "report"):
+        from . import report as results_md
+
+        print(f"wrote {results_md.write()}")
 
 
 if __name__ == "__main__":

@@ -407,3 +407,58 @@ def main(quick: bool = False) -> Report:
             note += "; " + _versus(ours, us, PEERS[name][3], SEVERAL)
         report.add(Row(f"W3 tool+schema build: {name}", name, "floor_a'", us, floor, note=note))
     return report
+
+
+# -- curves for benchmarks/RESULTS.md: fan-out scaling and memory per in-flight call ---------
+
+
+async def _openai_agents_fanout(batch: int, rounds: int) -> float:
+    from agents import function_tool
+    from agents.tool_context import ToolContext
+
+    fn_tool = function_tool(add)
+    contexts = [
+        ToolContext(None, tool_name="add", tool_call_id=f"c{i}", tool_arguments=RAW) for i in range(batch)
+    ]
+    await asyncio.gather(*(fn_tool.on_invoke_tool(c, RAW) for c in contexts))
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        contexts = [
+            ToolContext(None, tool_name="add", tool_call_id=f"c{i}", tool_arguments=RAW) for i in range(batch)
+        ]
+        await asyncio.gather(*(fn_tool.on_invoke_tool(c, RAW) for c in contexts))
+    return (time.perf_counter() - start) / (batch * rounds) * 1e6
+
+
+def curves(quick: bool = False) -> dict[str, Any]:
+    """Per-call time of a fan-out of 10..10,000 calls, and bytes per parked call at 1k and 10k."""
+    import json as _json
+
+    from ._harness import RESULTS
+
+    sizes = [10, 100, 1000, 10_000]
+    repeats = 1 if quick else 3
+    has_peer = importlib.util.find_spec("agents") is not None
+    fanout: dict[str, dict[int, float]] = {"runtime": {}, "openai-agents": {}}
+    for size in sizes:
+        rounds = max(1, 20_000 // size) if not quick else max(1, 2_000 // size)
+        fanout["runtime"][size] = statistics.median(
+            trio.run(bench_runtime.runtime_fanout, size, rounds) for _ in range(repeats)
+        )
+        if has_peer:
+            fanout["openai-agents"][size] = statistics.median(
+                asyncio.run(_openai_agents_fanout(size, rounds)) for _ in range(repeats)
+            )
+    memory: dict[str, dict[int, float]] = {"runtime": {}, "floor_b": {}, "openai-agents": {}}
+    for n in [1000, 10_000]:
+        memory["runtime"][n] = trio.run(bench_runtime.parked_runtime, n)
+        memory["floor_b"][n] = trio.run(bench_runtime.parked_floor, n)
+        if has_peer:
+            memory["openai-agents"][n] = asyncio.run(_openai_agents_parked(n))
+    data = {"fanout_us_per_call": fanout, "bytes_per_parked_call": memory}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "curves.json").write_text(_json.dumps(data, indent=2) + "\n")
+    print("fan-out us/call:", {k: {s: round(v, 1) for s, v in d.items()} for k, d in fanout.items()})
+    print("bytes per parked call:", {k: {s: round(v) for s, v in d.items()} for k, d in memory.items()})
+    return data

@@ -143,7 +143,9 @@ class FeaturePipeline:
 
     def _resolve(self) -> None:
         enabled = [f.enabled for f in self._given]
-        self.features: tuple[Feature, ...] = tuple(f for f, on in zip(self._given, enabled, strict=True) if on)
+        self.features: tuple[Feature, ...] = tuple(
+            f for f, on in zip(self._given, enabled, strict=True) if on
+        )
         self.dormant: tuple[Feature, ...] = tuple(
             f for f, on in zip(self._given, enabled, strict=True) if not on and f.rechecks_enabled
         )

@@ -65,7 +65,6 @@ _SCOPE: Final = "tool-runtime"
 _W3C = TraceContextTextMapPropagator()
 
 
-
 class Tracing(Feature):
     """Spans and metrics for every tool call.
 

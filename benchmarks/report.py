@@ -1,0 +1,214 @@
+"""Write benchmarks/RESULTS.md (tables of ratios) and its PNG plots from benchmarks/results/*.json.
+
+    python -m benchmarks.report          # after `make bench` (which runs it last)
+
+Every figure comes from the JSON files of one `make bench` run; nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from ._harness import RESULTS
+
+HERE = Path(__file__).parent
+OUT = HERE / "RESULTS.md"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _ratio_table(rows: list[dict[str, Any]], unit: str = "us") -> list[str]:
+    lines = [
+        f"| workload | subject | {unit} | against | {unit} | ratio | goal |",
+        "|---|---|---:|---|---:|---:|---|",
+    ]
+    for r in rows:
+        target = r.get("target")
+        verdict = (
+            "" if target is None else (f"<= {target:g} " + ("ok" if r["ratio"] <= target else "**over**"))
+        )
+        lines.append(
+            f"| {r['workload']} | {r['subject']} | {r['subject_us']:.1f} | {r['floor']} | "
+            f"{r['floor_us']:.1f} | {r['ratio']:.2f}x | {verdict} |"
+        )
+    return lines
+
+
+def _plots(w5: dict[str, Any] | None, curves: dict[str, Any] | None) -> list[str]:
+    """Draw the PNGs; returns their file names (none without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no plots: matplotlib is not installed (the bench extra)")
+        return []
+    made = []
+    if w5 and w5.get("runs"):
+        fig, axes = plt.subplots(1, 3, figsize=(16, 5), sharey=True)
+        groups = [("uvicorn", "asyncio"), ("uvicorn", "uvloop"), ("hypercorn", "trio")]
+        for ax, (server, loop) in zip(axes, groups, strict=True):
+            for result in w5["runs"]:
+                if result["server"] != server or result["loop"] != loop or not result["runs"]:
+                    continue
+                runs = sorted(result["runs"], key=lambda r: r["requests"])
+                median = runs[len(runs) // 2]["percentiles_us"]
+                xs = [float(p) for p in median]
+                ys = [v / 1000 for v in median.values()]
+                ax.plot(xs, ys, marker="o", label=result["mode"])
+            ax.set_title(f"{server} ({loop})")
+            ax.set_xlabel("percentile")
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend()
+        axes[0].set_ylabel("latency, ms (log)")
+        fig.suptitle("W5: request latency by percentile (200 connections, 4 tool calls a request)")
+        fig.tight_layout()
+        fig.savefig(HERE / "w5_latency.png", dpi=90)
+        plt.close(fig)
+        made.append("w5_latency.png")
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, points in curves["fanout_us_per_call"].items():
+            if points:
+                sizes = sorted(points, key=int)
+                ax.plot([int(s) for s in sizes], [points[s] for s in sizes], marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel("calls in one fan-out")
+        ax.set_ylabel("us per call")
+        ax.set_title("Fan-out scaling (add(a, b) from JSON text)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(HERE / "fanout_scaling.png", dpi=90)
+        plt.close(fig)
+        made.append("fanout_scaling.png")
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        memory = curves["bytes_per_parked_call"]
+        names = [n for n in memory if memory[n]]
+        sizes = sorted({int(s) for n in names for s in memory[n]})
+        width = 0.8 / max(1, len(names))
+        for i, name in enumerate(names):
+            ax.bar(
+                [j + i * width for j in range(len(sizes))],
+                [memory[name].get(str(s), memory[name].get(s, 0)) for s in sizes],  # type: ignore[call-overload]
+                width,
+                label=name,
+            )
+        ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(sizes))])
+        ax.set_xticklabels([f"{s:,} parked" for s in sizes])
+        ax.set_ylabel("bytes per in-flight call (tracemalloc)")
+        ax.set_title("Memory per in-flight call")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(HERE / "memory_per_call.png", dpi=90)
+        plt.close(fig)
+        made.append("memory_per_call.png")
+    return made
+
+
+def write() -> Path:
+    runtime = _load("runtime")
+    peers = _load("peers")
+    w5 = _load("w5")
+    curves = _load("curves")
+    plots = _plots(w5, curves)
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `make bench` ({time.strftime('%Y-%m-%d %H:%M')} UTC, Python {platform.python_version()}, "
+        f"{platform.machine()}); every figure is from that one run (`benchmarks/results/*.json`). "
+        "Ratios compare subjects measured in the same run, interleaved; on a shared machine "
+        "single figures move by 10-20% between runs, the ratios less.",
+        "",
+    ]
+    if w5 and w5.get("rows"):
+        lines += [
+            "## W5: agent server under load",
+            "",
+            f"wrk, {w5['connections']} connections, loopback; each request is one assistant message with 4 tool "
+            "calls (async I/O 2 ms, CPU-bound sync, small sync, async that raises for one argument in ten; "
+            "one body in ten has malformed arguments). One server process; medians of the runs. The floor "
+            "calls the functions directly on the same server and loop (sync ones in a thread). "
+            "Goal (DESIGN.md 4): req/s >= 0.9x and p99 <= 1.2x the floor's, on uvicorn's default loop too.",
+            "",
+            "| server | req/s | p50 ms | p99 ms | max ms | CPU us/req | req/s x floor | p99 x floor | CPU x floor | errors |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in w5["rows"]:
+            lines.append(
+                f"| {row['label']} | {row['rps']:.0f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | "
+                f"{row['max_ms']:.0f} | {row['cpu_us_per_request']:.0f} | {row.get('rps_x_floor', 0):.2f} | "
+                f"{row.get('p99_x_floor', 0):.2f} | {row.get('cpu_x_floor', 0):.2f} | {row['errors']} |"
+            )
+        lines.append("")
+        if "w5_latency.png" in plots:
+            lines += ["![W5 latency by percentile](w5_latency.png)", ""]
+        if w5.get("embedding"):
+            lines += [
+                "### The two asyncio embeddings, one request at a time",
+                "",
+                "Sequential `call_many` round trips from an asyncio task (`risky(n=1)`, an async tool):",
+                "",
+                "| loop | calls per call_many | open_asyncio_runtime (guest) us | RuntimeThread us |",
+                "|---|---:|---:|---:|",
+            ]
+            for row in w5["embedding"]:
+                lines.append(
+                    f"| {row['loop']} | {row['batch']} | {row['guest_us']:.0f} | {row['thread_us']:.0f} |"
+                )
+            lines.append("")
+    if peers:
+        lines += ["## Against the peers (benchmarks/bench_peers.py)", ""]
+        lines += _ratio_table(peers["rows"])
+        lines.append("")
+    if curves:
+        lines += ["## Fan-out scaling and memory per in-flight call", ""]
+        fanout = curves["fanout_us_per_call"]
+        sizes = sorted({int(s) for d in fanout.values() for s in d})
+        lines += ["| calls | " + " | ".join(f"{n} us/call" for n in fanout if fanout[n]) + " |"]
+        lines += ["|---:|" + "---:|" * sum(1 for n in fanout if fanout[n])]
+        for s in sizes:
+            cells = [f"{fanout[n][str(s)]:.1f}" for n in fanout if fanout[n]]
+            lines.append(f"| {s:,} | " + " | ".join(cells) + " |")
+        lines.append("")
+        memory = curves["bytes_per_parked_call"]
+        lines += ["| parked calls | " + " | ".join(f"{n} bytes/call" for n in memory if memory[n]) + " |"]
+        lines += ["|---:|" + "---:|" * sum(1 for n in memory if memory[n])]
+        for s in sorted({int(s) for d in memory.values() for s in d}):
+            cells = [f"{memory[n][str(s)]:.0f}" for n in memory if memory[n]]
+            lines.append(f"| {s:,} | " + " | ".join(cells) + " |")
+        lines.append("")
+        for png, title in (("fanout_scaling.png", "Fan-out scaling"), ("memory_per_call.png", "Memory")):
+            if png in plots:
+                lines += [f"![{title}]({png})", ""]
+    if runtime:
+        lines += ["## The runtime against its floors (benchmarks/bench_runtime.py)", ""]
+        lines += _ratio_table(runtime["rows"])
+        lines += [
+            "",
+            "floor_a: cached msgspec decode + direct call + encode. floor_b: floor_a behind one trio "
+            "memory-channel hop with a trio.Event reply. floor_c: floor_b + one OpenTelemetry SDK span.",
+            "",
+        ]
+    mcp = _load("mcp")
+    if mcp:
+        lines += ["## MCP (benchmarks/bench_mcp.py)", ""]
+        lines += _ratio_table(mcp["rows"])
+        lines.append("")
+    OUT.write_text("\n".join(lines))
+    return OUT
+
+
+if __name__ == "__main__":
+    print(f"wrote {write()}")
