@@ -1,1 +1,1 @@
-"""Benchmarks: every figure is a ratio to a floor measured in the same run (DESIGN.md section 4)."""
+"""Benchmarks: every figure is a ratio to a floor measured in the same run (docs/ARCHITECTURE.md section 4)."""

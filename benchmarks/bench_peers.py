@@ -1,4 +1,4 @@
-"""The runtime against its peers (DESIGN.md section 4), on the same tools, in one run.
+"""The runtime against its peers (docs/ARCHITECTURE.md section 4), on the same tools, in one run.
 
 W2: 1,000 concurrent calls of `add(a: int, b: int) -> int`, each starting from the JSON text
 the model sends ('{"a": 1, "b": 2}'). The asyncio peers run under `asyncio.gather`; the runtime

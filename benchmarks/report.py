@@ -140,7 +140,7 @@ def write() -> Path:
             "calls (async I/O 2 ms, CPU-bound sync, small sync, async that raises for one argument in ten; "
             "one body in ten has malformed arguments). One server process; medians of the runs. The floor "
             "calls the functions directly on the same server and loop (sync ones in a thread). "
-            "Goal (DESIGN.md 4): req/s >= 0.9x and p99 <= 1.2x the floor's, on uvicorn's default loop too.",
+            "Goal (docs/ARCHITECTURE.md 4): req/s >= 0.9x and p99 <= 1.2x the floor's, on uvicorn's default loop too.",
             "",
             "| server | req/s | p50 ms | p99 ms | max ms | CPU us/req | req/s x floor | p99 x floor | CPU x floor | errors |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

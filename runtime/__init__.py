@@ -1,6 +1,8 @@
 """tool-runtime: Python functions and typed classes as LLM tools, run as supervised trio actors.
 
-The root only re-exports; see DESIGN.md section 3 for the contract these names make.
+Import name `runtime` (distribution `tool-runtime`). Tools run on trio; asyncio programs embed
+the runtime with `runtime.embed` (on their own loop, or on a thread of its own).
+The root only re-exports; see docs/ARCHITECTURE.md section 3 for the contract these names make.
 """
 
 from .engine import RestartPolicy as RestartPolicy

@@ -1,4 +1,4 @@
-"""The engine's call path (DESIGN.md sections 1, 3.5, 3.10): calls, fan-out, deadlines,
+"""The engine's call path (docs/ARCHITECTURE.md sections 1, 3.5, 3.10): calls, fan-out, deadlines,
 cancellation, the failure mapping, limits, features, mailboxes, workers, registration."""
 
 import argparse
@@ -479,7 +479,7 @@ async def test_a_call_cancelled_while_queued_never_runs(autojump_clock: trio.abc
     assert recorder.results["first"][0].ok
 
 
-# -- the failure mapping of DESIGN.md 3.5 ----------------------------------------------------------
+# -- the failure mapping of docs/ARCHITECTURE.md 3.5 ----------------------------------------------------------
 
 
 @tool
@@ -784,7 +784,7 @@ async def test_every_kind_of_failure_reads_as_an_error_to_the_model(autojump_clo
         assert f.message
 
 
-# -- limits of DESIGN.md 3.10 ----------------------------------------------------------------------
+# -- limits of docs/ARCHITECTURE.md 3.10 ----------------------------------------------------------------------
 
 
 class Text(msgspec.Struct, forbid_unknown_fields=True):

@@ -1,4 +1,4 @@
-"""Supervision and shutdown (DESIGN.md 3.5): restarts with backoff, restart intensity, tools
+"""Supervision and shutdown (docs/ARCHITECTURE.md 3.5): restarts with backoff, restart intensity, tools
 going down while the others serve, calls in flight on a crash, and an orderly shutdown."""
 
 import json

@@ -1,4 +1,4 @@
-"""The public surface: the contract of DESIGN.md section 3, plus what was added on purpose."""
+"""The public surface: the contract of docs/ARCHITECTURE.md section 3, plus what was added on purpose."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The runtime as an MCP server (DESIGN.md 3.7), driven by the official SDK client.
+"""The runtime as an MCP server (docs/ARCHITECTURE.md 3.7), driven by the official SDK client.
 
 Real peers: `python -m runtime serve tests.mcp_fixtures:registry` as a child process over
 stdio and streamable HTTP, in both protocol eras (2025-11-25 `initialize`, 2026-07-28

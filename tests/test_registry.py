@@ -1,4 +1,4 @@
-"""ToolRegistry: every operation of DESIGN.md section 3.3."""
+"""ToolRegistry: every operation of docs/ARCHITECTURE.md section 3.3."""
 
 from typing import Any
 

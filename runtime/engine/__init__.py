@@ -1,4 +1,7 @@
-"""The engine: tool actors behind bounded mailboxes, a registry actor, a supervisor."""
+"""The engine: tool actors behind bounded mailboxes, a registry actor, a supervisor.
+
+The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
+"""
 
 from ._actor import ActorState as ActorState
 from ._config import RestartPolicy as RestartPolicy
