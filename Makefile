@@ -24,7 +24,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+# The Ray placement's tests run against a local Ray: the ray extra is part of the test set-up.
+RAY_STAMP := $(VENV)/.ray-installed
+
+$(RAY_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[ray]'
+	touch $(RAY_STAMP)
+
+pytest: $(RAY_STAMP)
 	$(BIN)/pytest
 
 test: lint pytest
@@ -36,7 +43,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(RAY_STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:

@@ -10,6 +10,7 @@ from typing import Literal
 
 import msgspec
 import trio
+import trio.lowlevel
 from opentelemetry import trace
 
 from runtime import CallContext, Tool, fail, tool
@@ -146,3 +147,42 @@ class BrokenSetup(Tool[Echo, str]):
 
     async def execute(self, args: Echo) -> str:
         return args.text
+
+
+# -- Ray ------------------------------------------------------------------------------------
+
+try:
+    from runtime.placement.ray import Ray
+except ImportError:  # pragma: no cover - the ray extra is absent
+    Ray = None  # type: ignore[assignment,misc]
+
+if Ray is not None:
+
+    @tool(placement=Ray(replicas=2, num_cpus=0))
+    def ray_add(a: int, b: int) -> dict[str, int]:
+        """Add on a Ray replica; says which process served."""
+        return {"sum": a + b, "pid": os.getpid()}
+
+    @tool(placement=Ray(replicas=1, num_cpus=0))
+    def ray_sleep(seconds: float, pid_file: str = "") -> int:
+        """Block in a Ray replica (after saying which process it is)."""
+        if pid_file:
+            Path(pid_file).write_text(str(os.getpid()))
+        time.sleep(seconds)
+        return os.getpid()
+
+    @tool(placement=Ray(replicas=1, num_cpus=0), timeout=1)
+    def ray_stuck(pid_file: str, seconds: float = 60) -> int:
+        """Block far past its timeout in a Ray replica."""
+        Path(pid_file).write_text(str(os.getpid()))
+        time.sleep(seconds)
+        return os.getpid()
+
+    @tool(placement=Ray(replicas=1, num_cpus=0))
+    async def ray_span_parent(n: int) -> str:
+        """The trace context the tool's code runs in on the Ray side (an async tool: trio there)."""
+        await trio.lowlevel.checkpoint()
+        if n < 0:
+            fail("n must not be negative")
+        ctx = trace.get_current_span().get_span_context()
+        return f"{ctx.trace_id:032x}-{ctx.span_id:016x}"

@@ -31,6 +31,7 @@ __all__ = [
     "decode_reply",
     "decode_to_worker",
     "encode",
+    "encode_request",
     "frame",
 ]
 
@@ -127,6 +128,7 @@ ToWorker = Load | Request | Stop
 Reply = Ready | Done | Raised
 
 _encoder = msgspec.msgpack.Encoder()
+_request_encoder = msgspec.msgpack.Encoder(enc_hook=str)  # metadata values that do not encode travel as text
 _to_worker = msgspec.msgpack.Decoder(ToWorker)
 _reply = msgspec.msgpack.Decoder(Reply)
 
@@ -134,6 +136,11 @@ _reply = msgspec.msgpack.Decoder(Reply)
 def encode(message: ToWorker | Reply) -> bytes:
     """The message as MessagePack bytes."""
     return _encoder.encode(message)
+
+
+def encode_request(request: Request) -> bytes:
+    """A request as MessagePack bytes; metadata values MessagePack cannot carry travel as text."""
+    return _request_encoder.encode(request)
 
 
 def frame(message: ToWorker | Reply) -> bytes:

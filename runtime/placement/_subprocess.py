@@ -26,7 +26,6 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import msgspec
 import trio
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -34,7 +33,7 @@ from ..exceptions import InvalidArguments, RemoteToolError, ToolDefinitionError,
 from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
 from ._frames import FrameReader
-from ._protocol import Done, Load, Raised, Ready, Request, Stop, decode_reply, frame
+from ._protocol import Done, Load, Raised, Ready, Request, Stop, decode_reply, encode_request, frame
 from ._reference import main_path, reference
 
 __all__ = ["Subprocess", "rebuild", "trace_carrier"]
@@ -77,9 +76,6 @@ def death_cause(returncode: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-returncode}"
     return f"exited with code {returncode}"
-
-
-_metadata_encoder = msgspec.msgpack.Encoder(enc_hook=str)  # metadata values that do not encode travel as text
 
 
 class Subprocess(Placement):
@@ -345,7 +341,7 @@ class _Pool:
             tracestate=tracestate,
             timeout=timeout,
         )
-        body = _metadata_encoder.encode(request)
+        body = encode_request(request)
         data = len(body).to_bytes(4, "big") + body
         while True:
             worker = await self._idle.receive()
