@@ -7,8 +7,10 @@ tenth of a second); speed is measured in benchmarks/bench_placement.py.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -302,3 +304,43 @@ def test_placement_options_are_checked_at_definition() -> None:
             return x
 
     assert InProcess() == InProcess()
+
+
+ORPHAN_SCRIPT = """
+import sys, trio
+sys.path.insert(0, {tests!r})
+import placement_tools as pt
+from runtime import ToolCall, open_runtime
+
+async def main():
+    async with open_runtime([pt.crashy], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="p", name="crashy"))
+        print(result.value, flush=True)
+        await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+async def test_workers_exit_when_the_runtimes_process_is_killed() -> None:
+    script = ORPHAN_SCRIPT.format(tests=str(Path(__file__).parent))
+    proc = await trio.lowlevel.open_process([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(30):
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await proc.stdout.receive_some(100)
+        worker = int(line)
+        assert alive(worker)
+        proc.kill()
+        await proc.wait()
+        with trio.fail_after(10):  # the worker notices its parent is gone within a second
+            while alive(worker):  # noqa: ASYNC110 - another process, no event to wait on
+                await trio.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        assert proc.stdout is not None
+        await proc.stdout.aclose()

@@ -4,13 +4,15 @@ The runtime speaks to it over its stdin and stdout in length-prefixed MessagePac
 (`_protocol`). Before anything else the worker moves those two pipes aside: the tool's
 `print()` then writes to stderr, which the runtime forwards to its log (tagged with the
 tool and the pid), and nothing the tool does can corrupt the protocol. The worker dies with
-the runtime (PR_SET_PDEATHSIG on Linux, and the end of its stdin everywhere).
+the runtime (a watch on its parent pid, and the end of its stdin).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 import trio
@@ -36,16 +38,21 @@ def main() -> None:
 
 
 def _die_with_parent() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        import signal
+    """Exit when the runtime's process is gone, even while a tool blocks the main thread.
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:  # best effort: a closed stdin ends the worker too
-        pass
+    Not PR_SET_PDEATHSIG: that follows the parent *thread*, and trio starts processes from
+    its worker threads, which exit after a few idle seconds. A closed stdin ends the worker
+    too, but only between calls.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="tool-runtime-lifeline", daemon=True).start()
 
 
 def _cap_address_space(megabytes: int) -> None:
