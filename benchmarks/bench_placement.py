@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from runtime import ToolCall, open_runtime, tool
+from runtime import RestartPolicy, ToolCall, open_runtime, tool
 from runtime.placement import Subprocess
 
 from ._harness import Report, Row
@@ -137,7 +137,9 @@ async def _measure(
 
 async def _crash_detection(repeats: int) -> float:
     times = []
-    async with open_runtime([crash], tracing=False) as rt:
+    async with open_runtime(
+        [crash], tracing=False, restart=RestartPolicy(max_restarts=1000, backoff=0.0)
+    ) as rt:
         for _ in range(repeats):
             ok = await rt.call(ToolCall(id="w", name="crash", arguments='{"how": "ok"}'))  # a live worker
             assert ok.ok, ok

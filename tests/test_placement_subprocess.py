@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runtime import FailureKind, RestartPolicy, ToolCall, ToolDefinitionError, ToolSet, open_runtime, tool
+from runtime.embed import RuntimeThread
 from runtime.placement import InProcess, Subprocess
 from runtime.tracing import Tracing
 
@@ -344,3 +345,11 @@ async def test_workers_exit_when_the_runtimes_process_is_killed() -> None:
         await proc.wait()
         assert proc.stdout is not None
         await proc.stdout.aclose()
+
+
+def test_subprocess_tools_work_from_a_runtime_thread() -> None:
+    with RuntimeThread([pt.crashy], tracing=False) as rt:
+        crashed = rt.call(call("crashy", '{"how": "segfault"}'))
+        assert crashed.kind is FailureKind.ERROR  # type: ignore[union-attr]
+        assert "SIGSEGV" in crashed.message  # type: ignore[union-attr]
+        assert rt.call(call("crashy")).ok

@@ -13,3 +13,13 @@ from ..tools import Placement as Placement
 from ._subprocess import Subprocess as Subprocess
 
 __all__ = ["InProcess", "Placement", "Subprocess"]
+
+
+def __getattr__(name: str) -> object:
+    # `from runtime.placement import Ray` works too; ray itself is imported only when a Ray
+    # placement checks or opens a tool.
+    if name == "Ray":
+        from .ray import Ray
+
+        return Ray
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,9 +17,9 @@ A call whose worker died is never retried: the tool may have done half its work.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
-import math
 import signal
 import subprocess
 import sys
@@ -32,7 +32,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..exceptions import InvalidArguments, RemoteToolError, ToolDefinitionError, ToolRejected, ToolUnavailable
 from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
-from ._frames import FrameReader
+from ._frames import FdFrames
 from ._protocol import Done, Load, Raised, Ready, Request, Stop, decode_reply, encode_request, frame
 from ._reference import main_path, reference
 
@@ -130,13 +130,14 @@ class Subprocess(Placement):
 
 
 class _Worker:
-    __slots__ = ("busy", "dead", "pid", "proc", "reader", "stopping")
+    __slots__ = ("busy", "dead", "frames", "pid", "proc", "stopping")
 
     def __init__(self, proc: trio.Process) -> None:
         self.proc = proc
         self.pid = proc.pid
-        assert proc.stdout is not None
-        self.reader = FrameReader(proc.stdout)
+        assert isinstance(proc.stdout, trio.lowlevel.FdStream)
+        assert isinstance(proc.stdin, trio.lowlevel.FdStream)
+        self.frames = FdFrames(proc.stdout.fileno(), proc.stdin.fileno())
         self.busy = False
         self.dead = False
         self.stopping = False  # killed or retired on purpose: its exit is not a loss
@@ -175,7 +176,8 @@ class _Pool:
             max_rss_mb=placement.max_rss_mb,
         )
         self._load_frame = frame(self.load)
-        self._send_idle, self._idle = trio.open_memory_channel[_Worker](math.inf)
+        self._idle: collections.deque[_Worker] = collections.deque()
+        self._idle_lot = trio.lowlevel.ParkingLot()  # calls waiting for an idle worker
         self.workers: set[_Worker] = set()
         self.closing = False
 
@@ -218,9 +220,8 @@ class _Pool:
         self.workers.add(worker)
         self.nursery.start_soon(self._forward_stderr, worker)
         try:
-            assert proc.stdin is not None
-            await proc.stdin.send_all(self._load_frame)
-            body = await worker.reader.read()
+            await worker.frames.write(self._load_frame)
+            body = await worker.frames.read()
             if body is None:
                 code = await _reap(proc, 1.0)
                 raise WorkerStartFailed(
@@ -242,7 +243,20 @@ class _Pool:
         return worker
 
     async def add_worker(self) -> None:
-        self._send_idle.send_nowait(await self.start_worker())
+        self._release(await self.start_worker())
+
+    def _release(self, worker: _Worker) -> None:
+        self._idle.append(worker)
+        self._idle_lot.unpark()
+
+    async def _acquire(self) -> _Worker:
+        idle = self._idle
+        while True:
+            while idle:
+                worker = idle.popleft()
+                if not worker.dead:
+                    return worker
+            await self._idle_lot.park()
 
     async def _replace(self, delay: float) -> None:
         """Start a worker in place of one that is gone, after `delay` seconds."""
@@ -343,17 +357,13 @@ class _Pool:
         )
         body = encode_request(request)
         data = len(body).to_bytes(4, "big") + body
-        while True:
-            worker = await self._idle.receive()
-            if not worker.dead:
-                break
+        worker = await self._acquire()
         worker.busy = True
         proc = worker.proc
-        assert proc.stdin is not None
         try:
             try:
-                await proc.stdin.send_all(data)
-                answer = await worker.reader.read()
+                await worker.frames.write(data)
+                answer = await worker.frames.read()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError):
                 answer = None
         except BaseException:  # cancelled (deadline, caller, shutdown): stop the work for real
@@ -375,7 +385,7 @@ class _Pool:
         if reply.retire:  # type: ignore[union-attr]
             self.nursery.start_soon(self._retire, worker)
         else:
-            self._send_idle.send_nowait(worker)
+            self._release(worker)
         if isinstance(reply, Done):
             return reply.result
         if isinstance(reply, Raised):
