@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench soak clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP) $(RAY_STAMP)
 	$(BIN)/python -m benchmarks
+
+# 100,000 mixed calls (20% timeouts, 10% caller cancellations); fails if tasks or RSS do not come back.
+# Not part of `make test`.
+soak: $(STAMP)
+	$(BIN)/python -m benchmarks.soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
