@@ -41,6 +41,14 @@ def stuck(pid_file: str, seconds: float = 60) -> str:
     return "woke up"
 
 
+@tool(placement=Subprocess(workers=1))
+def sleeper(pid_file: str, seconds: float = 60) -> str:
+    """Block in C code with no timeout of its own, after saying which process it is."""
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return "woke up"
+
+
 @tool(placement=Subprocess(workers=4))
 def whoami(i: int, pause: float = 0.05) -> dict[str, int]:
     """Which worker served call i."""

@@ -33,6 +33,16 @@ def call(name: str, arguments: str = "{}", id: str = "c1") -> ToolCall:
     return ToolCall(id=id, name=name, arguments=arguments)
 
 
+async def wait_for_file(path: Path) -> int:
+    """The pid a tool wrote to `path` (from another process: there is no event to wait on)."""
+    file = trio.Path(path)
+    with trio.fail_after(30):
+        while True:
+            if await file.exists() and (text := await file.read_text()):
+                return int(text)
+            await trio.sleep(0.005)
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -109,16 +119,17 @@ async def test_a_timeout_kills_the_stuck_worker_and_answers_at_the_deadline(tmp_
 
 async def test_caller_cancellation_kills_the_worker_too(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
-    async with open_runtime([pt.stuck], tracing=False) as rt:
-        with trio.move_on_after(0.5):
-            await rt.call(call("stuck", f'{{"pid_file": "{pid_file}"}}'))
-        pid = int(pid_file.read_text())
+    async with open_runtime([pt.sleeper], tracing=False) as rt:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rt.call, call("sleeper", f'{{"pid_file": "{pid_file}"}}'))
+            pid = await wait_for_file(pid_file)
+            nursery.cancel_scope.cancel()  # the caller gives up while the tool blocks in C
         # The caller is answered at once; the actor kills the worker as the cancellation reaches it.
         with trio.fail_after(5):
             while alive(pid):  # noqa: ASYNC110 - another process, no event to wait on
                 await trio.sleep(0.005)
-        assert rt.statistics().tools["stuck"].failures == {"cancelled": 1}
-        assert rt.statistics().tools["stuck"].abandoned == 0
+        assert rt.statistics().tools["sleeper"].failures == {"cancelled": 1}
+        assert rt.statistics().tools["sleeper"].abandoned == 0
 
 
 async def test_parallel_calls_spread_over_the_workers_and_come_back_in_order() -> None:
