@@ -8,6 +8,7 @@ tenth of a second); speed is measured in benchmarks/bench_placement.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import subprocess
@@ -364,3 +365,38 @@ def test_subprocess_tools_work_from_a_runtime_thread() -> None:
         assert crashed.kind is FailureKind.ERROR  # type: ignore[union-attr]
         assert "SIGSEGV" in crashed.message  # type: ignore[union-attr]
         assert rt.call(call("crashy")).ok
+
+
+SCRIPT_WITH_TOOL = """
+import os, trio
+from runtime import ToolCall, open_runtime, tool
+from runtime.placement import Subprocess
+
+@tool(placement=Subprocess())
+def where(n: int) -> list[int]:
+    return [n, os.getpid()]
+
+async def main():
+    async with open_runtime([where], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="1", name="where", arguments='{"n": 7}'))
+        print(result.content, os.getpid(), flush=True)
+
+if __name__ == "__main__":
+    print("main block ran", flush=True)
+    trio.run(main)
+"""
+
+
+async def test_a_tool_defined_in_a_scripts_main_runs_in_a_worker_without_rerunning_the_main_block(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "agent.py"
+    await trio.Path(script).write_text(SCRIPT_WITH_TOOL)
+    done = await trio.run_process([sys.executable, str(script)], capture_stdout=True, capture_stderr=True)
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == "main block ran"  # once: the worker imports the script as __mp_main__
+    assert len(lines) == 2
+    content, parent = lines[1].split()
+    n, worker = json.loads(content)
+    assert n == 7
+    assert worker != int(parent)
