@@ -10,6 +10,9 @@ run and the same runtime; subjects: the same function placed in `Subprocess(work
 - crash detection: a call whose worker segfaults, from `rt.call` to its ERROR (the worker's
   start, the segfault, the kernel's teardown, EOF and reaping: an upper bound of detection).
 - worker start: opening a runtime whose one tool has one Subprocess worker.
+- stuck calls: 40 calls of a sync tool blocked in time.sleep far past its 0.05 s timeout;
+  the work still running right after they all came back TIMEOUT (in-process: the threads
+  run on, nothing can interrupt them; Subprocess: the workers were killed).
 - threads to await Ray: the most threads alive while 1,000 Ray calls are in flight, minus
   the threads before (the goal is zero: ObjectRefs are awaited through the trio token).
 """
@@ -57,6 +60,18 @@ def crash(how: str = "segfault") -> int:
 @tool(placement=Subprocess(workers=1))
 def one_worker(a: int) -> int:
     return a
+
+
+@tool(timeout=0.05)
+def blocked_thread(seconds: float) -> float:
+    time.sleep(seconds)  # blocked "in C": no thread can interrupt it
+    return seconds
+
+
+@tool(placement=Subprocess(workers=4), timeout=0.05)
+def blocked_subprocess(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
 
 
 try:
@@ -184,6 +199,16 @@ def _children_rss_mb() -> float:
     return total
 
 
+async def _left_running(name: str, calls: int) -> tuple[int, int]:
+    """(timeouts, work still running right after) for `calls` calls stuck far past their timeout."""
+    async with open_runtime([blocked_thread, blocked_subprocess], tracing=False) as rt:
+        batch = [ToolCall(id=f"s{i}", name=name, arguments='{"seconds": 1.0}') for i in range(calls)]
+        results = await rt.call_many(batch)
+        timeouts = sum(1 for r in results if not r.ok and r.kind.value == "timeout")  # type: ignore[union-attr]
+        stats = rt.statistics().tools[name]
+        return timeouts, stats.abandoned_running
+
+
 async def _ray_threads(fan: int) -> int:
     async with open_runtime([add_ray2], tracing=False) as rt:
         await _fan_out(rt, "add_ray2", 50)  # Ray's own threads start on first use
@@ -267,6 +292,19 @@ def main(quick: bool = False) -> Report:
             f"{start / 1000:.0f} ms, {rss:.1f} MiB RSS",
         )
     )
+    for name, label_ in (("blocked_thread", "InProcess sync"), ("blocked_subprocess", "Subprocess(4)")):
+        timeouts, running = trio.run(_left_running, name, 40)
+        report.add(
+            Row(
+                f"stuck calls: work left running ({label_})",
+                label_,
+                "-",
+                float(running),
+                1.0,
+                None,
+                f"{running} still running after {timeouts}/40 TIMEOUTs",
+            )
+        )
     if HAVE_RAY:
         threads = trio.run(_ray_threads, fan)
         report.add(

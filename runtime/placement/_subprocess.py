@@ -7,8 +7,9 @@ a time over its pipes, in length-prefixed MessagePack frames (`_protocol`).
     a worker dies (segfault, os._exit, OOM kill)  -> its call only: ERROR "... killed by SIGSEGV";
                                                      replaced after the restart backoff, and counted
                                                      toward the restart intensity (too many: DOWN)
-    a call's deadline passes, its caller cancels  -> the worker is killed (and reaped) before the
-                                                     TIMEOUT / CANCELLED answer; a new one starts
+    a call's deadline passes                      -> the worker is killed (and reaped) before the
+                                                     TIMEOUT answer; a new one starts
+    its caller cancels                            -> the same, as the cancellation reaches the actor
     a call leaves the worker above `max_rss_mb`   -> the worker is retired after answering, replaced
     the tool exhausts `max_memory_mb` (RLIMIT_AS)  -> MemoryError: ERROR for that call, worker replaced
 
