@@ -364,9 +364,14 @@ class _Replicas:
                 exc, self.ray.exceptions.RayActorError | self.ray.exceptions.ActorUnavailableError
             )
             if not died:
-                raise RemoteToolError(
-                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
-                ) from exc
+                # A replica boxes the tool's own exceptions, so a RayTaskError here comes from the
+                # replica's machinery; it is mapped like a local exception all the same.
+                cause = (
+                    getattr(exc, "cause", None) if isinstance(exc, self.ray.exceptions.RayTaskError) else None
+                )
+                raised = cause if isinstance(cause, BaseException) else exc
+                text = str(raised).splitlines()[0] if str(raised) else ""
+                raise RemoteToolError(type(raised).__name__, text) from exc
             if replica.killed:
                 raise WorkerLost(
                     f"its Ray replica {replica.name} was killed to stop another call (a timeout or a "
