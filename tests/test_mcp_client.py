@@ -29,8 +29,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runtime import (
+    AudioPart,
     FailureKind,
     ImagePart,
+    ResourceLinkPart,
+    ResourcePart,
     TextPart,
     ToolCall,
     ToolFailure,
@@ -198,7 +201,7 @@ async def test_awkward_schemas_and_names(caplog: pytest.LogCaptureFixture) -> No
             assert names == ["either", "files_read_v2", "ping", "tree"]
             # A name a local tool has is not taken over: the local tool keeps it.
             assert ok(await rt.call(call("ping"))).content == "local pong"
-            # The recursive schema: the first level is checked, deeper levels are passed on.
+            # The recursive schema is checked at every level, as the server gave it.
             tree = {"root": {"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]}}
             sent = json.loads(ok(await rt.call(call("tree", tree))).content)
             assert sent == {"tool": "tree", "arguments": tree}
@@ -213,7 +216,7 @@ async def test_awkward_schemas_and_names(caplog: pytest.LogCaptureFixture) -> No
             assert [p.name for p in rt.registry.get("either").descriptor.parameters] == ["id", "url"]
     messages = [r.getMessage() for r in caplog.records]
     assert any(
-        "'broken' is skipped: its inputSchema cannot be used (unknown type 'strng')" in m for m in messages
+        "'broken' is skipped: its inputSchema cannot be used (not a valid JSON Schema" in m for m in messages
     )
     assert any("'ping' is skipped" in m and "prefix=" in m for m in messages)
     assert any("'files.read/v2' is called 'files_read_v2' here" in m for m in messages)
@@ -244,14 +247,13 @@ async def test_arguments_are_checked_before_they_are_sent(shared_http: HttpServe
         async with open_runtime(mcp_servers=[mcp.http(shared_http.url, mode="legacy")]) as rt:
             before = (await stats(rt))["calls"]
             cases = [
-                ("add", '{"a": "one"}', "`$.a`: Expected `int`, got `str`"),
+                ("add", '{"a": "one"}', "`$.a`: Expected `integer`, got `string`"),
                 ("add", "{}", "`$.a`: required field is missing"),
-                ("add", '{"a": 1, "c": 2}', "`$.c`: unknown field; the parameters are: a, b"),
                 ("add", "not json", "arguments are not valid JSON"),
                 (
                     "search",
                     '{"query": "q", "filters": {"lang": "de"}}',
-                    "`$.filters.lang`: Invalid enum value 'de'",
+                    "`$.filters.lang`: 'de' is not one of",
                 ),
                 ("search", '{"query": "q", "filters": {"lang": "en", "max_age": -1}}', "`$.filters.max_age`"),
             ]
@@ -260,12 +262,14 @@ async def test_arguments_are_checked_before_they_are_sent(shared_http: HttpServe
                 assert expected in result.message, result.message
             assert (await stats(rt))["calls"] == before  # none of them reached the server
             # A null for a parameter with a default means "not sent": the server's default applies.
-            # (`filters` is an open object, as pydantic writes it: a key it does not name is not sent.)
+            # (`filters` is an open object, as pydantic writes it: a key it does not name is passed on.)
             result = await rt.call(
                 call("search", '{"query": "q", "limit": null, "filters": {"lang": "fr", "x": 1}}')
             )
             assert ok(result).content == "q:10:fr"
-            assert (await stats(rt))["calls"] == before + 1
+            # `add`'s schema is open too (no additionalProperties): an extra argument goes through.
+            assert ok(await rt.call(call("add", '{"a": 1, "c": 2}'))).value == {"total": 3}
+            assert (await stats(rt))["calls"] == before + 2
 
 
 async def test_results_errors_structured_content_and_images(shared_http: HttpServer) -> None:
@@ -515,8 +519,13 @@ def test_result_blocks_become_text_and_parts() -> None:
         _meta={"hidden": True},
     )
     value, text, parts = read_result(result)
-    assert value == text == "one\n[audio (audio/wav)]\ninside\n[resource doc: file:///doc]"
-    assert parts == ()  # text only: the model reads `content`
+    assert value == text == "one\n[audio (audio/wav, 3 bytes)]\ninside\n[resource doc: file:///doc]"
+    assert parts == (
+        TextPart(text="one"),
+        AudioPart(data=b"\x00\x00\x00", mime_type="audio/wav"),
+        ResourcePart(uri="file:///a", text="inside"),
+        ResourceLinkPart(uri="file:///doc", name="doc"),
+    )
     structured = types.CallToolResult(content=[], structured_content={"n": 1})
     assert read_result(structured) == ({"n": 1}, '{"n":1}', ())
     with pytest.raises(ToolRejected, match="gave no text"):

@@ -24,6 +24,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client._memory import InMemoryTransport
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import INVALID_PARAMS
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -122,6 +123,7 @@ async def check_tools_and_calls(client: Client) -> None:
         "type": "object",
         "properties": {"result": {"type": "integer"}},
         "required": ["result"],
+        "x-fastmcp-wrap-result": True,
     }
     forecast = tools["forecast"]
     assert forecast.annotations is not None
@@ -159,9 +161,11 @@ async def check_failures(client: Client) -> None:
     result = await client.call_tool("forecast", {"city": "Paris", "days": 0})
     assert (result.is_error, text(result)) == (True, "Error: days must be at least 1")
 
-    result = await client.call_tool("ad", {"a": 1, "b": 2})
-    assert result.is_error
-    assert "no tool named 'ad'; did you mean 'add'?" in text(result)
+    # An unknown tool is a JSON-RPC error (-32602), as the spec says, with the runtime's hint.
+    with pytest.raises(MCPError) as raised:
+        await client.call_tool("ad", {"a": 1, "b": 2})
+    assert raised.value.code == INVALID_PARAMS
+    assert "no tool named 'ad'; did you mean 'add'?" in raised.value.error.message
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -39,9 +39,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
 
 from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
-from ..schema import arguments_struct, descriptor_from_json_schema, parse_json_schema
-from ..tools import ArgsCodec, CallContext
-from ._client_tool import McpTool, local_name
+from ..schema import parse_json_schema
+from ..tools import CallContext
+from ._client_tool import WRAP_MARKER, McpTool, local_name
+from ._schema_tool import schema_descriptor, schema_validator
 from ._client_transport import WatchedTransport
 
 if TYPE_CHECKING:
@@ -316,16 +317,16 @@ class Connection:
         if name != (f"{prefix}_{remote.name}" if prefix else remote.name):
             log.info("MCP server %r: tool %r is called %r here", self.name, remote.name, name)
         annotations = remote.annotations
+        schema = dict(remote.input_schema)
         try:
-            descriptor = descriptor_from_json_schema(
+            validator = schema_validator(schema)
+            descriptor = schema_descriptor(
                 name,
                 remote.description or "",
-                remote.input_schema,
+                schema,
                 title=remote.title or (annotations.title if annotations is not None else None),
                 annotations=annotations.model_dump(by_alias=True, exclude_none=True) if annotations else None,
             )
-            struct, loosened = arguments_struct(descriptor)
-            codec = ArgsCodec(struct, fill=[(n, msgspec.UNSET, None) for n in loosened])
         except Exception as exc:
             log.warning(
                 "MCP server %r: tool %r is skipped: its inputSchema cannot be used (%s)",
@@ -334,16 +335,20 @@ class Connection:
                 exc,
             )
             return None
+        wrapped = False
         if remote.output_schema is not None:
             descriptor = self._with_output(descriptor, remote)
+            wrapped = bool(remote.output_schema.get(WRAP_MARKER))
         return McpTool(
             name=name,
             remote_name=remote.name,
             server=self.name,
             descriptor=descriptor,
-            codec=codec,
+            json_schema=schema,
+            validator=validator,
             caller=self.call,
             timeout=self.spec.call_timeout,
+            wrapped=wrapped,
         )
 
     def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:
