@@ -327,10 +327,10 @@ async def test_a_cancelled_call_cancels_the_request_and_progress_reaches_the_spa
                     break
                 await trio.sleep(0.05)
     slept = next(s for s in spans.get_finished_spans() if s.name == "execute_tool sleep")
-    progress = [e for e in slept.events if e.name == "mcp.progress"]
+    progress = [e for e in slept.events if e.name == "tool.progress"]
     assert progress
     assert progress[0].attributes is not None
-    assert progress[0].attributes["mcp.progress.message"] == "sleeping"
+    assert progress[0].attributes["tool.progress.message"] == "sleeping"
 
 
 # -- both eras, both transports: calls and tools/list_changed --------------------------------

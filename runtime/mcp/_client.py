@@ -18,8 +18,13 @@ Life of a connection (each turn of the loop is one session with the server)::
 - Tools are listed when the connection opens and when the server says they changed, never
   per call. A name another tool already has is not taken over: that tool is skipped and logged.
 - A cancelled call cancels its MCP request (the SDK sends `notifications/cancelled`).
-- Progress notifications are logged at DEBUG and added as `mcp.progress` events to the
-  call's `execute_tool` span.
+- Progress notifications reach the caller as a local tool's `ctx.report_progress` would
+  (a `tool.progress` event on the call's span, the caller's `reporting(on_progress=...)`);
+  the server's log messages go to the `runtime.mcp` logger.
+- The listen stream (2026-07-28) is opened only when the server announced
+  `tools.listChanged`; when it ends it is reopened with backoff, never in the way of calls.
+- A JSON-RPC error the server answers a call with is ERROR for that call (the connection
+  stays); only the connection going away is UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -42,8 +47,8 @@ from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
 from ..schema import parse_json_schema
 from ..tools import CallContext
 from ._client_tool import WRAP_MARKER, McpTool, local_name
-from ._schema_tool import schema_descriptor, schema_validator
 from ._client_transport import WatchedTransport
+from ._schema_tool import schema_descriptor, schema_validator
 
 if TYPE_CHECKING:
     from ..engine import ToolRegistrar
@@ -165,7 +170,12 @@ class Connection:
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client, trio.open_nursery() as nursery:
-                if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                capabilities = client.server_capabilities
+                # A version adopted without asking (mode="2026-07-28") learned no capabilities:
+                # listening is tried, and a refusal is taken as the answer.
+                adopted = spec.mode in MODERN_PROTOCOL_VERSIONS
+                announces = adopted or bool(capabilities.tools is not None and capabilities.tools.list_changed)
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS and announces:
                     await nursery.start(self._listen, client, link)  # before listing: no change is missed
                 listing = await self._list(client)
                 connecting.deadline = math.inf
@@ -192,6 +202,7 @@ class Connection:
                 finally:
                     self.link = None
                     link.mark_lost("the connection was closed")  # unless it already had a reason
+                    self.last_error = link.lost or "the connection was closed"  # what calls are told now
                     link.close()
                     nursery.cancel_scope.cancel()
         if connecting.cancelled_caught:
@@ -201,27 +212,57 @@ class Connection:
     async def _listen(
         self, client: Client, link: _Link, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """2026-07-28: tools/list_changed arrives through a `subscriptions/listen` stream."""
+        """2026-07-28: tools/list_changed arrives through a `subscriptions/listen` stream.
+
+        Opened only when the server announced `tools.listChanged`. When the stream ends or
+        breaks it is opened again after a backoff (doubling, capped), and the tools are listed
+        again (a change may have been missed meanwhile); calls are never held up by it.
+        """
+        spec = self.spec
         started = False
+        failures = 0
         try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                task_status.started()
-                started = True
-                async for _ in subscription:
-                    link.mark_dirty()
-            link.mark_lost("the server closed its subscriptions/listen stream")
-        except SubscriptionLost as exc:
-            link.mark_lost(f"its change stream broke ({exc})")
-        except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED or started:
-                link.mark_lost(f"its change stream failed ({exc.error.message})")
-            else:
-                log.info(
-                    "MCP server %r does not offer subscriptions/listen (%s); its tools are listed once "
-                    "per connection",
+            while True:
+                opened = False
+                try:
+                    async with client.listen(tools_list_changed=True) as subscription:
+                        if not started:
+                            task_status.started()
+                            started = True
+                        opened = True
+                        if failures:
+                            link.mark_dirty()  # reopened: what changed while it was closed is read now
+                        async for _ in subscription:
+                            failures = 0
+                            link.mark_dirty()
+                    reason = "the server ended it"
+                except SubscriptionLost as exc:
+                    reason = f"it broke ({exc})"
+                except MCPError as exc:
+                    if exc.code == CONNECTION_CLOSED:
+                        link.mark_lost(f"the connection closed ({exc.error.message})")
+                        return
+                    if not opened and failures == 0:
+                        log.info(
+                            "MCP server %r refused subscriptions/listen (%s); its tools are listed once "
+                            "per connection",
+                            self.name,
+                            exc.error.message,
+                        )
+                        return
+                    reason = f"it failed ({exc.error.message})"
+                if not started:
+                    task_status.started()
+                    started = True
+                delay = min(spec.max_backoff, spec.backoff * 2**failures)
+                failures += 1
+                log.debug(
+                    "MCP server %r: the subscriptions/listen stream ended: %s; reopened in %.2gs",
                     self.name,
-                    exc.error.message,
+                    reason,
+                    delay,
                 )
+                await trio.sleep(delay)
         finally:
             if not started:
                 task_status.started()
@@ -384,27 +425,20 @@ class Connection:
                 f"MCP server {self.name!r} is not connected ({self.last_error}); reconnecting"
             )
         arguments = msgspec.to_builtins(args)
-        span = trace.get_current_span()
-        call_id = ctx.call_id if ctx is not None else "?"
+
+        span = trace.get_current_span()  # the call's span; the SDK calls back from its own task
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            log.debug(
-                "MCP tool %r (call %s): progress %s/%s %s", tool.name, call_id, progress, total, message or ""
-            )
-            if span.is_recording():
-                attributes: dict[str, Any] = {"mcp.progress": progress}
-                if total is not None:
-                    attributes["mcp.progress.total"] = total
-                if message:
-                    attributes["mcp.progress.message"] = message
-                span.add_event("mcp.progress", attributes)
+            if ctx is not None:  # our caller hears of it as of a local tool's (span event, handler)
+                with trace.use_span(span, end_on_exit=False):
+                    await ctx.report_progress(progress, total, message)
 
         with trio.CancelScope() as scope:
             link.calls.add(scope)
             try:
                 return await client.call_tool(tool.remote_name, arguments, progress_callback=on_progress)
             except MCPError as exc:
-                if exc.code == CONNECTION_CLOSED or _session_gone(exc):
+                if _connection_gone(exc, link) or _session_gone(exc):
                     link.mark_lost(f"the connection was lost during a call ({exc.error.message})")
                     raise ToolUnavailable(
                         f"the connection to MCP server {self.name!r} was lost during the call "
@@ -423,6 +457,18 @@ class Connection:
         raise ToolUnavailable(
             f"MCP server {self.name!r} was lost during the call ({link.lost}); reconnecting"
         )
+
+
+# What the SDK itself says when a request's answer can no longer come (its CONNECTION_CLOSED code
+# is -32000, which a server may also use for an error of its own).
+_SDK_CLOSED = ("Connection closed", "SSE stream ended without a response")
+
+
+def _connection_gone(exc: MCPError, link: _Link) -> bool:
+    """The connection went away during the call (not an error the server answered with)."""
+    if exc.code != CONNECTION_CLOSED:
+        return False
+    return link.lost is not None or exc.error.message in _SDK_CLOSED
 
 
 def _session_gone(exc: MCPError) -> bool:

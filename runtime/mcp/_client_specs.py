@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpServer", "ServerSpec", "SseServer", "StdioServer", "http", "sse", "stdio"]
 
+DEFAULT_CALL_TIMEOUT = 60.0
 _PREFIX = re.compile(r"^[a-zA-Z0-9_-]{1,32}$")
 _MODES = ("legacy", "auto", *MODERN_PROTOCOL_VERSIONS)
 
@@ -43,7 +44,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             "legacy" (the 2025-11-25 `initialize` handshake), or a protocol version of the
             2026-07-28 era, adopted without asking.
         connect_timeout: seconds to connect and list the tools before the attempt fails.
-        call_timeout: the `timeout` of each of its tools (None: the runtime's default).
+        call_timeout: the `timeout` of each of its tools, 60 s by default (None: the runtime's
+            default, which may be none: a server that never answers would hold the call).
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
     """
@@ -52,7 +54,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     prefix: str | None = None
     mode: str = "auto"
     connect_timeout: float = 10.0
-    call_timeout: float | None = None
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT
     backoff: float = 0.5
     max_backoff: float = 30.0
 
@@ -126,7 +128,7 @@ def stdio(
     mode: str = "auto",
     name: str | None = None,
     connect_timeout: float = 10.0,
-    call_timeout: float | None = None,
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
 ) -> StdioServer:
@@ -141,7 +143,7 @@ def stdio(
         mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
         name: how logs name it (default: the command line).
         connect_timeout: seconds to start, connect and list the tools.
-        call_timeout: the timeout of each of its tools.
+        call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
         backoff: seconds before the first restart; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
     """
@@ -170,7 +172,7 @@ def http(
     mode: str = "auto",
     name: str | None = None,
     connect_timeout: float = 10.0,
-    call_timeout: float | None = None,
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
 ) -> HttpServer:
@@ -183,7 +185,7 @@ def http(
         mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
         name: how logs name it (default: the URL without credentials or query).
         connect_timeout: seconds to connect and list the tools.
-        call_timeout: the timeout of each of its tools.
+        call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
     """
@@ -207,7 +209,7 @@ def sse(
     prefix: str | None = None,
     name: str | None = None,
     connect_timeout: float = 10.0,
-    call_timeout: float | None = None,
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
 ) -> SseServer:

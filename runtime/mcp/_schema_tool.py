@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs; used through two calls
 import msgspec
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 
 from ..exceptions import InvalidArguments, SchemaError
 from ..schema import ToolDescriptor, descriptor_from_json_schema
@@ -80,11 +80,11 @@ def decode_checked(validator: Any, raw: str | bytes | Mapping[str, Any]) -> dict
         raise InvalidArguments(
             f"Expected `object`, got `{type(value).__name__}`; the arguments must be one JSON object"
         )
-    value = _drop_null_defaults(validator.schema, value)
-    error = best_match(validator.iter_errors(value))
+    checked: dict[str, Any] = _drop_null_defaults(validator.schema, value)
+    error = best_match(validator.iter_errors(checked))
     if error is not None:
         raise _invalid(error)
-    return value
+    return checked
 
 
 def _drop_null_defaults(schema: Any, value: dict[str, Any]) -> dict[str, Any]:

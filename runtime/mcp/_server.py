@@ -21,20 +21,19 @@ from typing import Any
 
 import mcp_types as types
 import trio
+from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types import INVALID_PARAMS
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..engine import Runtime
-from mcp import MCPError
-from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp_types import INVALID_PARAMS
-
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall
 from ..tools import LOG_LEVELS, CallContext, reporting
