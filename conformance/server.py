@@ -129,6 +129,14 @@ async def test_tool_with_logging(ctx: CallContext) -> str:
     return "Logging completed"
 
 
+@tool
+async def test_logging_tool(ctx: CallContext) -> str:
+    """Log at every level (2026-07-28: sent only at or above the level the request asks for)."""
+    for level in ("debug", "info", "warning", "error"):
+        await ctx.log(level, f"a {level} message")
+    return "Logged"
+
+
 SCHEMA_2020_12: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -172,6 +180,7 @@ registry = ToolRegistry(
         test_error_handling,
         test_tool_with_progress,
         test_tool_with_logging,
+        test_logging_tool,
         json_schema_2020_12_tool,
     ]
 )

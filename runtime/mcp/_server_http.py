@@ -16,6 +16,10 @@ Safe by default, on every bind:
   a log line saying so.
 - Bounds: `read_timeout` (a connection that sends no request is closed), `max_body` (413),
   `max_sessions` and `session_idle_timeout`.
+
+SSE streams are resumable: each starts with a priming event (an id and a `retry` of 1 s),
+and the last `MAX_STORED_EVENTS` events are kept so that a client whose stream broke
+reconnects with `Last-Event-ID` and gets what it missed.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import JSONRPCMessage
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..engine import Runtime
@@ -47,6 +53,39 @@ DEFAULT_READ_TIMEOUT = 30.0
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_SESSION_IDLE_TIMEOUT = 30 * 60.0
+RETRY_INTERVAL_MS = 1000  # what SSE clients are told to wait before they reconnect
+MAX_STORED_EVENTS = 10_000  # events kept for clients that reconnect with Last-Event-ID
+
+
+class RecentEvents(EventStore):
+    """The last `limit` SSE events of every stream, so a client that lost its stream resumes it.
+
+    Bounded: the oldest events go first; a client that comes back later than that gets what is left.
+    """
+
+    def __init__(self, limit: int = MAX_STORED_EVENTS) -> None:
+        self._limit = limit
+        self._events: dict[EventId, tuple[StreamId, JSONRPCMessage | None]] = {}
+        self._next = 0
+
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        self._next += 1
+        event_id = str(self._next)
+        self._events[event_id] = (stream_id, message)
+        if len(self._events) > self._limit:
+            del self._events[next(iter(self._events))]
+        return event_id
+
+    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+        found = self._events.get(last_event_id)
+        if found is None:
+            return None
+        stream_id = found[0]
+        after = int(last_event_id)
+        for event_id, (stream, message) in list(self._events.items()):
+            if stream == stream_id and int(event_id) > after and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
 
 
 class StaticToken:
@@ -149,6 +188,8 @@ async def serve_http(
         host=host,
         transport_security=security_settings(host, allowed_hosts),
         max_request_body_size=int(max_body),
+        event_store=RecentEvents(),
+        retry_interval=RETRY_INTERVAL_MS,
         max_sessions=int(max_sessions),
         session_idle_timeout=session_idle_timeout,
         token_verifier=verifier,
