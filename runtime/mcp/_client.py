@@ -57,6 +57,17 @@ if TYPE_CHECKING:
 __all__ = ["Connection"]
 
 log = logging.getLogger("runtime.mcp")
+remote_log = logging.getLogger("runtime.mcp.remote")  # what servers log (notifications/message)
+_PYTHON_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
 
 _MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 _STABLE = 10.0  # seconds a session must last for the backoff to start over
@@ -174,7 +185,9 @@ class Connection:
                 # A version adopted without asking (mode="2026-07-28") learned no capabilities:
                 # listening is tried, and a refusal is taken as the answer.
                 adopted = spec.mode in MODERN_PROTOCOL_VERSIONS
-                announces = adopted or bool(capabilities.tools is not None and capabilities.tools.list_changed)
+                announces = adopted or bool(
+                    capabilities.tools is not None and capabilities.tools.list_changed
+                )
                 if client.protocol_version in MODERN_PROTOCOL_VERSIONS and announces:
                     await nursery.start(self._listen, client, link)  # before listing: no change is missed
                 listing = await self._list(client)
@@ -283,7 +296,9 @@ class Connection:
         raise RuntimeError(f"tools/list did not end within {_MAX_PAGES} pages")
 
     async def _server_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        log.debug("MCP server %r logged (%s): %s", self.name, params.level, params.data)
+        """A server's log message: a record of the `runtime.mcp.remote` logger at its level."""
+        level = _PYTHON_LEVELS.get(params.level, logging.INFO)
+        remote_log.log(level, "MCP server %r (%s): %s", self.name, params.logger or "-", params.data)
 
     # -- the tools -------------------------------------------------------------------
 

@@ -76,7 +76,9 @@ class RecentEvents(EventStore):
             del self._events[next(iter(self._events))]
         return event_id
 
-    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+    async def replay_events_after(
+        self, last_event_id: EventId, send_callback: EventCallback
+    ) -> StreamId | None:
         found = self._events.get(last_event_id)
         if found is None:
             return None
