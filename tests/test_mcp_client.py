@@ -530,3 +530,34 @@ def test_result_blocks_become_text_and_parts() -> None:
     assert read_result(structured) == ({"n": 1}, '{"n":1}', ())
     with pytest.raises(ToolRejected, match="gave no text"):
         read_result(types.CallToolResult(content=[], is_error=True))
+
+
+# -- errors the server answers with, and a server that never answers -------------------------
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_json_rpc_error_is_an_error_for_that_call_only(
+    mode: str, shared_http: HttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.mcp")
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[mcp.http(shared_http.url, mode=mode)]) as rt:
+            before = await stats(rt)
+            busy = failed(await rt.call(call("busy")), FailureKind.ERROR)
+            assert "the server is busy" in busy.message
+            # The connection stayed: the next call goes through at once, without a new listing.
+            after = await stats(rt)
+            assert after["calls"] == before["calls"] + 1
+            assert after["listings"] == before["listings"]
+    assert not [r for r in caplog.records if "lost MCP server" in r.getMessage()]
+
+
+async def test_a_server_that_never_answers_is_ended_by_the_call_timeout(shared_http: HttpServer) -> None:
+    assert mcp.http(shared_http.url).call_timeout == 60.0  # the default: no call waits forever
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[mcp.http(shared_http.url)]) as rt:
+            assert rt.registry.get("hang").timeout == 60.0
+        async with open_runtime(mcp_servers=[mcp.http(shared_http.url, call_timeout=0.3)]) as rt:
+            result = failed(await rt.call(call("hang")), FailureKind.TIMEOUT)
+            assert "0.3" in result.message
+            assert ok(await rt.call(call("echo", {"text": "still here"}))).content == "still here"
