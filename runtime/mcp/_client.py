@@ -70,6 +70,8 @@ _PYTHON_LEVELS = {
 }
 
 _MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
+MAX_DESCRIPTION_CHARS = 8192  # a tool description longer than this is cut (it goes to every prompt)
+MAX_SCHEMA_BYTES = 200_000  # a tool whose input and output schemas are larger is skipped
 _STABLE = 10.0  # seconds a session must last for the backoff to start over
 _CLIENT_INFO = Implementation(name="tool-runtime", version="0.1.0")
 _FINGERPRINT = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
@@ -172,7 +174,9 @@ class Connection:
         spec = self.spec
         link = _Link()
         client = Client(
-            WatchedTransport(spec.transport(), lambda: link.mark_lost("the server closed the connection")),
+            WatchedTransport(
+                spec.transport(), lambda: link.mark_lost("the server closed the connection"), self.name
+            ),
             mode=spec.mode,
             cache=None,  # the listing is re-read on change; a cached page would be stale
             message_handler=link.on_message,
@@ -305,6 +309,7 @@ class Connection:
     async def _apply(self, registrar: ToolRegistrar, listing: list[types.Tool]) -> None:
         """Make the registered tools match `listing`: remove, replace and add only what changed."""
         wanted: dict[str, tuple[types.Tool, dict[str, Any]]] = {}
+        listing = self._bounded(listing)
         for remote in listing:
             name = local_name(remote.name, self.spec.prefix)
             if name is None:
@@ -366,6 +371,45 @@ class Connection:
                     self.tools[tool.name] = fresh[tool.name]
         else:
             self.tools.update({t.name: fresh[t.name] for t in adding})
+
+    def _bounded(self, listing: list[types.Tool]) -> list[types.Tool]:
+        """The listing within the bounds: at most `max_tools` tools, descriptions cut, no huge schema."""
+        limit = self.spec.max_tools
+        if len(listing) > limit:
+            log.warning(
+                "MCP server %r lists %d tools; the first %d are kept (max_tools=%d)",
+                self.name,
+                len(listing),
+                limit,
+                limit,
+            )
+            listing = listing[:limit]
+        kept: list[types.Tool] = []
+        for remote in listing:
+            size = len(msgspec.json.encode(remote.input_schema)) + (
+                len(msgspec.json.encode(remote.output_schema)) if remote.output_schema is not None else 0
+            )
+            if size > MAX_SCHEMA_BYTES:
+                log.warning(
+                    "MCP server %r: tool %r is skipped: its schemas are %d bytes (the limit is %d)",
+                    self.name,
+                    remote.name,
+                    size,
+                    MAX_SCHEMA_BYTES,
+                )
+                continue
+            description = remote.description
+            if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+                log.warning(
+                    "MCP server %r: the description of tool %r is cut to %d characters (it has %d)",
+                    self.name,
+                    remote.name,
+                    MAX_DESCRIPTION_CHARS,
+                    len(description),
+                )
+                remote = remote.model_copy(update={"description": description[:MAX_DESCRIPTION_CHARS]})
+            kept.append(remote)
+        return kept
 
     def _make(self, name: str, remote: types.Tool) -> McpTool | None:
         """The runtime tool for a listed tool, or None (logged) when its schema cannot be used."""
