@@ -21,7 +21,7 @@ import msgspec
 import trio
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._client import Connection
+from ._client import RemoteServer
 from ._client_transport import Transport, http_transport, sse_transport, stdio_transport
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     async def run(self, registrar: ToolRegistrar, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The ToolSource entry: connect, register the tools, keep them current, reconnect."""
-        await Connection(self).run(registrar, task_status=task_status)
+        await RemoteServer(self).run(registrar, task_status=task_status)
 
 
 class StdioServer(ServerSpec, frozen=True, kw_only=True):
