@@ -334,7 +334,9 @@ class RemoteServer:
         with trio.CancelScope() as scope:
             link.calls.add(scope)
             try:
-                return await client.call_tool(tool.remote_name, arguments, progress_callback=on_progress)
+                # Progress is asked for only when someone hears it (no token, no notifications).
+                wanted = on_progress if ctx is not None and ctx.hears_progress else None
+                return await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
             except MCPError as exc:
                 if _connection_gone(exc, link) or _session_gone(exc):
                     link.mark_lost(f"the connection was lost during a call ({exc.error.message})")
