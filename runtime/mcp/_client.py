@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -43,6 +44,7 @@ import msgspec
 import trio
 from mcp import Client, MCPError
 from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, Implementation
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
@@ -183,6 +185,7 @@ class RemoteServer:
             cache=None,  # the listing is re-read on change; a cached page would be stale
             message_handler=link.on_message,
             logging_callback=self._server_log,
+            log_level="info",  # 2026-07-28: log messages come only to requests that ask for them
             client_info=_CLIENT_INFO,
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
@@ -196,6 +199,11 @@ class RemoteServer:
                 )
                 if client.protocol_version in MODERN_PROTOCOL_VERSIONS and announces:
                     await nursery.start(self._listen, client, link)  # before listing: no change is missed
+                if (
+                    client.protocol_version not in MODERN_PROTOCOL_VERSIONS
+                    and capabilities.logging is not None
+                ):
+                    await _ask_info_logs(client)  # as `log_level` does per request in 2026-07-28
                 listing = await self._list(client)
                 connecting.deadline = math.inf
                 link.client = client
@@ -362,6 +370,16 @@ class RemoteServer:
 # What the SDK itself says when a request's answer can no longer come (its CONNECTION_CLOSED code
 # is -32000, which a server may also use for an error of its own).
 _SDK_CLOSED = ("Connection closed", "SSE stream ended without a response")
+
+
+async def _ask_info_logs(client: Client) -> None:
+    """`logging/setLevel info`: a server's debug chatter is not worth the wire."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.set_logging_level("info")
+    except MCPError as exc:
+        log.debug("logging/setLevel refused: %s", exc.error.message)
 
 
 def _connection_gone(exc: MCPError, link: _Link) -> bool:
