@@ -104,7 +104,17 @@ def verdicts(results: Path, prefix: str, revision: str, baseline: set[str]) -> l
 def start_server() -> tuple[subprocess.Popen[str], str]:
     """Our server on a free loopback port, and its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "runtime", "serve", "conformance.server:registry", "--http", "127.0.0.1:0"],
+        [
+            sys.executable,
+            "-m",
+            "runtime",
+            "serve",
+            "conformance.server:registry",
+            "--http",
+            "127.0.0.1:0",
+            "--sse-poll-after",
+            "0.2",  # test_reconnection runs 0.5 s: its stream is closed and the client polls
+        ],
         cwd=ROOT,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
