@@ -96,6 +96,15 @@ async def context_echo(text: str, ctx: CallContext) -> dict[str, object]:
 
 
 @tool(placement=Subprocess(workers=1))
+async def reporter(steps: int, ctx: CallContext) -> dict[str, object]:
+    """Report progress and log from a worker; both travel back to the caller's handlers."""
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps, f"step {i}")
+    await ctx.log("warning", "almost done", pid=os.getpid())
+    return {"steps": steps, "heard": ctx.hears_progress, "pid": os.getpid()}
+
+
+@tool(placement=Subprocess(workers=1))
 def judge(n: int) -> int:
     """Refuse odd numbers, fail on zero."""
     if n == 0:

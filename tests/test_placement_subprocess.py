@@ -22,7 +22,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runtime import FailureKind, RestartPolicy, ToolCall, ToolDefinitionError, ToolSet, open_runtime, tool
+from runtime import (
+    CallContext,
+    FailureKind,
+    RestartPolicy,
+    ToolCall,
+    ToolDefinitionError,
+    ToolSet,
+    open_runtime,
+    reporting,
+    tool,
+)
 from runtime.embed import RuntimeThread
 from runtime.placement import InProcess, Subprocess
 from runtime.tracing import Tracing
@@ -404,3 +414,28 @@ async def test_a_tool_defined_in_a_scripts_main_runs_in_a_worker_without_rerunni
     n, worker = json.loads(content)
     assert n == 7
     assert worker != int(parent)
+
+
+async def test_progress_and_logs_travel_back_to_the_callers_handlers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="runtime.tools")
+    heard: list[tuple[str, float, float | None, str | None]] = []
+    logged: list[tuple[str, str, str, dict[str, object]]] = []
+
+    async def on_progress(
+        ctx: CallContext, progress: float, total: float | None, message: str | None
+    ) -> None:
+        heard.append((ctx.call_id, progress, total, message))
+
+    async def on_log(ctx: CallContext, level: str, message: str, data: dict[str, object]) -> None:
+        logged.append((ctx.call_id, level, message, data))
+
+    async with open_runtime([pt.reporter], tracing=False) as rt:
+        with reporting(on_progress=on_progress, on_log=on_log):
+            result = await rt.call(call("reporter", '{"steps": 3}', id="r1"))
+    assert result.ok
+    assert result.value["heard"] is True  # the worker knows a handler listens
+    assert heard == [("r1", 1.0, 3.0, "step 1"), ("r1", 2.0, 3.0, "step 2"), ("r1", 3.0, 3.0, "step 3")]
+    assert logged == [("r1", "warning", "almost done", {"pid": result.value["pid"]})]
+    assert any(r.name == "runtime.tools.reporter" and "almost done" in r.getMessage() for r in caplog.records)

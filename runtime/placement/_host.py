@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -22,11 +22,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..exceptions import InvalidArguments, ToolRejected, ToolUnavailable
 from ..messages import ToolCallMetadata, ToolSuccess
-from ..tools import CallContext, ToolBase
-from ._protocol import Done, Load, Raised, Reply, encode
+from ..tools import LOG_LEVELS, CallContext, ToolBase
+from ._protocol import Done, Load, LogRecord, Progress, Raised, Reply, encode, encode_request
 from ._reference import resolve
 
-__all__ = ["ToolHost", "box", "encode_reply", "rss_mb"]
+__all__ = ["RemoteContext", "ToolHost", "box", "encode_reply", "rss_mb"]
 
 log = logging.getLogger("runtime.placement")
 
@@ -69,8 +69,52 @@ def box(exc: BaseException, restart_on: tuple[type[BaseException], ...] = ()) ->
     return Raised(category="error", error_type=_qualified(exc), message=text, restart=restart)
 
 
+Sender = Callable[[bytes], Awaitable[None]]
+
+
+class RemoteContext(CallContext):
+    """The `CallContext` of a call served in a worker: a plain copy of the caller's, whose
+    `report_progress` and `log` travel back to the runtime as messages (where the caller's
+    handlers, the rate limits and the call's span take them, as for an in-process call)."""
+
+    __slots__ = ("_hears", "_send")
+
+    def __init__(self, *args: Any, send: Sender | None, hears_progress: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._send = send
+        self._hears = hears_progress
+
+    @property
+    def hears_progress(self) -> bool:
+        return self._hears if self._send is not None else super().hears_progress
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        if self._send is None:
+            return await super().report_progress(progress, total, message)
+        await self._send(
+            encode(
+                Progress(
+                    progress=float(progress), total=None if total is None else float(total), message=message
+                )
+            )
+        )
+
+    async def log(self, level: str, message: str, **data: Any) -> None:
+        if self._send is None:
+            return await super().log(level, message, **data)
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+        await self._send(encode_request(LogRecord(level=level, message=str(message), data=data)))
+
+
 class ToolHost:
-    """One placed tool in the process that runs it."""
+    """One placed tool in the process that runs it.
+
+    Attributes:
+        send: where `RemoteContext` sends progress and log messages (None: they stay local).
+    """
 
     def __init__(self, load: Load, clock: Callable[[], float] | None = None) -> None:
         self.tool: ToolBase[Any, Any] = resolve(load.ref, load.name, load.main)
@@ -79,6 +123,7 @@ class ToolHost:
         self.max_rss_mb = load.max_rss_mb
         self.is_async = self.tool.is_async
         self._clock = clock
+        self.send: Sender | None = None
         cls = type(self.tool)
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
         self._value = cls.result_value is not ToolBase.result_value
@@ -108,8 +153,14 @@ class ToolHost:
                 deadline = None
                 if request.timeout is not None and self._clock is not None:
                     deadline = self._clock() + request.timeout
-                ctx = CallContext(
-                    request.call_id, self.name, ToolCallMetadata(request.metadata), deadline, self.tool
+                ctx = RemoteContext(
+                    request.call_id,
+                    self.name,
+                    ToolCallMetadata(request.metadata),
+                    deadline,
+                    self.tool,
+                    send=self.send,
+                    hears_progress=request.hears_progress,
                 )
         except BaseException:
             self.end(token)

@@ -4,7 +4,8 @@ Every message is a frozen msgspec Struct of one tagged union, encoded as Message
 subprocess's pipes each travels as a frame: a 4-byte big-endian length, then the bytes.
 
     runtime -> worker   Load (once), then Request ..., then Stop
-    worker -> runtime   Ready | Raised (to Load), Done | Raised (to each Request)
+    worker -> runtime   Ready | Raised (to Load); to each Request any number of Progress and
+                        LogRecord (the tool's `ctx.report_progress` / `ctx.log`), then Done | Raised
 
 A success travels as the same `ToolSuccess` the engine returns in-process; an exception as
 `Raised`, boxed where it happened (type name, message; the traceback is logged there).
@@ -22,6 +23,8 @@ __all__ = [
     "MAX_FRAME",
     "Done",
     "Load",
+    "LogRecord",
+    "Progress",
     "Raised",
     "Ready",
     "Reply",
@@ -78,6 +81,7 @@ class Request(msgspec.Struct, frozen=True, kw_only=True, tag="request", tag_fiel
     traceparent: str | None = None
     tracestate: str | None = None
     timeout: float | None = None
+    hears_progress: bool = False
 
 
 class Stop(msgspec.Struct, frozen=True, kw_only=True, tag="stop", tag_field="type"):
@@ -124,8 +128,24 @@ class Raised(msgspec.Struct, frozen=True, kw_only=True, tag="raised", tag_field=
     retire: bool = False
 
 
+class Progress(msgspec.Struct, frozen=True, kw_only=True, tag="progress", tag_field="type"):
+    """The tool called `ctx.report_progress(progress, total, message)` during the call."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
+class LogRecord(msgspec.Struct, frozen=True, kw_only=True, tag="log", tag_field="type"):
+    """The tool called `ctx.log(level, message, **data)` during the call."""
+
+    level: str
+    message: str
+    data: dict[str, Any] = {}
+
+
 ToWorker = Load | Request | Stop
-Reply = Ready | Done | Raised
+Reply = Ready | Done | Raised | Progress | LogRecord
 
 _encoder = msgspec.msgpack.Encoder()
 _request_encoder = msgspec.msgpack.Encoder(enc_hook=str)  # metadata values that do not encode travel as text
@@ -138,8 +158,8 @@ def encode(message: ToWorker | Reply) -> bytes:
     return _encoder.encode(message)
 
 
-def encode_request(request: Request) -> bytes:
-    """A request as MessagePack bytes; metadata values MessagePack cannot carry travel as text."""
+def encode_request(request: Request | LogRecord) -> bytes:
+    """A request (or a log record) as MessagePack bytes; values it cannot carry travel as text."""
     return _request_encoder.encode(request)
 
 

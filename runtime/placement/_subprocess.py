@@ -34,7 +34,19 @@ from ..exceptions import InvalidArguments, RemoteToolError, ToolDefinitionError,
 from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
 from ._frames import FdFrames
-from ._protocol import Done, Load, Raised, Ready, Request, Stop, decode_reply, encode_request, frame
+from ._protocol import (
+    Done,
+    Load,
+    LogRecord,
+    Progress,
+    Raised,
+    Ready,
+    Request,
+    Stop,
+    decode_reply,
+    encode_request,
+    frame,
+)
 from ._reference import main_path, reference
 
 __all__ = ["Subprocess", "rebuild", "trace_carrier"]
@@ -355,6 +367,7 @@ class _Pool:
             traceparent=traceparent,
             tracestate=tracestate,
             timeout=timeout,
+            hears_progress=ctx is not None and ctx.hears_progress,
         )
         body = encode_request(request)
         data = len(body).to_bytes(4, "big") + body
@@ -365,6 +378,12 @@ class _Pool:
             try:
                 await worker.frames.write(data)
                 answer = await worker.frames.read()
+                while answer is not None:
+                    reply = decode_reply(answer)
+                    if not isinstance(reply, Progress | LogRecord):
+                        break
+                    await _relay(reply, ctx)  # the tool's progress and logs come before its reply
+                    answer = await worker.frames.read()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError):
                 answer = None
         except BaseException:  # cancelled (deadline, caller, shutdown): stop the work for real
@@ -382,8 +401,7 @@ class _Pool:
             self._lost(worker, cause)
             raise _worker_lost(worker.pid, cause)
         worker.busy = False
-        reply = decode_reply(answer)
-        if reply.retire:  # type: ignore[union-attr]
+        if getattr(reply, "retire", False):
             self.nursery.start_soon(self._retire, worker)
         else:
             self._release(worker)
@@ -392,6 +410,17 @@ class _Pool:
         if isinstance(reply, Raised):
             raise rebuild(reply)
         raise RemoteToolError("ProtocolError", f"the worker answered {type(reply).__name__} to a call")
+
+
+async def _relay(notice: object, ctx: CallContext | None) -> None:
+    """A tool's progress report or log record, given to the call's own context (handlers, span)."""
+    if ctx is None:
+        return
+    if isinstance(notice, Progress):
+        await ctx.report_progress(notice.progress, notice.total, notice.message)
+    elif isinstance(notice, LogRecord):
+        with contextlib.suppress(ValueError):
+            await ctx.log(notice.level, notice.message, **notice.data)
 
 
 class WorkerStartFailed(Exception):

@@ -119,6 +119,11 @@ async def _serve(protocol_in: int, protocol_out: int) -> None:
     if host.is_async:
         reader = FrameReader(trio.lowlevel.FdStream(protocol_in))
         out = trio.lowlevel.FdStream(protocol_out)
+
+        async def send(body: bytes) -> None:  # a tool's progress and logs, before its reply
+            await _send(out, body)
+
+        host.send = send
     try:
         if load.max_memory_mb is not None:
             _cap_address_space(load.max_memory_mb)
