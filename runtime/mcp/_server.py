@@ -165,7 +165,9 @@ class ServedRuntime:
                         nursery.cancel_scope.cancel()
         except RuntimeClosed as exc:
             return error_result(f"Error: {exc}")
-        return served.result(result, self._rt.max_result_chars) if served is not None else plain_result(result)
+        return (
+            served.result(result, self._rt.max_result_chars) if served is not None else plain_result(result)
+        )
 
     async def _set_level(
         self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
