@@ -3,8 +3,18 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The Ray placement's tests run against a local Ray: the ray extra is part of the test set-up
+# (and of lint: mypy reads runtime/placement/ray.py against the installed ray).
+RAY_STAMP := $(VENV)/.ray-installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean
+# Node 22 (the npm package `node@22`, not the system's node), the MCP conformance suite and the
+# reference server `@modelcontextprotocol/server-everything`, pinned in conformance/package.json,
+# installed into conformance/node_modules by npm (the system npm only runs the install).
+NODE_DIR := conformance
+NODE_BIN := $(NODE_DIR)/node_modules/.bin
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+
+.PHONY: demo test lint typecheck pytest bench soak clean node conformance
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -15,19 +25,37 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m runtime demo
 
-lint: $(STAMP)
-	$(BIN)/ruff check runtime tests benchmarks examples
-	$(BIN)/ruff format --check runtime tests benchmarks examples
+lint: $(STAMP) $(RAY_STAMP)
+	$(BIN)/ruff check runtime tests benchmarks examples conformance
+	$(BIN)/ruff format --check runtime tests benchmarks examples conformance
 	$(BIN)/mypy
 	$(BIN)/python tools/check_layers.py .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
-	$(BIN)/pytest
+$(RAY_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[ray]'
+	touch $(RAY_STAMP)
+
+pytest: $(STAMP) $(RAY_STAMP) $(NODE_STAMP)
+	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
+
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -q && apt-get install -y -q npm)  # only to run the install
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	$(NODE_BIN)/node --version | grep -q '^v22\.'
+	touch $(NODE_STAMP)
+
+node: $(NODE_STAMP)
+
+# The official MCP conformance suite against `python -m runtime serve --http` and our client
+# (conformance/run.py); what is not claimed is listed with its reason in conformance/not-claimed.yaml.
+conformance: $(STAMP) $(NODE_STAMP)
+	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/python -m conformance.run --jobs 2
 
 # The peers compared in benchmarks/bench_peers.py (pydantic-ai, openai-agents, ...): the bench extra.
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -39,7 +67,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 # W5 drives the agent server with wrk (C, epoll): a Python client cannot saturate it.
 WRK := $(shell command -v wrk 2>/dev/null)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(RAY_STAMP)
 ifeq ($(WRK),)
 	(apt-get install -y wrk || (apt-get update && apt-get install -y wrk)) >/dev/null || \
 	  echo "could not install wrk: W5 is skipped"
@@ -52,4 +80,4 @@ soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results

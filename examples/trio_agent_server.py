@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -82,7 +83,13 @@ async def serve(host: str, port: int) -> None:
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
-    await hypercorn_serve(app, config)  # type: ignore[arg-type]  # FastAPI is an ASGI app
+
+    async def stop_on_signal() -> None:  # Ctrl-C or SIGTERM: a graceful shutdown, lifespan included
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                return
+
+    await hypercorn_serve(app, config, shutdown_trigger=stop_on_signal)  # type: ignore[arg-type]
 
 
 def main() -> None:

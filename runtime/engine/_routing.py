@@ -97,12 +97,17 @@ class RegistryActor:
             if t.name in seen or (t.name in self.routes and not replace):
                 raise ValueError(f"Tool {t.name!r} is already defined")
             seen.add(t.name)
-            if getattr(t, "loop", "trio") == "asyncio" and self._config.asyncio_loop is None:
+            options = t.options
+            placement = options.placement
+            in_process = placement is None or placement.in_process
+            if options.loop == "asyncio" and in_process and self._config.asyncio_loop is None:
                 raise ToolDefinitionError(
                     f"tool {t.name!r} is an asyncio tool (loop='asyncio'): it needs a runtime running "
                     "on an asyncio loop; open it with `runtime.embed.open_asyncio_runtime(...)` inside "
                     "that loop (a FastAPI/Starlette lifespan), or make the tool a trio or sync tool"
                 )
+            if placement is not None:  # e.g. a Subprocess tool that cannot be imported by reference
+                placement.check(t)
         # The new actors start before the ones they replace stop, so that a call made meanwhile
         # reaches one or the other and is never told that the tool does not exist.
         started: dict[str, ToolActor] = {}

@@ -17,9 +17,19 @@ import mcp_types as types
 import msgspec
 
 from ..engine import Runtime
-from ..messages import ImagePart, TextPart, ToolFailure, ToolResult, ToolSuccess
+from ..messages import (
+    AudioPart,
+    ImagePart,
+    ResourceLinkPart,
+    ResourcePart,
+    TextPart,
+    ToolFailure,
+    ToolResult,
+    ToolSuccess,
+)
 from ..schema import Object, Ref, TypeNode, node_schema, render_tool, type_node
 from ..tools import ToolBase
+from ._client_tool import WRAP_MARKER
 
 __all__ = ["Catalog", "ServedTool", "error_result", "plain_result"]
 
@@ -37,6 +47,9 @@ class ServedTool:
     def __init__(self, tool: ToolBase[Any, Any]) -> None:
         self.tool = tool
         listed = dict(render_tool(tool.descriptor, "mcp"))
+        given = getattr(tool, "json_schema", None)
+        if isinstance(given, dict):  # a schema that came as JSON Schema is served as it was given
+            listed["inputSchema"] = given
         self.wrap = False
         if "outputSchema" not in listed:
             output = _output_schema(tool)
@@ -49,15 +62,22 @@ class ServedTool:
     def input_schema(self) -> dict[str, Any]:
         return self.listing.input_schema
 
-    def result(self, result: ToolResult) -> types.CallToolResult:
-        """The MCP result of one call of this tool."""
+    def result(self, result: ToolResult, max_chars: int | None = None) -> types.CallToolResult:
+        """The MCP result of one call of this tool (`structuredContent` bounded by `max_chars`)."""
         if isinstance(result, ToolFailure):
             return error_result(result.content)
         content = _content(result)
         if not self.structured:
             return types.CallToolResult(content=content)
         try:
-            value = msgspec.json.decode(self.tool.encode_result(result.value))
+            encoded = self.tool.encode_result(result.value)
+            if max_chars is not None and len(encoded) > max_chars:
+                # Cut JSON is not JSON, and the outputSchema promises a whole value: say so instead.
+                return error_result(
+                    f"Error: tool {self.tool.name!r} returned a structured result of {len(encoded)} "
+                    f"bytes, over the limit of {max_chars} characters"
+                )
+            value = msgspec.json.decode(encoded)
         except Exception as exc:  # the text was made; a structured copy of the value could not be
             log.warning("tool %r: its result has no JSON form for structuredContent: %s", self.tool.name, exc)
             return error_result(f"Error: tool {self.tool.name!r} returned a result that could not be encoded")
@@ -124,15 +144,34 @@ def plain_result(result: ToolResult) -> types.CallToolResult:
 def _content(result: ToolSuccess) -> list[types.ContentBlock]:
     if not result.parts:
         return [types.TextContent(text=result.content)]
-    blocks: list[types.ContentBlock] = []
-    for part in result.parts:
-        if isinstance(part, TextPart):
-            blocks.append(types.TextContent(text=part.text))
-        elif isinstance(part, ImagePart):
-            blocks.append(
-                types.ImageContent(data=base64.b64encode(part.data).decode("ascii"), mime_type=part.mime_type)
+    return [_block(part) for part in result.parts]
+
+
+def _block(part: Any) -> types.ContentBlock:
+    """One content part as an MCP content block."""
+    if isinstance(part, ImagePart):
+        return types.ImageContent(data=_b64(part.data), mime_type=part.mime_type)
+    if isinstance(part, AudioPart):
+        return types.AudioContent(data=_b64(part.data), mime_type=part.mime_type)
+    if isinstance(part, ResourcePart):
+        resource: types.TextResourceContents | types.BlobResourceContents
+        if part.text is not None:
+            resource = types.TextResourceContents(uri=part.uri, mime_type=part.mime_type, text=part.text)
+        else:
+            resource = types.BlobResourceContents(
+                uri=part.uri, mime_type=part.mime_type, blob=_b64(part.blob or b"")
             )
-    return blocks
+        return types.EmbeddedResource(resource=resource)
+    if isinstance(part, ResourceLinkPart):
+        return types.ResourceLink(
+            uri=part.uri, name=part.name, mime_type=part.mime_type, description=part.description
+        )
+    assert isinstance(part, TextPart)
+    return types.TextContent(text=part.text)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _output_schema(tool: ToolBase[Any, Any]) -> tuple[dict[str, Any], bool] | None:
@@ -154,7 +193,12 @@ def _output_schema(tool: ToolBase[Any, Any]) -> tuple[dict[str, Any], bool] | No
         schema = node_schema(root)
         wrap = False
     else:
-        schema = {"type": "object", "properties": {_WRAP_KEY: node_schema(node)}, "required": [_WRAP_KEY]}
+        schema = {
+            "type": "object",
+            "properties": {_WRAP_KEY: node_schema(node)},
+            "required": [_WRAP_KEY],
+            WRAP_MARKER: True,
+        }
         wrap = True
     if definitions:
         schema["$defs"] = {name: node_schema(n) for name, n in definitions.items()}

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypedDict
 import msgspec
 
 from ..exceptions import ToolDefinitionError
+from ._placement import Placement
 
 __all__ = ["Loop", "OnFull", "ToolOptions", "ToolOptionsKw"]
 
@@ -103,6 +104,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.loop not in ("trio", "asyncio"):
             raise ToolDefinitionError(f"{what}: loop must be 'trio' or 'asyncio', not {self.loop!r}")
+        placement = self.placement
+        if placement is not None and not isinstance(placement, Placement):
+            raise ToolDefinitionError(
+                f"{what}: placement must be InProcess(), Subprocess(...) or Ray(...) "
+                f"(from runtime.placement), not {placement!r}"
+            )
         restart_on = self.restart_on
         if not isinstance(restart_on, tuple) or not all(
             isinstance(e, type) and issubclass(e, BaseException) for e in restart_on
