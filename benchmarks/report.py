@@ -60,9 +60,11 @@ def _plots(w5: dict[str, Any] | None, curves: dict[str, Any] | None) -> list[str
                 if result["server"] != server or result["loop"] != loop or not result["runs"]:
                     continue
                 runs = sorted(result["runs"], key=lambda r: r["requests"])
-                median = runs[len(runs) // 2]["percentiles_us"]
-                xs = [float(p) for p in median]
-                ys = [v / 1000 for v in median.values()]
+                run = runs[len(runs) // 2]
+                points = [(float(p), v) for p, v in run["percentiles_us"].items() if float(p) < 100]
+                points.append((100.0, run["max_us"]))  # wrk's percentile(100) reads 0: use its max
+                xs = [p for p, _ in points]
+                ys = [v / 1000 for _, v in points]
                 ax.plot(xs, ys, marker="o", label=result["mode"])
             ax.set_title(f"{server} ({loop})")
             ax.set_xlabel("percentile")
@@ -127,14 +129,17 @@ def write() -> Path:
         "# Benchmark results",
         "",
         f"Written by `make bench` ({time.strftime('%Y-%m-%d %H:%M')} UTC, Python {platform.python_version()}, "
-        f"{platform.machine()}); every figure is from that one run (`benchmarks/results/*.json`). "
-        "Ratios compare subjects measured in the same run, interleaved; on a shared machine "
-        "single figures move by 10-20% between runs, the ratios less.",
+        f"{platform.machine()}) from `benchmarks/results/*.json`; each section says when its "
+        "benchmark ran (`python -m benchmarks --only X` reruns one). Ratios compare subjects "
+        "measured in the same run, interleaved; on a shared 2-core machine single figures move "
+        "by 10-50% between runs, the ratios less.",
         "",
     ]
     if w5 and w5.get("rows"):
         lines += [
             "## W5: agent server under load",
+            "",
+            f"Run {w5['when']}.",
             "",
             f"wrk, {w5['connections']} connections, loopback; each request is one assistant message with 4 tool "
             "calls (async I/O 2 ms, CPU-bound sync, small sync, async that raises for one argument in ten; "
@@ -169,11 +174,11 @@ def write() -> Path:
                 )
             lines.append("")
     if peers:
-        lines += ["## Against the peers (benchmarks/bench_peers.py)", ""]
+        lines += ["## Against the peers (benchmarks/bench_peers.py)", "", f"Run {peers['when']}.", ""]
         lines += _ratio_table(peers["rows"])
         lines.append("")
     if curves:
-        lines += ["## Fan-out scaling and memory per in-flight call", ""]
+        lines += ["## Fan-out scaling and memory per in-flight call", "", "Run with the peers' table.", ""]
         fanout = curves["fanout_us_per_call"]
         sizes = sorted({int(s) for d in fanout.values() for s in d})
         lines += ["| calls | " + " | ".join(f"{n} us/call" for n in fanout if fanout[n]) + " |"]
@@ -193,7 +198,12 @@ def write() -> Path:
             if png in plots:
                 lines += [f"![{title}]({png})", ""]
     if runtime:
-        lines += ["## The runtime against its floors (benchmarks/bench_runtime.py)", ""]
+        lines += [
+            "## The runtime against its floors (benchmarks/bench_runtime.py)",
+            "",
+            f"Run {runtime['when']}.",
+            "",
+        ]
         lines += _ratio_table(runtime["rows"])
         lines += [
             "",
@@ -203,7 +213,7 @@ def write() -> Path:
         ]
     mcp = _load("mcp")
     if mcp:
-        lines += ["## MCP (benchmarks/bench_mcp.py)", ""]
+        lines += ["## MCP (benchmarks/bench_mcp.py)", "", f"Run {mcp['when']}.", ""]
         lines += _ratio_table(mcp["rows"])
         lines.append("")
     OUT.write_text("\n".join(lines))

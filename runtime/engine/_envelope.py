@@ -149,13 +149,17 @@ class Envelope:
 
 
 class CallEnvelope(Envelope):
-    """The envelope of a single `Runtime.call`: its caller waits on `event`.
+    """The envelope of a single `Runtime.call`: its caller parks on it until it is settled.
+
+    The reply slot is the parked task itself: `settle` reschedules it directly, with no
+    Event or parking lot in between (about a microsecond less per call, and no Event to
+    allocate). A cancellation while parked unparks it at once.
 
     Attributes:
         waiter: the caller's cancel scope while it waits (the worker moves its deadline in).
     """
 
-    __slots__ = ("event", "waiter")
+    __slots__ = ("_parked", "waiter")
 
     def __init__(
         self, call: ToolCall, ctx: CallContext | None, deadline: float = math.inf, limit: float | None = None
@@ -174,11 +178,26 @@ class CallEnvelope(Envelope):
         self.interrupted = False
         self.reported = False
         self.settled_at = math.inf
-        self.event = trio.Event()
+        self._parked: trio.lowlevel.Task | None = None
         self.waiter: trio.CancelScope | None = None
 
     def _notify(self) -> None:
-        self.event.set()
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Park the calling task until the envelope is settled (a checkpoint either way)."""
+        if self.state == DONE:
+            await trio.lowlevel.checkpoint()
+            return
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def expire_at(self, when: float) -> None:
         if when < self.expires:

@@ -149,7 +149,7 @@ class Runtime:
                     if not actor.submit_nowait(env):
                         await actor.submit(env)
                     if env.state != DONE:
-                        await env.event.wait()
+                        await env.wait()
                 else:
                     await self._wait_timed(env, actor)
         except BaseException:
@@ -301,7 +301,7 @@ class Runtime:
                     if not actor.submit_nowait(env):
                         await actor.submit(env)  # a full mailbox: wait for room (backpressure)
                 if env.state != DONE:
-                    await env.event.wait()
+                    await env.wait()
             env.waiter = None
             if env.state == DONE:
                 return
