@@ -6,6 +6,7 @@ Hierarchy::
     ├── InvalidArguments (ValueError)   a call's arguments did not decode into the tool's args type
     ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
     ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
+    │   └── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
     ├── ToolDefinitionError (TypeError) a function or class cannot become a tool; says what to do
     └── RuntimeClosed (RuntimeError)    the caller used a runtime that is closed (the caller's mistake)
@@ -17,6 +18,7 @@ becomes a `ToolFailure`. The module sits below every layer so that each may rais
 from __future__ import annotations
 
 __all__ = [
+    "CannotAsk",
     "InvalidArguments",
     "RuntimeClosed",
     "SchemaError",
@@ -68,6 +70,13 @@ class ToolUnavailable(ToolRuntimeError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class CannotAsk(ToolUnavailable):
+    """A tool asked back (`ctx.elicit`, `ctx.sample`, `ctx.list_roots`, an approval) and no one
+    can answer: no handler was given, or the MCP client did not announce the capability.
+    Reported as UNAVAILABLE with the reason; a tool may catch it and go on without the answer.
+    """
 
 
 class SchemaError(ToolRuntimeError, ValueError):

@@ -27,6 +27,9 @@ ADDED_ON_PURPOSE = {
     # the exception hierarchy of runtime.exceptions
     "ToolRuntimeError", "InvalidArguments", "SchemaError", "ToolDefinitionError", "RuntimeClosed",
     "ToolUnavailable",
+    # tools that ask back (DESIGN.md 3.5): questions, answers, handlers' scope, the failure
+    "asking", "Elicitation", "Answer", "Elicited", "Sampling", "SamplingMessage", "Sampled",
+    "Root", "RootsRequest", "CannotAsk",
 }  # fmt: skip
 
 

@@ -75,6 +75,7 @@ class ToolActor:
         self.counters = ToolCounters()
         self.pool = WorkerPool(tool, options, config, self.counters, recv, self._crash_now, self._unavailable)
         self.untimed = options.timeout is None and config.default_timeout is None
+        self.asks = options.requires_approval is not False  # its calls need a CallContext
         cls = type(tool)
         self._has_setup = cls.setup is not ToolBase.setup
         self._has_teardown = cls.teardown is not ToolBase.teardown

@@ -75,6 +75,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     restart_on: tuple[type[BaseException], ...] = ()
     setup_timeout: float | None = 30.0
     placement: Any = None
+    requires_approval: Any = False
 
     tool_type: ClassVar[str] = "function"
     """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""

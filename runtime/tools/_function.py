@@ -309,6 +309,8 @@ def tool(
         restart_on: exceptions after which the tool's actor is restarted (teardown, setup).
         setup_timeout: unused by function tools (they have no setup); accepted for symmetry.
         placement: where the tool runs (default: in this process); see `runtime.placement`.
+        requires_approval: ask (through `on_elicit` / the MCP client) before each call runs, or
+            before the calls whose arguments a predicate `(args) -> bool` picks.
         title: a human-readable title (shown by MCP clients).
         annotations: behaviour hints for MCP clients, passed through as given
             (`{"readOnlyHint": True, "openWorldHint": False}`).

@@ -8,6 +8,7 @@ names the tool, never a surprise in the middle of a call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
 import msgspec
@@ -33,6 +34,10 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
         restart_on: exceptions of the tool's own code after which its actor is restarted.
         setup_timeout: seconds `setup()` may take before the tool is marked down (None: no limit).
         placement: where the tool runs (None: in this process); see `runtime.placement`.
+        requires_approval: ask before each call runs (True), or before the calls whose decoded
+            arguments a predicate `(args) -> bool` picks; the question goes through the same path
+            as `ctx.elicit` (the `on_elicit` handler, or the MCP client). Denied: REJECTED with
+            the reason, and the tool does not run.
     """
 
     timeout: float | None = None
@@ -43,6 +48,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
     restart_on: tuple[type[BaseException], ...] = ()
     setup_timeout: float | None = 30.0
     placement: Any = None
+    requires_approval: Any = False
 
     @classmethod
     def build(cls, what: str, values: Any) -> ToolOptions:
@@ -94,6 +100,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
                 f"timeout={self.timeout!r} could not be honoured; drop inline=True (it then runs in a "
                 "worker thread, where a timeout works) or drop the timeout"
             )
+        approval = self.requires_approval
+        if not isinstance(approval, bool) and not callable(approval):
+            raise ToolDefinitionError(
+                f"{what}: requires_approval must be True, False or a predicate (args) -> bool, "
+                f"not {approval!r}"
+            )
         restart_on = self.restart_on
         if not isinstance(restart_on, tuple) or not all(
             isinstance(e, type) and issubclass(e, BaseException) for e in restart_on
@@ -117,3 +129,4 @@ class ToolOptionsKw(TypedDict, total=False):
     restart_on: tuple[type[BaseException], ...] | list[type[BaseException]]
     setup_timeout: float | None
     placement: Any
+    requires_approval: bool | Callable[[Any], bool]
