@@ -89,8 +89,16 @@ async def test_elicit_returns_the_answer_decoded_into_the_type() -> None:
     assert q.call_id == result.call_id
     assert not q.approval
     assert q.schema["required"] == ["item"]
-    assert q.schema["properties"]["size"] == {"type": "string", "enum": ["large", "small"], "default": "small"}
-    assert q.schema["properties"]["item"] == {"type": "string", "description": "what to order", "minLength": 1}
+    assert q.schema["properties"]["size"] == {
+        "type": "string",
+        "enum": ["large", "small"],
+        "default": "small",
+    }
+    assert q.schema["properties"]["item"] == {
+        "type": "string",
+        "description": "what to order",
+        "minLength": 1,
+    }
     assert q.schema["properties"]["extras"]["items"] == {"type": "string", "enum": ["napkins", "sauce"]}
 
 
@@ -128,8 +136,10 @@ async def test_with_no_handler_a_tool_that_asks_fails_unavailable_and_says_why()
     kinds = {r.kind for r in results if isinstance(r, ToolFailure)}
     assert kinds == {FailureKind.UNAVAILABLE}
     assert "open_runtime(on_elicit=...)" in results[0].content
-    assert "sampling" in results[1].content and "on_sample" in results[1].content
-    assert "roots" in results[2].content and "on_roots" in results[2].content
+    assert "sampling" in results[1].content
+    assert "on_sample" in results[1].content
+    assert "roots" in results[2].content
+    assert "on_roots" in results[2].content
 
 
 async def test_sample_and_list_roots_go_to_their_handlers() -> None:
@@ -143,7 +153,9 @@ async def test_sample_and_list_roots_go_to_their_handlers() -> None:
         assert r.tool_name == "workspace"
         return [Root(uri="file:///work", name="work"), Root(uri="file:///tmp")]
 
-    async with open_runtime([summarize, workspace], on_sample=on_sample, on_roots=on_roots, tracing=False) as rt:
+    async with open_runtime(
+        [summarize, workspace], on_sample=on_sample, on_roots=on_roots, tracing=False
+    ) as rt:
         summary = await rt.invoke(summarize, text="hello world")
         roots = await rt.invoke(workspace)
     assert summary.content == "local-model: 11 chars"
@@ -181,7 +193,9 @@ async def test_a_handler_that_fails_is_unavailable_with_its_error() -> None:
     assert "ConnectionError: model is down" in result.message
 
 
-async def test_a_handler_that_never_answers_is_bounded_by_the_call_deadline(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_handler_that_never_answers_is_bounded_by_the_call_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     async def on_elicit(q: Elicitation) -> Answer:
         await trio.sleep_forever()
         raise AssertionError

@@ -46,6 +46,7 @@ from opentelemetry import trace
 from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
 from ..schema import parse_json_schema
 from ..tools import CallContext
+from ._asking import client_callbacks
 from ._client_tool import WRAP_MARKER, McpTool, local_name
 from ._client_transport import WatchedTransport
 from ._schema_tool import schema_descriptor, schema_validator
@@ -178,6 +179,9 @@ class Connection:
             message_handler=link.on_message,
             logging_callback=self._server_log,
             client_info=_CLIENT_INFO,
+            # a server's elicitation / sampling / roots requests (and 2026-07-28 input-required
+            # results, followed for a bounded number of rounds) go to the runtime's handlers
+            **client_callbacks(getattr(registrar, "asking", None)),
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client, trio.open_nursery() as nursery:
