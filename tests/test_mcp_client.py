@@ -9,6 +9,7 @@ protocol eras: `mode="legacy"` (2025-11-25, `initialize`) and `mode="2026-07-28"
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -561,3 +562,63 @@ async def test_a_server_that_never_answers_is_ended_by_the_call_timeout(shared_h
             result = failed(await rt.call(call("hang")), FailureKind.TIMEOUT)
             assert "0.3" in result.message
             assert ok(await rt.call(call("echo", {"text": "still here"}))).content == "still here"
+
+
+# -- what real servers send: refused entries, no resultType, oversize listings -----------------
+
+RAW = str(SERVERS / "raw.py")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto", "2026-07-28"])
+async def test_a_tool_the_sdk_refuses_is_skipped_alone_and_results_need_no_result_type(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.mcp")
+    spec = mcp.stdio(sys.executable, [RAW], mode=mode, name="raw")
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[spec]) as rt:
+            names = {t.name for t in rt.registry}
+            assert names == {"good", "wordy", "echo"}
+            # No resultType in the reply, in either era: read as a complete result.
+            sent = json.loads(ok(await rt.call(call("good", {"x": 1}))).content)
+            assert sent == {"tool": "good", "arguments": {"x": 1}}
+            # A description over the bound is cut, not taken whole into every prompt.
+            assert len(rt.registry.get("wordy").description) == 8192
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        "tool 'bad' is skipped: the MCP SDK refuses its listing (tools.0.inputSchema.type" in m
+        for m in messages
+    )
+    assert any("tool 'huge' is skipped: its schemas are" in m for m in messages)
+    assert any(
+        "the description of tool 'wordy' is cut to 8192 characters (it has 50000)" in m for m in messages
+    )
+
+
+async def test_a_server_with_too_many_tools_gives_the_first_max_tools(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="runtime.mcp")
+    spec = mcp.stdio(sys.executable, [RAW, "--tools", "50"], name="raw", max_tools=10)
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[spec]) as rt:
+            assert len(rt.registry) <= 10
+            assert "good" in {t.name for t in rt.registry}
+    assert any(
+        "lists 54 tools; the first 10 are kept (max_tools=10)" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_media_over_the_bound_become_a_note() -> None:
+    from runtime.mcp._client_tool import MAX_MEDIA_BYTES
+
+    big = base64.b64encode(b"\x00" * (MAX_MEDIA_BYTES // 2 + 1)).decode()
+    result = types.CallToolResult(
+        content=[
+            types.ImageContent(data=big, mime_type="image/png"),
+            types.AudioContent(data=big, mime_type="audio/wav"),
+        ]
+    )
+    _, text, parts = read_result(result)
+    assert [type(p).__name__ for p in parts] == ["ImagePart", "TextPart"]
+    assert "left out: the result's media are over" in text

@@ -312,6 +312,7 @@ async def test_runtime_to_runtime_round_trip(mode: str, caplog: pytest.LogCaptur
                     assert ok(await rt.call(call("remote_work", {"steps": 3}))).content == "worked"
                 assert progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
             nursery.cancel_scope.cancel()
-    if mode == "legacy":  # 2026-07-28 sends log messages only to a request that asks (_meta logLevel)
-        remote_logs = [r.getMessage() for r in caplog.records if r.name == "runtime.mcp.remote"]
-        assert any("starting" in m for m in remote_logs), remote_logs
+    # The remote tool's log messages (info and above: what the client asks for) reach our logging.
+    remote_logs = [r.getMessage() for r in caplog.records if r.name == "runtime.mcp.remote"]
+    assert any("starting" in m for m in remote_logs), remote_logs
+    assert not any("done" in m for m in remote_logs), remote_logs

@@ -1,4 +1,8 @@
-"""One supervised connection to an MCP server: the ToolSource behind `mcp.stdio(...)` and friends.
+"""One supervised connection to an MCP server (`RemoteServer`): what runs a spec's `run`.
+
+The connection's life is here; what the listed tools become (and keeping the registry
+current) is `RemoteCatalog`'s, in `_client_catalog`. Neither imports the specs: they read
+a spec through `ServerOptions`.
 
 Life of a connection (each turn of the loop is one session with the server)::
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -39,23 +44,22 @@ import msgspec
 import trio
 from mcp import Client, MCPError
 from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, Implementation
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
 
 from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
-from ..schema import parse_json_schema
 from ..tools import CallContext
 from ._asking import client_callbacks
-from ._client_tool import WRAP_MARKER, McpTool, local_name
+from ._client_catalog import RemoteCatalog, ServerOptions
+from ._client_tool import McpTool
 from ._client_transport import WatchedTransport
-from ._schema_tool import schema_descriptor, schema_validator
 
 if TYPE_CHECKING:
     from ..engine import ToolRegistrar
-    from ._client_specs import ServerSpec
 
-__all__ = ["Connection"]
+__all__ = ["RemoteServer"]
 
 log = logging.getLogger("runtime.mcp")
 remote_log = logging.getLogger("runtime.mcp.remote")  # what servers log (notifications/message)
@@ -73,7 +77,6 @@ _PYTHON_LEVELS = {
 _MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 _STABLE = 10.0  # seconds a session must last for the backoff to start over
 _CLIENT_INFO = Implementation(name="tool-runtime", version="0.1.0")
-_FINGERPRINT = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 
 
 class _Link:
@@ -108,18 +111,21 @@ class _Link:
             log.debug("MCP transport reported %r", message)
 
 
-class Connection:
-    """Runs one spec: connects, keeps its tools registered and current, serves their calls."""
+class RemoteServer:
+    """Runs one spec: the connection's life (connect, listen, reconnect) and its tools' calls.
 
-    def __init__(self, spec: ServerSpec) -> None:
+    What the server's tools become here, and keeping them current in the registry, is its
+    `catalog`'s work (`RemoteCatalog`).
+    """
+
+    def __init__(self, spec: ServerOptions) -> None:
         self.spec = spec
         self.name = spec.name
+        self.catalog = RemoteCatalog(spec, self.call)
         self.link: _Link | None = None
         self.last_error = "it has not connected yet"
-        self.tools: dict[str, tuple[McpTool, dict[str, Any]]] = {}  # local name -> (tool, listing entry)
         self._ready: Any = trio.TASK_STATUS_IGNORED
         self._up = False  # whether the current session got as far as registering the tools
-        self._skipped: set[str] = set()  # names already logged as clashing
 
     # -- the connection's life -------------------------------------------------------
 
@@ -173,11 +179,14 @@ class Connection:
         spec = self.spec
         link = _Link()
         client = Client(
-            WatchedTransport(spec.transport(), lambda: link.mark_lost("the server closed the connection")),
+            WatchedTransport(
+                spec.transport(), lambda: link.mark_lost("the server closed the connection"), self.name
+            ),
             mode=spec.mode,
             cache=None,  # the listing is re-read on change; a cached page would be stale
             message_handler=link.on_message,
             logging_callback=self._server_log,
+            log_level="info",  # 2026-07-28: log messages come only to requests that ask for them
             client_info=_CLIENT_INFO,
             # a server's elicitation / sampling / roots requests (and 2026-07-28 input-required
             # results, followed for a bounded number of rounds) go to the runtime's handlers
@@ -194,18 +203,23 @@ class Connection:
                 )
                 if client.protocol_version in MODERN_PROTOCOL_VERSIONS and announces:
                     await nursery.start(self._listen, client, link)  # before listing: no change is missed
+                if (
+                    client.protocol_version not in MODERN_PROTOCOL_VERSIONS
+                    and capabilities.logging is not None
+                ):
+                    await _ask_info_logs(client)  # as `log_level` does per request in 2026-07-28
                 listing = await self._list(client)
                 connecting.deadline = math.inf
                 link.client = client
                 self.link = link
                 try:
-                    await self._apply(registrar, listing)
+                    await self.catalog.apply(registrar, listing)
                     self._up = True
                     log.info(
                         "connected to MCP server %r (protocol %s, %d tools)",
                         self.name,
                         client.protocol_version,
-                        len(self.tools),
+                        len(self.catalog.tools),
                     )
                     self._started()
                     while True:
@@ -215,7 +229,7 @@ class Connection:
                             break
                         if link.dirty:
                             link.dirty = False
-                            await self._apply(registrar, await self._list(client))
+                            await self.catalog.apply(registrar, await self._list(client))
                 finally:
                     self.link = None
                     link.mark_lost("the connection was closed")  # unless it already had a reason
@@ -304,129 +318,6 @@ class Connection:
         level = _PYTHON_LEVELS.get(params.level, logging.INFO)
         remote_log.log(level, "MCP server %r (%s): %s", self.name, params.logger or "-", params.data)
 
-    # -- the tools -------------------------------------------------------------------
-
-    async def _apply(self, registrar: ToolRegistrar, listing: list[types.Tool]) -> None:
-        """Make the registered tools match `listing`: remove, replace and add only what changed."""
-        wanted: dict[str, tuple[types.Tool, dict[str, Any]]] = {}
-        for remote in listing:
-            name = local_name(remote.name, self.spec.prefix)
-            if name is None:
-                log.warning(
-                    "MCP server %r: tool %r is skipped: no usable name is left", self.name, remote.name
-                )
-                continue
-            if name in wanted:
-                log.warning(
-                    "MCP server %r: tools %r and %r are both called %r here; the first is kept",
-                    self.name,
-                    wanted[name][0].name,
-                    remote.name,
-                    name,
-                )
-                continue
-            entry = remote.model_dump(mode="json", by_alias=True, exclude_none=True)
-            wanted[name] = (remote, {k: entry[k] for k in _FINGERPRINT if k in entry})
-        removed = [n for n in self.tools if n not in wanted]
-        fresh: dict[str, tuple[McpTool, dict[str, Any]]] = {}
-        for name, (remote, entry) in wanted.items():
-            known = self.tools.get(name)
-            if known is not None and known[1] == entry:
-                continue
-            made = self._make(name, remote)
-            if made is None:
-                if known is not None:
-                    removed.append(name)
-                continue
-            fresh[name] = (made, entry)
-        if removed:
-            await registrar.unregister(*removed)
-            for name in removed:
-                del self.tools[name]
-        replacing = [tool for name, (tool, _) in fresh.items() if name in self.tools]
-        if replacing:
-            await registrar.register(*replacing, replace=True)
-            self.tools.update({n: fresh[n] for n in (t.name for t in replacing)})
-        adding = [tool for name, (tool, _) in fresh.items() if name not in self.tools]
-        if not adding:
-            return
-        try:
-            await registrar.register(*adding)
-        except ValueError:  # a name is taken by another tool: add the others one by one
-            for tool in adding:
-                try:
-                    await registrar.register(tool)
-                except ValueError as exc:
-                    level = logging.DEBUG if tool.name in self._skipped else logging.WARNING
-                    self._skipped.add(tool.name)
-                    log.log(
-                        level,
-                        "MCP server %r: tool %r is skipped: %s (give the server a prefix=)",
-                        self.name,
-                        tool.name,
-                        exc,
-                    )
-                else:
-                    self.tools[tool.name] = fresh[tool.name]
-        else:
-            self.tools.update({t.name: fresh[t.name] for t in adding})
-
-    def _make(self, name: str, remote: types.Tool) -> McpTool | None:
-        """The runtime tool for a listed tool, or None (logged) when its schema cannot be used."""
-        prefix = self.spec.prefix
-        if name != (f"{prefix}_{remote.name}" if prefix else remote.name):
-            log.info("MCP server %r: tool %r is called %r here", self.name, remote.name, name)
-        annotations = remote.annotations
-        schema = dict(remote.input_schema)
-        try:
-            validator = schema_validator(schema)
-            descriptor = schema_descriptor(
-                name,
-                remote.description or "",
-                schema,
-                title=remote.title or (annotations.title if annotations is not None else None),
-                annotations=annotations.model_dump(by_alias=True, exclude_none=True) if annotations else None,
-            )
-        except Exception as exc:
-            log.warning(
-                "MCP server %r: tool %r is skipped: its inputSchema cannot be used (%s)",
-                self.name,
-                remote.name,
-                exc,
-            )
-            return None
-        wrapped = False
-        if remote.output_schema is not None:
-            descriptor = self._with_output(descriptor, remote)
-            wrapped = bool(remote.output_schema.get(WRAP_MARKER))
-        return McpTool(
-            name=name,
-            remote_name=remote.name,
-            server=self.name,
-            descriptor=descriptor,
-            json_schema=schema,
-            validator=validator,
-            caller=self.call,
-            timeout=self.spec.call_timeout,
-            wrapped=wrapped,
-        )
-
-    def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:
-        """The descriptor with the tool's outputSchema as its `output` type, when it parses."""
-        try:
-            output, definitions = parse_json_schema(remote.output_schema)
-        except Exception as exc:
-            log.debug("MCP server %r: the outputSchema of %r is not kept (%s)", self.name, remote.name, exc)
-            return descriptor
-        if set(definitions) & set(descriptor.definitions):
-            log.debug(
-                "MCP server %r: the outputSchema of %r is not kept (its $defs clash)", self.name, remote.name
-            )
-            return descriptor
-        return msgspec.structs.replace(
-            descriptor, output=output, definitions={**descriptor.definitions, **definitions}
-        )
-
     # -- calls -----------------------------------------------------------------------
 
     async def call(self, tool: McpTool, args: Any, ctx: CallContext | None) -> types.CallToolResult:
@@ -455,7 +346,9 @@ class Connection:
         with trio.CancelScope() as scope:
             link.calls.add(scope)
             try:
-                return await client.call_tool(tool.remote_name, arguments, progress_callback=on_progress)
+                # Progress is asked for only when someone hears it (no token, no notifications).
+                wanted = on_progress if ctx is not None and ctx.hears_progress else None
+                return await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
             except MCPError as exc:
                 if _connection_gone(exc, link) or _session_gone(exc):
                     link.mark_lost(f"the connection was lost during a call ({exc.error.message})")
@@ -481,6 +374,16 @@ class Connection:
 # What the SDK itself says when a request's answer can no longer come (its CONNECTION_CLOSED code
 # is -32000, which a server may also use for an error of its own).
 _SDK_CLOSED = ("Connection closed", "SSE stream ended without a response")
+
+
+async def _ask_info_logs(client: Client) -> None:
+    """`logging/setLevel info`: a server's debug chatter is not worth the wire."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.set_logging_level("info")
+    except MCPError as exc:
+        log.debug("logging/setLevel refused: %s", exc.error.message)
 
 
 def _connection_gone(exc: MCPError, link: _Link) -> bool:

@@ -21,7 +21,7 @@ import msgspec
 import trio
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._client import Connection
+from ._client import RemoteServer
 from ._client_transport import Transport, http_transport, sse_transport, stdio_transport
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             default, which may be none: a server that never answers would hold the call).
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
+        max_tools: the most tools taken from the server; the rest are refused with a warning.
     """
 
     name: str
@@ -57,6 +58,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT
     backoff: float = 0.5
     max_backoff: float = 30.0
+    max_tools: int = 1000
 
     def __post_init__(self) -> None:
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
@@ -69,6 +71,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, option)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"MCP {option} must be a positive number of seconds, not {value!r}")
+        if isinstance(self.max_tools, bool) or not isinstance(self.max_tools, int) or self.max_tools < 1:
+            raise ValueError(f"MCP max_tools must be a positive integer, not {self.max_tools!r}")
         call_timeout = self.call_timeout
         if call_timeout is not None and (
             not isinstance(call_timeout, int | float) or isinstance(call_timeout, bool) or call_timeout <= 0
@@ -83,7 +87,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     async def run(self, registrar: ToolRegistrar, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The ToolSource entry: connect, register the tools, keep them current, reconnect."""
-        await Connection(self).run(registrar, task_status=task_status)
+        await RemoteServer(self).run(registrar, task_status=task_status)
 
 
 class StdioServer(ServerSpec, frozen=True, kw_only=True):
@@ -131,6 +135,7 @@ def stdio(
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    max_tools: int = 1000,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -146,6 +151,7 @@ def stdio(
         call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
         backoff: seconds before the first restart; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
+        max_tools: the most tools taken from the server (default 1000).
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -161,6 +167,7 @@ def stdio(
         call_timeout=call_timeout,
         backoff=backoff,
         max_backoff=max_backoff,
+        max_tools=max_tools,
     )
 
 
@@ -175,6 +182,7 @@ def http(
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    max_tools: int = 1000,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
@@ -188,6 +196,7 @@ def http(
         call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
+        max_tools: the most tools taken from the server (default 1000).
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -199,6 +208,7 @@ def http(
         call_timeout=call_timeout,
         backoff=backoff,
         max_backoff=max_backoff,
+        max_tools=max_tools,
     )
 
 
@@ -212,6 +222,7 @@ def sse(
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    max_tools: int = 1000,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -227,6 +238,7 @@ def sse(
         call_timeout=call_timeout,
         backoff=backoff,
         max_backoff=max_backoff,
+        max_tools=max_tools,
     )
 
 

@@ -52,6 +52,7 @@ log = logging.getLogger("runtime.mcp")
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 _json = msgspec.json.Encoder()
+MAX_MEDIA_BYTES = 20 * 1024 * 1024  # image, audio and blob bytes kept from one result; the rest is a note
 WRAP_MARKER = "x-fastmcp-wrap-result"  # outputSchema marker: results are `{"result": value}`
 
 
@@ -139,6 +140,7 @@ def read_result(
     texts: list[str] = []
     parts: list[ContentPart] = []
     media = False
+    media_bytes = 0
     for block in result.content:
         text: str | None = None
         part: ContentPart | None = None
@@ -175,6 +177,20 @@ def read_result(
             part = ResourceLinkPart(
                 uri=str(block.uri), name=block.name, mime_type=block.mime_type, description=block.description
             )
+        if part is not None and not isinstance(part, TextPart | ResourceLinkPart):
+            size = _media_size(part)
+            if media_bytes + size > MAX_MEDIA_BYTES:
+                log.warning(
+                    "an MCP result's media exceed %d bytes: a part of %d bytes is left out",
+                    MAX_MEDIA_BYTES,
+                    size,
+                )
+                text = (
+                    f"[{describe_part(part)} left out: the result's media are over {MAX_MEDIA_BYTES} bytes]"
+                )
+                part = None
+            else:
+                media_bytes += size
         if text is None and part is not None and not isinstance(part, ImagePart):
             text = describe_part(part)
         if text is not None:
@@ -200,6 +216,14 @@ def read_result(
             value = structured["result"]
         return value, text, tuple(parts) if media else ()
     return text, text, tuple(parts) if media else ()
+
+
+def _media_size(part: ContentPart) -> int:
+    if isinstance(part, ImagePart | AudioPart):
+        return len(part.data)
+    if isinstance(part, ResourcePart):
+        return len(part.blob or b"") + len(part.text or "")
+    return 0
 
 
 def local_name(remote: str, prefix: str | None) -> str | None:

@@ -190,6 +190,17 @@ class CallContext:
         own = current_asker()  # the caller's `asking(...)` block first, then the runtime's handlers
         self._asking = own.over(asking) if own is not None else asking
 
+    @property
+    def hears_progress(self) -> bool:
+        """Whether a progress report would reach anyone (a handler, or a recording span).
+
+        A tool whose progress costs something to compute (or to ask a server for) may skip it.
+        """
+        reporter = self._reporter
+        return (
+            reporter is not None and reporter.on_progress is not None
+        ) or trace.get_current_span().is_recording()
+
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
