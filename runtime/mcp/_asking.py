@@ -29,13 +29,17 @@ import json
 import logging
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp_types as types
+import pydantic
 import trio
+from mcp import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..exceptions import CannotAsk
+from ..exceptions import CannotAsk, ToolUnavailable
 from ..messages import AudioPart, ImagePart, TextPart
 from ..tools import (
     Answer,
@@ -52,11 +56,16 @@ __all__ = ["InputRequired", "ServedAsker", "client_callbacks"]
 
 log = logging.getLogger("runtime.mcp")
 
+R = TypeVar("R", bound=pydantic.BaseModel)
 _SETTLE_CHECKPOINTS = 3  # scheduler turns a question waits for its siblings to ask too
 
 
-class InputRequired(CannotAsk):
-    """This round of a 2026-07-28 call ends: the client is asked and calls again."""
+class InputRequired(ToolUnavailable):
+    """This round of a 2026-07-28 call ends: the client is asked and calls again.
+
+    Not a `CannotAsk`: a tool that catches CannotAsk (to go on without an answer) still ends
+    the round here, and is asked again with the answer in the next one.
+    """
 
 
 # -- our types -> the SDK's ------------------------------------------------------------
@@ -217,6 +226,7 @@ class ServedAsker:
         self._request_id = request_id
         self.modern = session.protocol_version in MODERN_PROTOCOL_VERSIONS
         self.pending: dict[str, types.InputRequest] = {}
+        self.missing = types.ClientCapabilities()  # what the tool needed and the client did not declare
         self._answers: dict[str, Any] = {}  # key -> the client's response (JSON), earlier rounds included
         self._seen: dict[str, int] = {}
         if self.modern:
@@ -235,12 +245,14 @@ class ServedAsker:
     # The three handlers.
 
     async def _elicit(self, question: Elicitation) -> Answer:
-        if self.capabilities.elicitation is None:
-            raise CannotAsk(_unannounced("elicitation", "elicit"))
+        elicitation = self.capabilities.elicitation
+        if elicitation is None or (elicitation.form is None and elicitation.url is not None):
+            self.missing.elicitation = types.ElicitationCapability(form=types.FormElicitationCapability())
+            raise CannotAsk(_unannounced("elicitation (form)", "elicit"))
         params = elicit_params(question)
         if self.modern:
-            raw = await self._input("elicitation/create", types.ElicitRequest(params=params))
-            return answer_of(types.ElicitResult.model_validate(raw))
+            result = await self._input(question.key, types.ElicitRequest(params=params), types.ElicitResult)
+            return answer_of(result)
         result = await self._session.elicit_form(
             question.message, params.requested_schema, related_request_id=self._request_id
         )
@@ -248,11 +260,14 @@ class ServedAsker:
 
     async def _sample(self, request: Sampling) -> Sampled:
         if self.capabilities.sampling is None:
+            self.missing.sampling = types.SamplingCapability()
             raise CannotAsk(_unannounced("sampling", "sample"))
         params = sampling_params(request)
         if self.modern:
-            raw = await self._input("sampling/createMessage", types.CreateMessageRequest(params=params))
-            return sampled_of(types.CreateMessageResult.model_validate(raw))
+            sampled = await self._input(
+                request.key, types.CreateMessageRequest(params=params), types.CreateMessageResult
+            )
+            return sampled_of(sampled)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             result = await self._session.create_message(
@@ -270,10 +285,11 @@ class ServedAsker:
 
     async def _roots(self, request: RootsRequest) -> Sequence[Root]:
         if self.capabilities.roots is None:
+            self.missing.roots = types.RootsCapability()
             raise CannotAsk(_unannounced("roots", "list_roots"))
         if self.modern:
-            raw = await self._input("roots/list", types.ListRootsRequest())
-            return roots_of(types.ListRootsResult.model_validate(raw))
+            roots = await self._input(request.key, types.ListRootsRequest(), types.ListRootsResult)
+            return roots_of(roots)
         result = await self._session.send_request(
             types.ListRootsRequest(),
             types.ListRootsResult,
@@ -283,20 +299,38 @@ class ServedAsker:
 
     # 2026-07-28: answered from this round's responses and earlier rounds' state, or asked.
 
-    async def _input(self, method: str, request: types.InputRequest) -> Any:
-        wire = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        digest = hashlib.sha256(json.dumps(wire, sort_keys=True).encode()).hexdigest()[:16]
-        base = f"{method.split('/')[0]}-{digest}"
-        n = self._seen.get(base, 0)
-        self._seen[base] = n + 1
-        key = base if n == 0 else f"{base}-{n + 1}"
+    async def _input(self, key: str | None, request: types.InputRequest, answer_type: type[R]) -> R:
+        if key is None:  # named by its content, so questions asked at once may come in any order
+            wire = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+            digest = hashlib.sha256(json.dumps(wire, sort_keys=True).encode()).hexdigest()[:16]
+            key = f"{request.method.split('/')[0]}-{digest}"
+        n = self._seen.get(key, 0)
+        self._seen[key] = n + 1
+        if n:
+            key = f"{key}-{n + 1}"
         if key in self._answers:
-            return self._answers[key]
+            try:
+                return answer_type.model_validate(self._answers[key])
+            except pydantic.ValidationError:  # not an answer to this question: asked again
+                log.info("input response %r does not answer its request; asking again", key)
+                del self._answers[key]
         self.pending[key] = request
         for _ in range(_SETTLE_CHECKPOINTS):  # questions asked at once (a nursery) go out together
             await trio.lowlevel.checkpoint()
         raise InputRequired(
             "it needs input from the MCP client; the call is answered with input requests and made again"
+        )
+
+    def missing_capability(self) -> MCPError:
+        """2026-07-28: the error for a call that failed because the client did not declare a
+        capability it needed (MissingRequiredClientCapabilityError, -32021; HTTP 400)."""
+        required = self.missing.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"the MCP client did not declare the capabilities this tool needs: {', '.join(required)}",
+            data=types.MissingRequiredClientCapabilityErrorData(
+                required_capabilities=self.missing
+            ).model_dump(by_alias=True, mode="json", exclude_none=True),
         )
 
     def input_required(self) -> types.InputRequiredResult:
@@ -319,9 +353,7 @@ def _state_answers(state: str | None) -> dict[str, Any]:
     return dict(answers) if isinstance(answers, dict) else {}
 
 
-def _related(request_id: Any) -> Any:
-    from mcp.shared.message import ServerMessageMetadata
-
+def _related(request_id: Any) -> ServerMessageMetadata:
     return ServerMessageMetadata(related_request_id=request_id)
 
 

@@ -160,6 +160,8 @@ class ServedRuntime:
             return error_result(f"Error: {exc}")
         if questions.pending:  # 2026-07-28: this round ends with the questions; the client calls again
             return questions.input_required()
+        if questions.modern and not result.ok and questions.missing.model_fields_set:
+            raise questions.missing_capability()  # 2026-07-28: -32021, not a tool error
         return served.result(result) if served is not None else plain_result(result)
 
     async def _set_level(

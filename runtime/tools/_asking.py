@@ -64,6 +64,7 @@ class Elicitation(msgspec.Struct, frozen=True, kw_only=True):
         call_id: the call that asks (None when unknown).
         approval: True when the runtime asks before a `requires_approval` tool runs.
         arguments: the arguments of that call (approval only; JSON text as the model wrote it).
+        key: the name the tool gave the question (MCP 2026-07-28 input requests are keyed by it).
     """
 
     message: str
@@ -72,6 +73,7 @@ class Elicitation(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str | None = None
     approval: bool = False
     arguments: str | None = None
+    key: str | None = None
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,6 +148,7 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     metadata: dict[str, Any] | None = None
     tool_name: str | None = None
     call_id: str | None = None
+    key: str | None = None
 
 
 class Sampled(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,6 +172,7 @@ class RootsRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     tool_name: str | None = None
     call_id: str | None = None
+    key: str | None = None
 
 
 ElicitHandler = Callable[[Elicitation], Awaitable[Answer]]

@@ -277,13 +277,17 @@ class CallContext:
     # -- asking back ------------------------------------------------------------------
 
     @overload
-    async def elicit(self, message: str, answer_type: type[T]) -> Elicited[T]: ...
+    async def elicit(self, message: str, answer_type: type[T], *, key: str | None = None) -> Elicited[T]: ...
     @overload
-    async def elicit(self, message: str, answer_type: None = None) -> Elicited[None]: ...
+    async def elicit(
+        self, message: str, answer_type: None = None, *, key: str | None = None
+    ) -> Elicited[None]: ...
     @overload
-    async def elicit(self, message: str, answer_type: dict[str, Any]) -> Elicited[dict[str, Any]]: ...
+    async def elicit(
+        self, message: str, answer_type: dict[str, Any], *, key: str | None = None
+    ) -> Elicited[dict[str, Any]]: ...
 
-    async def elicit(self, message: str, answer_type: Any = None) -> Elicited[Any]:
+    async def elicit(self, message: str, answer_type: Any = None, *, key: str | None = None) -> Elicited[Any]:
         """Ask the user: returns `Elicited(action, value)`, `value` decoded into `answer_type`
         when they accept (`answer_type=None`: a plain yes/no, `value` is None; a dict: that
         JSON Schema is asked as it is, and `value` is the answer's dict).
@@ -307,7 +311,9 @@ class CallContext:
             if cached is None:
                 cached = _schemas[answer_type] = elicitation_schema(answer_type)
             schema = cached
-        question = Elicitation(message=message, schema=schema, tool_name=self.tool_name, call_id=self.call_id)
+        question = Elicitation(
+            message=message, schema=schema, tool_name=self.tool_name, call_id=self.call_id, key=key
+        )
         answer = await self._ask_user(question, "asked the user")
         if answer.action != "accept":
             return Elicited(action=answer.action, reason=answer.reason)
@@ -363,6 +369,7 @@ class CallContext:
         model_hints: Sequence[str] = (),
         include_context: Any = None,
         metadata: dict[str, Any] | None = None,
+        key: str | None = None,
     ) -> Sampled:
         """Ask the caller's model for a completion: returns `Sampled(text, model, stop_reason)`.
 
@@ -392,11 +399,12 @@ class CallContext:
             metadata=metadata,
             tool_name=self.tool_name,
             call_id=self.call_id,
+            key=key,
         )
         result: Sampled = await _answer(handler, request, "sampling", self.tool_name)
         return result
 
-    async def list_roots(self) -> list[Root]:
+    async def list_roots(self, *, key: str | None = None) -> list[Root]:
         """The roots (workspace folders, `file://` URIs) the caller offers.
 
         Served over MCP it is a `roots/list` request to the client; locally it goes to
@@ -413,7 +421,10 @@ class CallContext:
                 "supports roots"
             )
         roots = await _answer(
-            handler, RootsRequest(tool_name=self.tool_name, call_id=self.call_id), "roots", self.tool_name
+            handler,
+            RootsRequest(tool_name=self.tool_name, call_id=self.call_id, key=key),
+            "roots",
+            self.tool_name,
         )
         return list(roots)
 
