@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from runtime import ToolCall, ToolFailure, open_runtime
+from runtime import Answer, Elicitation, ToolCall, ToolFailure, open_runtime
 from runtime.mcp import McpTool, http
 
 SAMPLES: dict[str, Any] = {
@@ -47,12 +47,17 @@ def sample_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
+async def accept_defaults(question: Elicitation) -> Answer:
+    """A user who accepts every form as offered (the schema's defaults fill it in)."""
+    return Answer.accept()
+
+
 async def main(url: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     version = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION", "2025-11-25")
     mode = version if version == "2026-07-28" else "legacy"
     server = http(url, mode=mode, name="conformance", connect_timeout=10.0, call_timeout=10.0)
-    async with open_runtime(mcp_servers=[server]) as rt:
+    async with open_runtime(mcp_servers=[server], on_elicit=accept_defaults) as rt:
         tools = [t for t in rt.registry if isinstance(t, McpTool)]
         print(f"{scenario} ({version}): {len(tools)} tools: {', '.join(t.name for t in tools)}")
         schemas = {t.remote_name: t.json_schema for t in tools}

@@ -30,6 +30,7 @@ from runtime import (
     open_runtime,
 )
 from runtime import mcp as rmcp
+from runtime.mcp._asking import with_defaults
 from runtime.mcp._server import ServedRuntime
 from tests.mcp_asking_fixtures import registry
 
@@ -178,3 +179,16 @@ async def test_a_tampered_request_state_is_refused() -> None:
                     request_state=tampered,
                     input_responses={key: types.ElicitResult(action="accept", content={"name": "Eve"})},
                 )
+
+
+def test_our_client_fills_in_the_defaults_a_user_left_out() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "email": {"type": "string"},
+        },
+    }
+    assert with_defaults({"age": 41}, schema) == {"age": 41, "name": "John Doe"}
+    assert with_defaults({}, {"type": "object"}) == {}

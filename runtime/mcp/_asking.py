@@ -160,6 +160,18 @@ def sampling_of(params: types.CreateMessageRequestParams) -> Sampling:
     )
 
 
+def with_defaults(content: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """An accepted answer with the schema's defaults for the fields it leaves out (SEP-1034)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return content
+    filled = dict(content)
+    for name, prop in properties.items():
+        if name not in filled and isinstance(prop, dict) and "default" in prop:
+            filled[name] = prop["default"]
+    return filled
+
+
 def client_callbacks(asker: Asker | None) -> dict[str, Any]:
     """The SDK `Client` callbacks that answer a server with `asker`'s handlers (only those given,
     so only those capabilities are announced)."""
@@ -180,8 +192,10 @@ def client_callbacks(asker: Asker | None) -> dict[str, Any]:
             except Exception as exc:
                 log.warning("the elicitation handler failed for an MCP server's request", exc_info=True)
                 return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")
+            if answer.action != "accept":
+                return types.ElicitResult(action=answer.action)
             return types.ElicitResult(
-                action=answer.action, content=answer.content if answer.action == "accept" else None
+                action="accept", content=with_defaults(answer.content or {}, question.schema)
             )
 
         callbacks["elicitation_callback"] = elicitation
