@@ -9,6 +9,7 @@ scenarios judge what reached the server).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -56,14 +57,19 @@ async def main(url: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     version = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION", "2025-11-25")
     mode = version if version == "2026-07-28" else "legacy"
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    given = {c["name"]: c.get("arguments", {}) for c in context.get("toolCalls", [])}
     server = http(url, mode=mode, name="conformance", connect_timeout=10.0, call_timeout=10.0)
     async with open_runtime(mcp_servers=[server], on_elicit=accept_defaults) as rt:
         tools = [t for t in rt.registry if isinstance(t, McpTool)]
         print(f"{scenario} ({version}): {len(tools)} tools: {', '.join(t.name for t in tools)}")
         schemas = {t.remote_name: t.json_schema for t in tools}
         for index, tool in enumerate(tools):
-            if tool.remote_name == ECHO_TOOL:
-                arguments: dict[str, Any] = {"schema": schemas.get(FOCAL_TOOL, {})}
+            arguments: dict[str, Any]
+            if tool.remote_name in given:  # the scenario says which arguments to send
+                arguments = given[tool.remote_name]
+            elif tool.remote_name == ECHO_TOOL:
+                arguments = {"schema": schemas.get(FOCAL_TOOL, {})}
             elif tool.remote_name == "add_numbers":
                 arguments = {"a": 2, "b": 3}
             else:

@@ -10,12 +10,13 @@ scenarios expect (`key=`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import trio
 
 from runtime import CallContext, CannotAsk, ToolRegistry, tool
+from runtime.mcp import Header
 
 
 class Name(msgspec.Struct, frozen=True):
@@ -241,3 +242,12 @@ async def test_streaming_elicitation(ctx: CallContext) -> str:
 
 
 ASKING = ASKING.with_tools(test_missing_capability, test_streaming_elicitation)
+
+
+@tool
+def test_header_parameter(region: Annotated[str, Header("Region")], query: str) -> str:
+    """Echo a header parameter (SEP-2243: also sent as the `Mcp-Param-Region` header)."""
+    return f"region={region} query={query}"
+
+
+ASKING = ASKING.with_tools(test_header_parameter)

@@ -337,6 +337,7 @@ class _Parser:
                 if isinstance(prop_schema, Mapping)
                 else msgspec.UNSET
             )
+            header = prop_schema.get("x-mcp-header") if isinstance(prop_schema, Mapping) else None
             props.append(
                 ToolParameter(
                     name=name,
@@ -344,6 +345,7 @@ class _Parser:
                     type=node,
                     required=name in required,
                     default=default,
+                    header=header if isinstance(header, str) else None,
                 )
             )
         # A required name the properties do not describe may hold any value.

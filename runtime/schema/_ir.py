@@ -133,6 +133,8 @@ class ToolParameter(msgspec.Struct, frozen=True, kw_only=True):
         type: its type node.
         required: False when the model may omit it.
         default: the value used when omitted; `msgspec.UNSET` when there is none.
+        header: the HTTP header an MCP client mirrors this argument into (SEP-2243's
+            `x-mcp-header`; served in the MCP schema only, as `Mcp-Param-<header>`).
     """
 
     name: str
@@ -140,6 +142,7 @@ class ToolParameter(msgspec.Struct, frozen=True, kw_only=True):
     type: TypeNode = AnyValue()
     required: bool = True
     default: Any = msgspec.UNSET
+    header: str | None = None
 
     @property
     def has_default(self) -> bool:

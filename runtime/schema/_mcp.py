@@ -21,7 +21,10 @@ def mcp_tool(descriptor: ToolDescriptor, strict: bool = False) -> dict[str, Any]
         tool["title"] = descriptor.title
     if descriptor.description:
         tool["description"] = descriptor.description
-    tool["inputSchema"] = parameters_schema(descriptor)
+    tool["inputSchema"] = schema = parameters_schema(descriptor)
+    for param in descriptor.parameters:  # SEP-2243: MCP clients mirror these into headers
+        if param.header is not None and param.name in schema.get("properties", {}):
+            schema["properties"][param.name]["x-mcp-header"] = param.header
     output = _output_schema(descriptor.output, descriptor.definitions)
     if output is not None:
         tool["outputSchema"] = output
