@@ -107,9 +107,10 @@ class HttpServer(ServerSpec, frozen=True, kw_only=True):
 
     url: str
     headers: dict[str, str] | None = None
+    auth: Any = None  # an httpx2.Auth: `mcp.oauth(...)`, or any of the SDK's OAuth providers
 
     def transport(self) -> Transport:
-        return http_transport(self.url, self.headers, self.connect_timeout)
+        return http_transport(self.url, self.headers, self.connect_timeout, auth=self.auth)
 
 
 class SseServer(ServerSpec, frozen=True, kw_only=True):
@@ -183,12 +184,16 @@ def http(
     backoff: float = 0.5,
     max_backoff: float = 30.0,
     max_tools: int = 1000,
+    auth: Any = None,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
     Args:
         url: the server's MCP endpoint.
         headers: sent with every request (e.g. `{"Authorization": "Bearer ..."}`).
+        auth: an `httpx2.Auth` for every request: `mcp.oauth(url, ...)` for a server behind
+            OAuth 2.1 (discovery, registration, PKCE, refresh and step-up by the SDK's own
+            `OAuthClientProvider`), or any provider of `mcp.client.auth`.
         prefix: namespaces its tools: `{prefix}_{tool}`.
         mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
         name: how logs name it (default: the URL without credentials or query).
@@ -209,6 +214,7 @@ def http(
         backoff=backoff,
         max_backoff=max_backoff,
         max_tools=max_tools,
+        auth=auth,
     )
 
 
