@@ -11,7 +11,7 @@ NODE_DIR := conformance
 NODE_BIN := $(NODE_DIR)/node_modules/.bin
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean node conformance
+.PHONY: demo test lint typecheck pytest bench soak clean node conformance
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks
+
+# 100,000 mixed calls (20% timeouts, 10% caller cancellations); fails if tasks or RSS do not come back.
+# Not part of `make test`.
+soak: $(STAMP)
+	$(BIN)/python -m benchmarks.soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results

@@ -137,6 +137,13 @@ async def test_logging_tool(ctx: CallContext) -> str:
     return "Logged"
 
 
+@tool
+async def test_reconnection() -> str:
+    """Run longer than the server's --sse-poll-after, so the client polls for the result."""
+    await trio.sleep(0.5)
+    return "Reconnection test completed"
+
+
 SCHEMA_2020_12: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -181,6 +188,7 @@ registry = ToolRegistry(
         test_tool_with_progress,
         test_tool_with_logging,
         test_logging_tool,
+        test_reconnection,
         json_schema_2020_12_tool,
     ]
 )

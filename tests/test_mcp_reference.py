@@ -316,3 +316,34 @@ async def test_runtime_to_runtime_round_trip(mode: str, caplog: pytest.LogCaptur
     remote_logs = [r.getMessage() for r in caplog.records if r.name == "runtime.mcp.remote"]
     assert any("starting" in m for m in remote_logs), remote_logs
     assert not any("done" in m for m in remote_logs), remote_logs
+
+
+@tool
+async def slow(seconds: float) -> str:
+    """Take a while."""
+    await trio.sleep(seconds)
+    return "finally"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_long_call_lets_go_of_its_stream_and_the_client_polls(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="mcp.server.streamable_http")
+    with trio.fail_after(LIMIT):
+        async with open_runtime([slow]) as served, trio.open_nursery() as nursery:
+            host, port = await nursery.start(
+                lambda task_status: serve_http(
+                    served, "127.0.0.1", 0, sse_poll_after=0.1, task_status=task_status
+                )
+            )
+            spec = mcp.http(f"http://{host}:{port}/mcp", mode=mode)
+            async with open_runtime(mcp_servers=[spec]) as rt:
+                # The stream closes after 0.1 s; the result comes back on the client's reconnect.
+                assert ok(await rt.call(call("slow", {"seconds": 0.6}))).content == "finally"
+                closed = [r for r in caplog.records if "closed by close_sse_stream" in r.getMessage()]
+                # The server let go of the stream mid-call (the SDK offers it to handshake-era
+                # sessions; a 2026-07-28 request keeps its stream).
+                assert bool(closed) is (mode == "legacy")
+                assert ok(await rt.call(call("slow", {"seconds": 0}))).content == "finally"
+            nursery.cancel_scope.cancel()

@@ -381,3 +381,30 @@ def test_cli_call_failure_goes_to_stderr_with_exit_1(args: tuple[str, ...], mess
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith(message)
     assert done.stderr.count("\n") == 1
+
+
+async def test_a_json_schema_tool_is_served_with_its_schema_as_given_and_checked_with_it() -> None:
+    from conformance.server import SCHEMA_2020_12, json_schema_2020_12_tool
+
+    with trio.fail_after(CALL_TIMEOUT):
+        async with open_runtime([json_schema_2020_12_tool], tracing=False) as rt:
+            served = ServedRuntime(rt)
+            async with Client(InMemoryTransport(served.server), mode="legacy") as client:
+                (listed,) = (await client.list_tools()).tools
+                assert listed.input_schema == SCHEMA_2020_12  # $schema, $defs/$anchor, allOf, if/then/else
+                ok = await client.call_tool(
+                    "json_schema_2020_12_tool", {"name": "Ada", "contactMethod": "phone", "phone": "1"}
+                )
+                assert (ok.is_error, text(ok)) == (False, "contact Ada")
+                # if contactMethod is phone then phone is required: the schema's own rule.
+                no_phone = await client.call_tool(
+                    "json_schema_2020_12_tool", {"contactMethod": "phone", "email": "a@b"}
+                )
+                assert no_phone.is_error
+                assert "'phone' is a required property" in text(no_phone) or "`$.phone`" in text(no_phone)
+                extra = await client.call_tool("json_schema_2020_12_tool", {"email": "a@b", "age": 3})
+                assert extra.is_error
+                assert "`$.age`: unknown field" in text(extra)
+            # The IR (what providers are shown) keeps the properties it can say.
+            names = [p.name for p in json_schema_2020_12_tool.descriptor.parameters]
+            assert names == ["name", "address", "contactMethod", "phone", "email"]

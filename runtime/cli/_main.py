@@ -95,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
         "max_body": args.max_body,
         "max_sessions": args.max_sessions,
         "session_idle_timeout": args.session_idle_timeout,
+        "sse_poll_after": args.sse_poll_after,
     }
 
     # stdout is the stdio transport: everything else, logs included, goes to stderr.
@@ -219,6 +220,12 @@ def _parser() -> argparse.ArgumentParser:
         default=1800.0,
         metavar="SECONDS",
         help="close a session unused for this long (default 1800)",
+    )
+    serve.add_argument(
+        "--sse-poll-after",
+        type=float,
+        metavar="SECONDS",
+        help="a call running longer closes its SSE stream; the client polls for the result (SEP-1699)",
     )
     serve.set_defaults(run=_serve)
     return parser

@@ -34,6 +34,7 @@ __all__ = ["WorkerPool", "call_chain", "escapes"]
 log = logging.getLogger("runtime.engine")
 
 _KEEP_IDLE = 4  # idle workers an async tool keeps between bursts
+_STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)  # only `_interrupted` makes these in a worker
 _ASYNC, _INLINE, _THREAD = 0, 1, 2  # how a tool's dispatch runs
 
 call_chain: ContextVar[tuple[ToolCounters, ...]] = ContextVar("runtime_call_chain", default=())
@@ -373,6 +374,8 @@ class WorkerPool:
         since = self.counters.orphans.pop(env, None)
         if since is None:
             return
+        if not result.ok and result.kind in _STOPPED:  # type: ignore[union-attr]
+            return  # it ended through its cancellation (however late the loop let it): not abandoned
         now = trio.current_time()
         if now >= since:
             self.counters.abandoned_late += 1

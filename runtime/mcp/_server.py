@@ -86,8 +86,16 @@ class ServedRuntime:
             `announce_changes` runs beside it.
     """
 
-    def __init__(self, rt: Runtime, *, name: str = DEFAULT_NAME, instructions: str | None = None) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        name: str = DEFAULT_NAME,
+        instructions: str | None = None,
+        sse_poll_after: float | None = None,
+    ) -> None:
         self._rt = rt
+        self._poll_after = sse_poll_after
         self._catalog = Catalog(rt)
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
@@ -155,7 +163,14 @@ class ServedRuntime:
         questions = ServedAsker(session, ctx.request_id, params)  # ctx.elicit / sample / list_roots
         try:
             with reporting(on_progress=on_progress, on_log=on_log), asking(**questions.handlers()):
-                result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+                close = ctx.close_sse_stream
+                if close is None or self._poll_after is None:
+                    result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+                else:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_release_stream, close, self._poll_after)
+                        result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+                        nursery.cancel_scope.cancel()
         except RuntimeClosed as exc:
             return error_result(f"Error: {exc}")
         if questions.pending:  # 2026-07-28: this round ends with the questions; the client calls again
@@ -199,6 +214,15 @@ class ServedRuntime:
                 await session.send_tool_list_changed()
             except Exception as exc:  # a connection going away; the next listing is current anyway
                 log.debug("list_changed not delivered: %s", exc)
+
+
+async def _release_stream(close: Any, after: float) -> None:
+    """SSE polling (SEP-1699): a call still running after `after` seconds lets go of its stream.
+
+    The client reconnects with Last-Event-ID after the `retry` interval and gets what it missed.
+    """
+    await trio.sleep(after)
+    await close()
 
 
 def _connection_of(session: ServerSession) -> Any:

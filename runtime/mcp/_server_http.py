@@ -134,6 +134,7 @@ async def serve_http(
     max_body: int = DEFAULT_MAX_BODY,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
+    sse_poll_after: float | None = None,
     name: str = DEFAULT_NAME,
     instructions: str | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
@@ -158,6 +159,9 @@ async def serve_http(
         max_body: the largest request body, in bytes (larger: 413).
         max_sessions: the most handshake-era sessions held at once.
         session_idle_timeout: seconds after which an unused session is closed.
+        sse_poll_after: a call still running after this many seconds closes its SSE stream, and
+            the client polls for the rest (SEP-1699: no connection held by a long call; the
+            SDK offers it to 2025-11-25 sessions); None: streams stay open.
         name: the server's name in the handshake.
         instructions: text the client may show its model about these tools.
         task_status: receives the bound (host, port) once the server accepts connections.
@@ -177,7 +181,11 @@ async def serve_http(
             raise ValueError(f"serve_http {option} must be a positive number, not {value!r}")
     if token is None and token_verifier is None and not is_loopback(host):
         log.warning("serving MCP on %s without a token: whoever reaches it can call every tool", host)
-    served = ServedRuntime(rt, name=name, instructions=instructions)
+    if sse_poll_after is not None and (isinstance(sse_poll_after, bool) or sse_poll_after <= 0):
+        raise ValueError(
+            f"serve_http sse_poll_after must be a positive number or None, not {sse_poll_after!r}"
+        )
+    served = ServedRuntime(rt, name=name, instructions=instructions, sse_poll_after=sse_poll_after)
     verifier: TokenVerifier | None = StaticToken(token) if token is not None else token_verifier
     if verifier is not None and auth is None:
         # The SDK installs its bearer check only with auth settings; without a resource URL it
