@@ -408,3 +408,21 @@ async def test_a_json_schema_tool_is_served_with_its_schema_as_given_and_checked
             # The IR (what providers are shown) keeps the properties it can say.
             names = [p.name for p in json_schema_2020_12_tool.descriptor.parameters]
             assert names == ["name", "address", "contactMethod", "phone", "email"]
+
+
+async def test_structured_content_over_max_result_chars_is_refused_whole_not_cut() -> None:
+    @tool
+    async def big(n: int) -> dict[str, str]:
+        return {"data": "x" * n}
+
+    with trio.fail_after(CALL_TIMEOUT):
+        async with open_runtime([big], tracing=False, max_result_chars=200) as rt:
+            served = ServedRuntime(rt)
+            async with Client(InMemoryTransport(served.server), mode="legacy") as client:
+                small = await client.call_tool("big", {"n": 10})
+                large = await client.call_tool("big", {"n": 1000})
+    assert small.is_error is False
+    assert small.structured_content == {"data": "x" * 10}
+    assert large.is_error is True
+    assert large.structured_content is None
+    assert "over the limit of 200 characters" in text(large)

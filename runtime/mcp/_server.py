@@ -177,7 +177,9 @@ class ServedRuntime:
             return questions.input_required()
         if questions.modern and not result.ok and questions.missing.model_fields_set:
             raise questions.missing_capability()  # 2026-07-28: -32021, not a tool error
-        return served.result(result) if served is not None else plain_result(result)
+        return (
+            served.result(result, self._rt.max_result_chars) if served is not None else plain_result(result)
+        )
 
     async def _set_level(
         self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams

@@ -62,15 +62,22 @@ class ServedTool:
     def input_schema(self) -> dict[str, Any]:
         return self.listing.input_schema
 
-    def result(self, result: ToolResult) -> types.CallToolResult:
-        """The MCP result of one call of this tool."""
+    def result(self, result: ToolResult, max_chars: int | None = None) -> types.CallToolResult:
+        """The MCP result of one call of this tool (`structuredContent` bounded by `max_chars`)."""
         if isinstance(result, ToolFailure):
             return error_result(result.content)
         content = _content(result)
         if not self.structured:
             return types.CallToolResult(content=content)
         try:
-            value = msgspec.json.decode(self.tool.encode_result(result.value))
+            encoded = self.tool.encode_result(result.value)
+            if max_chars is not None and len(encoded) > max_chars:
+                # Cut JSON is not JSON, and the outputSchema promises a whole value: say so instead.
+                return error_result(
+                    f"Error: tool {self.tool.name!r} returned a structured result of {len(encoded)} "
+                    f"bytes, over the limit of {max_chars} characters"
+                )
+            value = msgspec.json.decode(encoded)
         except Exception as exc:  # the text was made; a structured copy of the value could not be
             log.warning("tool %r: its result has no JSON form for structuredContent: %s", self.tool.name, exc)
             return error_result(f"Error: tool {self.tool.name!r} returned a result that could not be encoded")
