@@ -192,3 +192,29 @@ def test_our_client_fills_in_the_defaults_a_user_left_out() -> None:
     }
     assert with_defaults({"age": 41}, schema) == {"age": 41, "name": "John Doe"}
     assert with_defaults({}, {"type": "object"}) == {}
+
+
+async def test_an_mcp_servers_tools_can_require_approval_too() -> None:
+    questions: list[Elicitation] = []
+
+    async def on_elicit(q: Elicitation) -> Answer:
+        questions.append(q)
+        return Answer.decline("too big") if "100" in (q.arguments or "") else Answer.accept()
+
+    spec = rmcp.stdio(
+        sys.executable,
+        args=["-m", "runtime", "serve", "tests.mcp_fixtures:registry"],
+        cwd=str(ROOT),
+        connect_timeout=30,
+        requires_approval=lambda args: args.get("a", 0) > 1,
+    )
+    async with open_runtime(mcp_servers=[spec], on_elicit=on_elicit, tracing=False) as rt:
+        small = await rt.call(ToolCall(id="1", name="add", arguments='{"a": 1, "b": 2}'))
+        allowed = await rt.call(ToolCall(id="2", name="add", arguments='{"a": 2, "b": 2}'))
+        denied = await rt.call(ToolCall(id="3", name="add", arguments='{"a": 100, "b": 2}'))
+    assert small.content == "3"
+    assert allowed.content == "4"
+    assert isinstance(denied, ToolFailure)
+    assert denied.kind is FailureKind.REJECTED
+    assert denied.message == "the user declined running tool 'add': too big; it did not run"
+    assert [q.call_id for q in questions] == ["2", "3"]

@@ -49,6 +49,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server; the rest are refused with a warning.
+        requires_approval: each of its tools asks before it runs (True), or before the calls
+            whose arguments (a dict) a predicate picks; see `ToolOptions.requires_approval`.
     """
 
     name: str
@@ -59,6 +61,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     backoff: float = 0.5
     max_backoff: float = 30.0
     max_tools: int = 1000
+    requires_approval: Any = False
 
     def __post_init__(self) -> None:
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
@@ -137,6 +140,7 @@ def stdio(
     backoff: float = 0.5,
     max_backoff: float = 30.0,
     max_tools: int = 1000,
+    requires_approval: Any = False,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -153,6 +157,7 @@ def stdio(
         backoff: seconds before the first restart; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server (default 1000).
+        requires_approval: its tools ask before they run (True, or a predicate on the arguments).
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -169,6 +174,7 @@ def stdio(
         backoff=backoff,
         max_backoff=max_backoff,
         max_tools=max_tools,
+        requires_approval=requires_approval,
     )
 
 
@@ -184,6 +190,7 @@ def http(
     backoff: float = 0.5,
     max_backoff: float = 30.0,
     max_tools: int = 1000,
+    requires_approval: Any = False,
     auth: Any = None,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
@@ -202,6 +209,7 @@ def http(
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server (default 1000).
+        requires_approval: its tools ask before they run (True, or a predicate on the arguments).
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -214,6 +222,7 @@ def http(
         backoff=backoff,
         max_backoff=max_backoff,
         max_tools=max_tools,
+        requires_approval=requires_approval,
         auth=auth,
     )
 
@@ -229,6 +238,7 @@ def sse(
     backoff: float = 0.5,
     max_backoff: float = 30.0,
     max_tools: int = 1000,
+    requires_approval: Any = False,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -245,6 +255,7 @@ def sse(
         backoff=backoff,
         max_backoff=max_backoff,
         max_tools=max_tools,
+        requires_approval=requires_approval,
     )
 
 
