@@ -314,3 +314,41 @@ async def test_approval_with_no_one_to_ask_does_not_run_the_tool() -> None:
 def test_requires_approval_is_checked_at_definition() -> None:
     with pytest.raises(ToolDefinitionError, match="requires_approval"):
         tool(name="bad", requires_approval="yes")(lambda: None)  # type: ignore[call-overload]
+
+
+async def test_each_question_is_an_event_on_the_call_span() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from runtime.tracing import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def on_elicit(q: Elicitation) -> Answer:
+        return Answer.decline()
+
+    async def on_sample(r: Sampling) -> Sampled:
+        raise ConnectionError("down")
+
+    async with open_runtime(
+        [order, summarize],
+        on_elicit=on_elicit,
+        on_sample=on_sample,
+        tracing=Tracing(tracer_provider=provider),
+    ) as rt:
+        await rt.invoke(order, shop="x")
+        await rt.invoke(summarize, text="x")
+    events = {
+        span.name: [(e.name, dict(e.attributes or {})) for e in span.events]
+        for span in exporter.get_finished_spans()
+    }
+    assert events["execute_tool order"] == [
+        ("tool.ask", {"tool.ask.kind": "elicitation", "tool.ask.outcome": "decline"})
+    ]
+    assert events["execute_tool summarize"][0] == (
+        "tool.ask",
+        {"tool.ask.kind": "sampling", "tool.ask.outcome": "failed: ConnectionError"},
+    )

@@ -436,14 +436,28 @@ class CallContext:
 
 
 async def _answer(handler: Any, question: Any, kind: str, tool_name: str) -> Any:
-    """The handler's answer; a handler that fails is CannotAsk (its own CannotAsk as it is)."""
+    """The handler's answer; a handler that fails is CannotAsk (its own CannotAsk as it is).
+
+    The question and its outcome are an event on the call's span (`tool.ask`): what was asked
+    and how it ended, never the answer's content (it may be sensitive).
+    """
+    span = trace.get_current_span()
+    outcome = "no answer (the call ended first)"
     try:
-        return await handler(question)
-    except CannotAsk:
+        answer = await handler(question)
+        action = getattr(answer, "action", None)
+        outcome = action if isinstance(action, str) else "answered"
+        return answer
+    except CannotAsk as exc:
+        outcome = f"cannot ask: {exc}"
         raise
     except Exception as exc:
+        outcome = f"failed: {type(exc).__name__}"
         log.warning("the %s handler failed for tool %r", kind, tool_name, exc_info=True)
         raise CannotAsk(f"it asked ({kind}) and the answer failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if span.is_recording():
+            span.add_event("tool.ask", {"tool.ask.kind": kind, "tool.ask.outcome": outcome})
 
 
 def _sampling_messages(
