@@ -121,9 +121,10 @@ class SseServer(ServerSpec, frozen=True, kw_only=True):
 
     url: str
     headers: dict[str, str] | None = None
+    auth: Any = None  # an httpx2.Auth, as for `http`
 
     def transport(self) -> Transport:
-        return sse_transport(self.url, self.headers, self.connect_timeout)
+        return sse_transport(self.url, self.headers, self.connect_timeout, auth=self.auth)
 
 
 def stdio(
@@ -239,6 +240,7 @@ def sse(
     max_backoff: float = 30.0,
     max_tools: int = 1000,
     requires_approval: Any = False,
+    auth: Any = None,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -256,6 +258,7 @@ def sse(
         max_backoff=max_backoff,
         max_tools=max_tools,
         requires_approval=requires_approval,
+        auth=auth,
     )
 
 

@@ -76,13 +76,16 @@ async def http_transport(
         yield streams
 
 
-def sse_transport(url: str, headers: Mapping[str, str] | None, connect_timeout: float) -> Transport:
+def sse_transport(
+    url: str, headers: Mapping[str, str] | None, connect_timeout: float, *, auth: Any = None
+) -> Transport:
     """The 2024-11-05 HTTP+SSE transport (servers that predate streamable HTTP)."""
     return sse_client(
         url,
         headers=dict(headers) if headers else None,
         timeout=connect_timeout,
         sse_read_timeout=_SSE_READ_TIMEOUT,
+        auth=auth,
     )
 
 
