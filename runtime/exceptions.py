@@ -7,6 +7,8 @@ Hierarchy::
     ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
     ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
     │   └── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
+    ├── RemoteToolError                 a tool raised in another process (boxed: type name and message)
+    ├── WorkerLost                      the process serving a call died (a signal, an exit, the OOM killer)
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
     ├── ToolDefinitionError (TypeError) a function or class cannot become a tool; says what to do
     └── RuntimeClosed (RuntimeError)    the caller used a runtime that is closed (the caller's mistake)
@@ -20,12 +22,14 @@ from __future__ import annotations
 __all__ = [
     "CannotAsk",
     "InvalidArguments",
+    "RemoteToolError",
     "RuntimeClosed",
     "SchemaError",
     "ToolDefinitionError",
     "ToolRejected",
     "ToolRuntimeError",
     "ToolUnavailable",
+    "WorkerLost",
 ]
 
 
@@ -76,6 +80,32 @@ class CannotAsk(ToolUnavailable):
     """A tool asked back (`ctx.elicit`, `ctx.sample`, `ctx.list_roots`, an approval) and no one
     can answer: no handler was given, or the MCP client did not announce the capability.
     Reported as UNAVAILABLE with the reason; a tool may catch it and go on without the answer.
+    """
+
+
+class RemoteToolError(ToolRuntimeError):
+    """A tool raised an exception in another process (a Subprocess worker, a Ray replica).
+
+    The exception is boxed where it happened and rebuilt here: its qualified type name and
+    its message travel, never its traceback (that is logged where it was raised).
+
+    Attributes:
+        error_type: the qualified type name of the exception (`ZeroDivisionError`, `pkg.MyError`).
+        text: its message.
+        restart: it is one of the tool's `restart_on` exceptions (checked where it was raised).
+    """
+
+    def __init__(self, error_type: str, text: str, *, restart: bool = False) -> None:
+        self.error_type = error_type
+        self.text = text
+        self.restart = restart
+        super().__init__(f"{error_type}: {text}" if text else error_type)
+
+
+class WorkerLost(ToolRuntimeError):
+    """The process serving a call died before it answered (a signal, an exit, the OOM killer).
+
+    The call fails with ERROR naming the cause (`worker killed by SIGSEGV`); it is never retried.
     """
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal, TypedDict
 import msgspec
 
 from ..exceptions import ToolDefinitionError
+from ._placement import Placement
 
 __all__ = ["OnFull", "ToolOptions", "ToolOptionsKw"]
 
@@ -105,6 +106,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
             raise ToolDefinitionError(
                 f"{what}: requires_approval must be True, False or a predicate (args) -> bool, "
                 f"not {approval!r}"
+            )
+        placement = self.placement
+        if placement is not None and not isinstance(placement, Placement):
+            raise ToolDefinitionError(
+                f"{what}: placement must be InProcess(), Subprocess(...) or Ray(...) "
+                f"(from runtime.placement), not {placement!r}"
             )
         restart_on = self.restart_on
         if not isinstance(restart_on, tuple) or not all(
