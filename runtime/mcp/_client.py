@@ -39,7 +39,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
 
 from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
-from ..schema import arguments_struct, descriptor_from_json_schema, parse_json_schema
+from ..schema import descriptor_from_json_schema, parse_json_schema
+from ..schema._to_python import arguments_struct
 from ..tools import ArgsCodec, CallContext
 from ._client_tool import McpTool, local_name
 from ._client_transport import WatchedTransport

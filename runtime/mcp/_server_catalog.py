@@ -2,9 +2,10 @@
 
 The listing is rebuilt only when the runtime's tool set changes (`registry_version`), and a
 tool's entry only when the tool itself changed. A tool whose result type is known gets an
-`outputSchema` and its results a `structuredContent`; MCP wants an object there, so any other
-result type is wrapped as `{"result": value}` with a matching schema (FastMCP's convention).
-A `str` result is the text itself and gets neither.
+`outputSchema` (the same as `registry.schemas("mcp")` shows) and its results a
+`structuredContent`; MCP wants an object there, so any other result type is wrapped as
+`{"result": value}` with a matching schema (FastMCP's convention). A `str` result is the
+text itself and gets neither.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import msgspec
 
 from ..engine import Runtime
 from ..messages import ImagePart, TextPart, ToolFailure, ToolResult, ToolSuccess
-from ..schema import Object, Ref, TypeNode, node_schema, render_tool, type_node
+from ..schema import ToolDescriptor, render_tool, type_node
+from ..schema._from_python import output_type
+from ..schema._to_jsonschema import output_document
 from ..tools import ToolBase
 
 __all__ = ["Catalog", "ServedTool", "error_result", "plain_result"]
@@ -26,7 +29,6 @@ __all__ = ["Catalog", "ServedTool", "error_result", "plain_result"]
 log = logging.getLogger("runtime.mcp")
 
 _WRAP_KEY = "result"
-_NO_OUTPUT: tuple[Any, ...] = (None, type(None), str, Any)
 
 
 class ServedTool:
@@ -36,12 +38,14 @@ class ServedTool:
 
     def __init__(self, tool: ToolBase[Any, Any]) -> None:
         self.tool = tool
-        listed = dict(render_tool(tool.descriptor, "mcp"))
-        self.wrap = False
-        if "outputSchema" not in listed:
-            output = _output_schema(tool)
-            if output is not None:
-                listed["outputSchema"], self.wrap = output
+        # The listing is `registry.schemas("mcp")`'s; a tool whose descriptor does not know
+        # its result type (a ToolBase subclass that builds its own) gets it from result_type.
+        descriptor = tool.descriptor
+        if descriptor.output is None:
+            descriptor = _with_output(tool)
+        listed = dict(render_tool(descriptor, "mcp"))
+        output = output_document(descriptor)
+        self.wrap = output is not None and output[1]
         self.structured = "outputSchema" in listed
         self.listing = types.Tool.model_validate(listed)
 
@@ -135,34 +139,16 @@ def _content(result: ToolSuccess) -> list[types.ContentBlock]:
     return blocks
 
 
-def _output_schema(tool: ToolBase[Any, Any]) -> tuple[dict[str, Any], bool] | None:
-    """The outputSchema of a tool's results and whether they are wrapped, or None."""
-    descriptor = tool.descriptor
-    if descriptor.output is not None:
-        node: TypeNode = descriptor.output
-        definitions = descriptor.definitions
-    else:
-        result_type = tool.result_type
-        if _no_output(result_type):
-            return None
-        found = type_node(result_type)
-        if found is None:
-            return None
-        node, definitions = found
-    root = definitions.get(node.name) if isinstance(node, Ref) else node
-    if isinstance(root, Object):
-        schema = node_schema(root)
-        wrap = False
-    else:
-        schema = {"type": "object", "properties": {_WRAP_KEY: node_schema(node)}, "required": [_WRAP_KEY]}
-        wrap = True
-    if definitions:
-        schema["$defs"] = {name: node_schema(n) for name, n in definitions.items()}
-    return schema, wrap
-
-
-def _no_output(result_type: Any) -> bool:
-    try:
-        return result_type in _NO_OUTPUT
-    except TypeError:  # an unhashable, uncomparable annotation
-        return False
+def _with_output(tool: ToolBase[Any, Any]) -> ToolDescriptor:
+    """The tool's descriptor with its `result_type` as its output type, when that has one."""
+    result_type = output_type(tool.result_type)
+    found = None if result_type is None else type_node(result_type)
+    if found is None:
+        return tool.descriptor
+    node, definitions = found
+    clash = set(definitions) & set(tool.descriptor.definitions)
+    if clash:
+        return tool.descriptor
+    return msgspec.structs.replace(
+        tool.descriptor, output=node, definitions={**tool.descriptor.definitions, **definitions}
+    )
