@@ -6,13 +6,15 @@ import dataclasses
 import datetime
 import enum
 import uuid
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, Optional, TypedDict
 
 import annotated_types as at
 import jsonschema
 import msgspec
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import InvalidArguments, SchemaError, Tool, ToolDefinitionError, ToolRegistry, tool
 from runtime.schema import Array, Enum, Integer, Object, String, render_tool
@@ -432,3 +434,63 @@ def test_a_recursive_type_gemini_cannot_cut_is_a_schema_error_naming_it() -> Non
 def test_the_args_object_of_a_class_is_an_object_named_after_it() -> None:
     node = QueryTool().descriptor.parameter("page").type
     assert any(isinstance(o, Object) and o.name == "Page" for o in getattr(node, "options", ()))
+
+
+# -- the IR means what msgspec means ---------------------------------------------------------------
+
+_LEAVES: list[Any] = [
+    str,
+    int,
+    float,
+    bool,
+    Literal["b", "a"],
+    Literal[3, "x", None],
+    Annotated[int, msgspec.Meta(ge=0, le=10)],
+    Annotated[float, msgspec.Meta(gt=0, lt=5)],
+    Annotated[str, msgspec.Meta(min_length=1, max_length=3)],
+    Level,
+    Address,
+]
+
+
+def _types() -> st.SearchStrategy[Any]:
+    def combine(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.one_of(
+            children.map(lambda t: list[t]),  # type: ignore[valid-type]
+            children.map(lambda t: tuple[t, ...]),  # type: ignore[valid-type]
+            st.tuples(children, children).map(lambda ts: tuple[ts[0], ts[1]]),  # type: ignore[valid-type]
+            children.map(lambda t: dict[str, t]),  # type: ignore[valid-type]
+            children.map(lambda t: Optional[t]),  # noqa: UP045
+        )
+
+    return st.recursive(st.sampled_from(_LEAVES), combine, max_leaves=4)
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 12)
+    | st.floats(-1, 6, allow_nan=False)
+    | st.sampled_from(["", "a", "b", "x", "abcd", "low", "high"]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["street", "city", "k"]), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tp=_types(), values=st.lists(_JSON, min_size=1, max_size=8))
+def test_the_rendered_schema_accepts_exactly_what_msgspecs_own_schema_accepts(
+    tp: Any, values: list[Any]
+) -> None:
+    def fn(x: Any) -> None:
+        """Probe."""
+
+    fn.__annotations__ = {"x": tp, "return": None}
+    probe = tool(fn)
+    ours = jsonschema.Draft202012Validator(render_tool(probe.descriptor, "jsonschema")["parameters"])
+    theirs = jsonschema.Draft202012Validator(msgspec.json.schema(probe.args_type))
+    for value in values:
+        assert ours.is_valid({"x": value}) == theirs.is_valid({"x": value}), value

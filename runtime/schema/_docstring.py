@@ -29,7 +29,6 @@ _PARAM_HEADERS = (
 )
 _OTHER_HEADERS = "Returns|Return|Yields|Yield|Raises|Raise|Exceptions|Except|Receives|Warns"
 _GOOGLE_HEADER = re.compile(rf"^({_PARAM_HEADERS})\s*:\s*$")
-_ANY_GOOGLE = re.compile(rf"^[ \t]*({_PARAM_HEADERS})[ \t]*:[ \t]*$", re.MULTILINE)
 _GOOGLE_SECTION = re.compile(rf"^({_PARAM_HEADERS}|{_OTHER_HEADERS})\s*:\s*(.*)$")
 _GOOGLE_ENTRY = re.compile(r"^\*{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(\([^)]*\))?\s*:\s*(?P<desc>.*)$")
 _NUMPY_HEADER = re.compile(r"^(Parameters|Other Parameters|Attributes)\s*$")
@@ -38,6 +37,7 @@ _NUMPY_ENTRY = re.compile(r"^\*{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(:.*)?$")
 _SPHINX_PARAM = re.compile(
     r"^:(param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?(?P<name>\*{0,2}[A-Za-z_]\w*)\s*:\s*(?P<desc>.*)$"
 )
+_ANY_SPHINX = re.compile(r"^[ \t]*:(param|parameter|arg|argument|key|keyword)\b", re.MULTILINE)
 _SPHINX_FIELD = re.compile(
     r"^:(param|parameter|arg|argument|key|keyword|type|vartype|ivar|cvar|var|returns?|rtype|raises?|except|exception|yields?|ytype)\b"
 )
@@ -77,13 +77,11 @@ def parse_docstring(doc: str | None) -> Docstring:
         if _GOOGLE_SECTION.match(line) or _SPHINX_FIELD.match(line):
             return Docstring("", params)
         return Docstring(line, params)
-    if _ANY_GOOGLE.search(doc):
-        _google(lines, params)
     if "--" in doc:
         _numpy(lines, params)
-    if ":" in doc:
+    if _ANY_SPHINX.search(doc):
         _sphinx(lines, params)
-    paragraphs = _description(lines)
+    paragraphs = _description(lines, params)
     summary = paragraphs[0] if paragraphs and not paragraphs[0].startswith(" ") else ""
     if summary and "\n" in summary:
         summary = ""  # the first paragraph is a list or an example, not a sentence
@@ -94,89 +92,82 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
-def _description(lines: list[str]) -> list[str]:
-    """The paragraphs outside the signature's sections."""
-    kept: list[str] = []
+def _description(lines: list[str], params: dict[str, str]) -> list[str]:
+    """The paragraphs outside the signature's sections; Google Args entries go into `params`."""
+    stripped = [line.strip() for line in lines]
+    indents = [len(line) - len(line.lstrip()) for line in lines]
+    kept: list[int] = []
     i, n = 0, len(lines)
     while i < n:
-        line = lines[i]
-        stripped = line.strip()
-        google = stripped.endswith(":") and _GOOGLE_SECTION.match(stripped)
+        text = stripped[i]
+        google = text.endswith(":") and _GOOGLE_SECTION.match(text)
         numpy = (
-            i + 1 < n
-            and lines[i + 1].lstrip().startswith("-")
-            and set(lines[i + 1].strip()) == {"-"}
-            and _NUMPY_SECTION.match(stripped) is not None
+            not google
+            and i + 1 < n
+            and stripped[i + 1].startswith("---")
+            and set(stripped[i + 1]) == {"-"}
+            and _NUMPY_SECTION.match(text) is not None
         )
         if google or numpy:
-            base = _indent(line)
-            i += 2 if numpy else 1
+            base = indents[i]
+            start = i = i + (2 if numpy else 1)
             while i < n:  # the section: every line indented under it, or up to the next header
-                nxt = lines[i]
-                if nxt.strip() and _indent(nxt) <= base:
+                if stripped[i] and indents[i] <= base:
                     if not numpy:
                         break
                     # NumPy entries sit at the header's indent: the section ends at the next header
-                    if i + 1 < n and set(lines[i + 1].strip()) == {"-"}:
+                    if i + 1 < n and stripped[i + 1].startswith("-") and set(stripped[i + 1]) == {"-"}:
                         break
-                    if _GOOGLE_SECTION.match(nxt.strip()):
+                    if _GOOGLE_SECTION.match(stripped[i]):
                         break
                 i += 1
+            if google and _GOOGLE_HEADER.match(text):
+                _google(stripped, indents, start, i, params)
             continue
-        if stripped.startswith(":") and _SPHINX_FIELD.match(stripped):
+        if text.startswith(":") and _SPHINX_FIELD.match(text):
             i += 1
-            while (
-                i < n and lines[i].strip() and _indent(lines[i]) > 0 and not lines[i].strip().startswith(":")
-            ):
+            while i < n and stripped[i] and indents[i] > 0 and not stripped[i].startswith(":"):
                 i += 1
             continue
-        kept.append(line)
+        kept.append(i)
         i += 1
     paragraphs: list[str] = []
-    block: list[str] = []
-    for line in [*kept, ""]:
-        if line.strip():
-            block.append(line)
+    block: list[int] = []
+    for k in [*kept, -1]:
+        if k >= 0 and stripped[k]:
+            if block and k != block[-1] + 1:
+                paragraphs.append(_paragraph(lines, indents, block))
+                block = []
+            block.append(k)
         elif block:
-            paragraphs.append(_paragraph(block))
+            paragraphs.append(_paragraph(lines, indents, block))
             block = []
     return paragraphs
 
 
-def _paragraph(block: list[str]) -> str:
-    if all(_indent(line) == 0 and not _PROSE_START.match(line) for line in block):
-        return " ".join(line.strip() for line in block)
-    return textwrap.dedent("\n".join(block)).rstrip()
+def _paragraph(lines: list[str], indents: list[int], block: list[int]) -> str:
+    if all(indents[k] == 0 and not _PROSE_START.match(lines[k]) for k in block):
+        return " ".join(lines[k].strip() for k in block)
+    return textwrap.dedent("\n".join(lines[k] for k in block)).rstrip()
 
 
-def _google(lines: list[str], params: dict[str, str]) -> None:
-    i = 0
-    while i < len(lines):
-        header = lines[i]
-        if not header.rstrip().endswith(":") or not _GOOGLE_HEADER.match(header.strip()):
-            i += 1
+def _google(stripped: list[str], indents: list[int], start: int, end: int, params: dict[str, str]) -> None:
+    """The entries of one Google parameter section, lines `start` to `end`."""
+    entry_indent: int | None = None
+    current: str | None = None
+    for i in range(start, end):
+        text = stripped[i]
+        if not text:
             continue
-        base = _indent(header)
-        i += 1
-        entry_indent: int | None = None
-        current: str | None = None
-        while i < len(lines):
-            line = lines[i]
-            if not line.strip():
-                i += 1
-                continue
-            indent = _indent(line)
-            if indent <= base:
-                break
-            if entry_indent is None:
-                entry_indent = indent
-            match = _GOOGLE_ENTRY.match(line.strip()) if indent == entry_indent else None
-            if match:
-                current = match["name"]
-                params.setdefault(current, match["desc"].strip())
-            elif current is not None and indent > entry_indent:
-                params[current] = f"{params[current]} {line.strip()}".strip()
-            i += 1
+        indent = indents[i]
+        if entry_indent is None:
+            entry_indent = indent
+        match = _GOOGLE_ENTRY.match(text) if indent == entry_indent else None
+        if match:
+            current = match["name"]
+            params.setdefault(current, match["desc"].strip())
+        elif current is not None and indent > entry_indent:
+            params[current] = f"{params[current]} {text}".strip()
 
 
 def _numpy(lines: list[str], params: dict[str, str]) -> None:
