@@ -216,7 +216,7 @@ class _Builder:
                 shown = msgspec.UNSET  # a default with no JSON form is not shown
         return ToolParameter(
             name=name,
-            description=_own_description(tp) or docs.get(name) or None,
+            description=(None if type(tp) is type else _own_description(tp)) or docs.get(name) or None,
             type=node,
             required=required,
             default=shown,
@@ -383,7 +383,7 @@ class _Builder:
             field_where = f"{where}: field {f.name!r} of {cls.__name__}"
             node = self.node(hint, field_where)
             text = (
-                _own_description(hint)
+                (None if type(hint) is type else _own_description(hint))
                 or attr_docs.get(f.name)
                 or (doc.params.get(f.name) if doc is not None else None)
             )
