@@ -216,7 +216,7 @@ class _Builder:
                 shown = msgspec.UNSET  # a default with no JSON form is not shown
         return ToolParameter(
             name=name,
-            description=(None if type(tp) is type else _own_description(tp)) or docs.get(name) or None,
+            description=_own_description(tp, node) or docs.get(name) or None,
             type=node,
             required=required,
             default=shown,
@@ -383,7 +383,7 @@ class _Builder:
             field_where = f"{where}: field {f.name!r} of {cls.__name__}"
             node = self.node(hint, field_where)
             text = (
-                (None if type(hint) is type else _own_description(hint))
+                _own_description(hint, node)
                 or attr_docs.get(f.name)
                 or (doc.params.get(f.name) if doc is not None else None)
             )
@@ -461,16 +461,29 @@ def _class_doc(cls: type) -> str | None:
     return (parse_docstring(cls.__doc__).description or None) if _own_doc(cls) else None
 
 
-def _own_description(tp: Any) -> str | None:
-    """The description an annotation gives its value: `Annotated[T, "..."]`, also inside `| None`."""
+def _own_description(tp: Any, node: TypeNode) -> str | None:
+    """The description an annotation gives its value (`Annotated[T, "..."]`, also inside `| None`).
+
+    `node` is the IR of `tp`; it holds that description already unless it is the type's own
+    (a class docstring), which is not the parameter's.
+    """
+    if type(tp) is type or not node.description and not isinstance(node, Union):
+        return None  # a plain class, or nothing said
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
+        inner = typing.get_args(tp)[0]
+        if type(inner) is type and not _is_class_type(inner) and not issubclass(inner, enum.Enum):
+            return node.description  # `Annotated[int, ...]`: a plain type has no words of its own
         found = collect(typing.get_args(tp)[1:], "")
-        return found.description or _own_description(typing.get_args(tp)[0])
+        return found.description or _own_description(inner, node)
     if origin in _UNIONS:
         options = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(options) == 1:
-            return _own_description(options[0])
+            inner_node = node
+            if isinstance(node, Union):
+                rest = [o for o in node.options if not isinstance(o, Null)]
+                inner_node = rest[0] if len(rest) == 1 else node
+            return _own_description(options[0], inner_node)
     return None
 
 
