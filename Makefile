@@ -4,7 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean
+# Node 22 (the npm package `node@22`, not the system's node), the MCP conformance suite and the
+# reference server `@modelcontextprotocol/server-everything`, pinned in conformance/package.json,
+# installed into conformance/node_modules by npm (the system npm only runs the install).
+NODE_DIR := conformance
+NODE_BIN := $(NODE_DIR)/node_modules/.bin
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+
+.PHONY: demo test lint typecheck pytest bench soak clean node conformance
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -16,18 +23,32 @@ demo: $(STAMP)
 	$(BIN)/python -m runtime demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check runtime tests benchmarks examples
-	$(BIN)/ruff format --check runtime tests benchmarks examples
+	$(BIN)/ruff check runtime tests benchmarks examples conformance
+	$(BIN)/ruff format --check runtime tests benchmarks examples conformance
 	$(BIN)/mypy
 	$(BIN)/python tools/check_layers.py .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
-	$(BIN)/pytest
+pytest: $(STAMP) $(NODE_STAMP)
+	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
+
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -q && apt-get install -y -q npm)  # only to run the install
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	$(NODE_BIN)/node --version | grep -q '^v22\.'
+	touch $(NODE_STAMP)
+
+node: $(NODE_STAMP)
+
+# The official MCP conformance suite against `python -m runtime serve --http` and our client
+# (conformance/run.py); what is not claimed is listed with its reason in conformance/not-claimed.yaml.
+conformance: $(STAMP) $(NODE_STAMP)
+	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/python -m conformance.run --jobs 2
 
 # The peers compared in benchmarks/bench_peers.py (pydantic-ai, openai-agents, ...): the bench extra.
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -45,4 +66,4 @@ soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results

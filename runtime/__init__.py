@@ -15,9 +15,12 @@ from .exceptions import ToolRuntimeError as ToolRuntimeError
 from .exceptions import ToolUnavailable as ToolUnavailable
 from .features import Feature as Feature
 from .messages import TERMINATE_TOOL as TERMINATE_TOOL
+from .messages import AudioPart as AudioPart
 from .messages import ContentPart as ContentPart
 from .messages import FailureKind as FailureKind
 from .messages import ImagePart as ImagePart
+from .messages import ResourceLinkPart as ResourceLinkPart
+from .messages import ResourcePart as ResourcePart
 from .messages import TextPart as TextPart
 from .messages import ToolCall as ToolCall
 from .messages import ToolCallMetadata as ToolCallMetadata
@@ -34,11 +37,13 @@ from .tools import Tool as Tool
 from .tools import ToolBase as ToolBase
 from .tools import ToolSet as ToolSet
 from .tools import fail as fail
+from .tools import reporting as reporting
 from .tools import tool as tool
 from .tools import validate as validate
 
 __all__ = [
     "TERMINATE_TOOL",
+    "AudioPart",
     "CallContext",
     "ContentPart",
     "Description",
@@ -46,6 +51,8 @@ __all__ = [
     "Feature",
     "ImagePart",
     "InvalidArguments",
+    "ResourceLinkPart",
+    "ResourcePart",
     "RestartPolicy",
     "Runtime",
     "RuntimeClosed",
@@ -68,6 +75,7 @@ __all__ = [
     "ToolSuccess",
     "ToolUnavailable",
     "fail",
+    "reporting",
     "open_runtime",
     "tool",
     "validate",

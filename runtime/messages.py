@@ -16,9 +16,12 @@ import msgspec
 __all__ = [
     "ECHO_LIMIT",
     "TERMINATE_TOOL",
+    "AudioPart",
     "ContentPart",
     "FailureKind",
     "ImagePart",
+    "ResourceLinkPart",
+    "ResourcePart",
     "TextPart",
     "ToolCall",
     "ToolCallMetadata",
@@ -26,6 +29,7 @@ __all__ = [
     "ToolResult",
     "ToolSuccess",
     "decode_result",
+    "describe_part",
     "echo",
     "encode_result",
 ]
@@ -90,7 +94,67 @@ class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag="image", tag_fiel
     mime_type: str = "image/png"
 
 
-ContentPart = TextPart | ImagePart
+class AudioPart(msgspec.Struct, frozen=True, kw_only=True, tag="audio", tag_field="type"):
+    """Audio in a multimodal result (bytes travel as base64 in JSON)."""
+
+    data: bytes
+    mime_type: str = "audio/wav"
+
+
+class ResourcePart(msgspec.Struct, frozen=True, kw_only=True, tag="resource", tag_field="type"):
+    """An embedded resource: its URI and either its text or its bytes (`blob`).
+
+    Attributes:
+        uri: where the resource lives (`file:///...`, `test://...`).
+        mime_type: its type, when known.
+        text: its content, for a text resource.
+        blob: its content, for a binary resource (base64 in JSON).
+    """
+
+    uri: str
+    mime_type: str | None = None
+    text: str | None = None
+    blob: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.blob is None):
+            raise ValueError("a ResourcePart has exactly one of text and blob")
+
+
+class ResourceLinkPart(msgspec.Struct, frozen=True, kw_only=True, tag="resource_link", tag_field="type"):
+    """A link to a resource the model may ask for (not its content).
+
+    Attributes:
+        uri: the resource's URI.
+        name: its name.
+        mime_type: its type, when known.
+        description: what it is, when said.
+    """
+
+    uri: str
+    name: str
+    mime_type: str | None = None
+    description: str | None = None
+
+
+ContentPart = TextPart | ImagePart | AudioPart | ResourcePart | ResourceLinkPart
+
+
+def describe_part(part: ContentPart) -> str:
+    """One line of text standing for a part a provider cannot take as it is."""
+    if isinstance(part, TextPart):
+        return part.text
+    if isinstance(part, ImagePart):
+        return f"[image ({part.mime_type}, {len(part.data)} bytes)]"
+    if isinstance(part, AudioPart):
+        return f"[audio ({part.mime_type}, {len(part.data)} bytes)]"
+    if isinstance(part, ResourcePart):
+        if part.text is not None:
+            return part.text
+        size = len(part.blob) if part.blob is not None else 0
+        return f"[binary resource {part.uri} ({part.mime_type or 'unknown type'}, {size} bytes)]"
+    about = f": {part.description}" if part.description else ""
+    return f"[resource {part.name} ({part.uri}){about}]"
 
 
 class ToolSuccess(msgspec.Struct, frozen=True, kw_only=True, tag="success", tag_field="type"):

@@ -21,7 +21,9 @@ CONTRACT = {
 
 ADDED_ON_PURPOSE = {
     # multimodal result parts (ToolBase.result_to_parts)
-    "ContentPart", "TextPart", "ImagePart",
+    "ContentPart", "TextPart", "ImagePart", "AudioPart", "ResourcePart", "ResourceLinkPart",
+    # a caller hears a tool's ctx.report_progress / ctx.log (DESIGN.md 3.5)
+    "reporting",
     # the exception hierarchy of runtime.exceptions
     "ToolRuntimeError", "InvalidArguments", "SchemaError", "ToolDefinitionError", "RuntimeClosed",
     "ToolUnavailable",

@@ -9,6 +9,7 @@ protocol eras: `mode="legacy"` (2025-11-25, `initialize`) and `mode="2026-07-28"
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -29,8 +30,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runtime import (
+    AudioPart,
     FailureKind,
     ImagePart,
+    ResourceLinkPart,
+    ResourcePart,
     TextPart,
     ToolCall,
     ToolFailure,
@@ -198,7 +202,7 @@ async def test_awkward_schemas_and_names(caplog: pytest.LogCaptureFixture) -> No
             assert names == ["either", "files_read_v2", "ping", "tree"]
             # A name a local tool has is not taken over: the local tool keeps it.
             assert ok(await rt.call(call("ping"))).content == "local pong"
-            # The recursive schema: the first level is checked, deeper levels are passed on.
+            # The recursive schema is checked at every level, as the server gave it.
             tree = {"root": {"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]}}
             sent = json.loads(ok(await rt.call(call("tree", tree))).content)
             assert sent == {"tool": "tree", "arguments": tree}
@@ -213,7 +217,7 @@ async def test_awkward_schemas_and_names(caplog: pytest.LogCaptureFixture) -> No
             assert [p.name for p in rt.registry.get("either").descriptor.parameters] == ["id", "url"]
     messages = [r.getMessage() for r in caplog.records]
     assert any(
-        "'broken' is skipped: its inputSchema cannot be used (unknown type 'strng')" in m for m in messages
+        "'broken' is skipped: its inputSchema cannot be used (not a valid JSON Schema" in m for m in messages
     )
     assert any("'ping' is skipped" in m and "prefix=" in m for m in messages)
     assert any("'files.read/v2' is called 'files_read_v2' here" in m for m in messages)
@@ -244,14 +248,13 @@ async def test_arguments_are_checked_before_they_are_sent(shared_http: HttpServe
         async with open_runtime(mcp_servers=[mcp.http(shared_http.url, mode="legacy")]) as rt:
             before = (await stats(rt))["calls"]
             cases = [
-                ("add", '{"a": "one"}', "`$.a`: Expected `int`, got `str`"),
+                ("add", '{"a": "one"}', "`$.a`: Expected `integer`, got `string`"),
                 ("add", "{}", "`$.a`: required field is missing"),
-                ("add", '{"a": 1, "c": 2}', "`$.c`: unknown field; the parameters are: a, b"),
                 ("add", "not json", "arguments are not valid JSON"),
                 (
                     "search",
                     '{"query": "q", "filters": {"lang": "de"}}',
-                    "`$.filters.lang`: Invalid enum value 'de'",
+                    "`$.filters.lang`: 'de' is not one of",
                 ),
                 ("search", '{"query": "q", "filters": {"lang": "en", "max_age": -1}}', "`$.filters.max_age`"),
             ]
@@ -260,12 +263,14 @@ async def test_arguments_are_checked_before_they_are_sent(shared_http: HttpServe
                 assert expected in result.message, result.message
             assert (await stats(rt))["calls"] == before  # none of them reached the server
             # A null for a parameter with a default means "not sent": the server's default applies.
-            # (`filters` is an open object, as pydantic writes it: a key it does not name is not sent.)
+            # (`filters` is an open object, as pydantic writes it: a key it does not name is passed on.)
             result = await rt.call(
                 call("search", '{"query": "q", "limit": null, "filters": {"lang": "fr", "x": 1}}')
             )
             assert ok(result).content == "q:10:fr"
-            assert (await stats(rt))["calls"] == before + 1
+            # `add`'s schema is open too (no additionalProperties): an extra argument goes through.
+            assert ok(await rt.call(call("add", '{"a": 1, "c": 2}'))).value == {"total": 3}
+            assert (await stats(rt))["calls"] == before + 2
 
 
 async def test_results_errors_structured_content_and_images(shared_http: HttpServer) -> None:
@@ -323,10 +328,10 @@ async def test_a_cancelled_call_cancels_the_request_and_progress_reaches_the_spa
                     break
                 await trio.sleep(0.05)
     slept = next(s for s in spans.get_finished_spans() if s.name == "execute_tool sleep")
-    progress = [e for e in slept.events if e.name == "mcp.progress"]
+    progress = [e for e in slept.events if e.name == "tool.progress"]
     assert progress
     assert progress[0].attributes is not None
-    assert progress[0].attributes["mcp.progress.message"] == "sleeping"
+    assert progress[0].attributes["tool.progress.message"] == "sleeping"
 
 
 # -- both eras, both transports: calls and tools/list_changed --------------------------------
@@ -515,9 +520,105 @@ def test_result_blocks_become_text_and_parts() -> None:
         _meta={"hidden": True},
     )
     value, text, parts = read_result(result)
-    assert value == text == "one\n[audio (audio/wav)]\ninside\n[resource doc: file:///doc]"
-    assert parts == ()  # text only: the model reads `content`
+    assert value == text == "one\n[audio (audio/wav, 3 bytes)]\ninside\n[resource doc: file:///doc]"
+    assert parts == (
+        TextPart(text="one"),
+        AudioPart(data=b"\x00\x00\x00", mime_type="audio/wav"),
+        ResourcePart(uri="file:///a", text="inside"),
+        ResourceLinkPart(uri="file:///doc", name="doc"),
+    )
     structured = types.CallToolResult(content=[], structured_content={"n": 1})
     assert read_result(structured) == ({"n": 1}, '{"n":1}', ())
     with pytest.raises(ToolRejected, match="gave no text"):
         read_result(types.CallToolResult(content=[], is_error=True))
+
+
+# -- errors the server answers with, and a server that never answers -------------------------
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_json_rpc_error_is_an_error_for_that_call_only(
+    mode: str, shared_http: HttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.mcp")
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[mcp.http(shared_http.url, mode=mode)]) as rt:
+            before = await stats(rt)
+            busy = failed(await rt.call(call("busy")), FailureKind.ERROR)
+            assert "the server is busy" in busy.message
+            # The connection stayed: the next call goes through at once, without a new listing.
+            after = await stats(rt)
+            assert after["calls"] == before["calls"] + 1
+            assert after["listings"] == before["listings"]
+    assert not [r for r in caplog.records if "lost MCP server" in r.getMessage()]
+
+
+async def test_a_server_that_never_answers_is_ended_by_the_call_timeout(shared_http: HttpServer) -> None:
+    assert mcp.http(shared_http.url).call_timeout == 60.0  # the default: no call waits forever
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[mcp.http(shared_http.url)]) as rt:
+            assert rt.registry.get("hang").timeout == 60.0
+        async with open_runtime(mcp_servers=[mcp.http(shared_http.url, call_timeout=0.3)]) as rt:
+            result = failed(await rt.call(call("hang")), FailureKind.TIMEOUT)
+            assert "0.3" in result.message
+            assert ok(await rt.call(call("echo", {"text": "still here"}))).content == "still here"
+
+
+# -- what real servers send: refused entries, no resultType, oversize listings -----------------
+
+RAW = str(SERVERS / "raw.py")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto", "2026-07-28"])
+async def test_a_tool_the_sdk_refuses_is_skipped_alone_and_results_need_no_result_type(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.mcp")
+    spec = mcp.stdio(sys.executable, [RAW], mode=mode, name="raw")
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[spec]) as rt:
+            names = {t.name for t in rt.registry}
+            assert names == {"good", "wordy", "echo"}
+            # No resultType in the reply, in either era: read as a complete result.
+            sent = json.loads(ok(await rt.call(call("good", {"x": 1}))).content)
+            assert sent == {"tool": "good", "arguments": {"x": 1}}
+            # A description over the bound is cut, not taken whole into every prompt.
+            assert len(rt.registry.get("wordy").description) == 8192
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        "tool 'bad' is skipped: the MCP SDK refuses its listing (tools.0.inputSchema.type" in m
+        for m in messages
+    )
+    assert any("tool 'huge' is skipped: its schemas are" in m for m in messages)
+    assert any(
+        "the description of tool 'wordy' is cut to 8192 characters (it has 50000)" in m for m in messages
+    )
+
+
+async def test_a_server_with_too_many_tools_gives_the_first_max_tools(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="runtime.mcp")
+    spec = mcp.stdio(sys.executable, [RAW, "--tools", "50"], name="raw", max_tools=10)
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[spec]) as rt:
+            assert len(rt.registry) <= 10
+            assert "good" in {t.name for t in rt.registry}
+    assert any(
+        "lists 54 tools; the first 10 are kept (max_tools=10)" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_media_over_the_bound_become_a_note() -> None:
+    from runtime.mcp._client_tool import MAX_MEDIA_BYTES
+
+    big = base64.b64encode(b"\x00" * (MAX_MEDIA_BYTES // 2 + 1)).decode()
+    result = types.CallToolResult(
+        content=[
+            types.ImageContent(data=big, mime_type="image/png"),
+            types.AudioContent(data=big, mime_type="audio/wav"),
+        ]
+    )
+    _, text, parts = read_result(result)
+    assert [type(p).__name__ for p in parts] == ["ImagePart", "TextPart"]
+    assert "left out: the result's media are over" in text

@@ -24,6 +24,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client._memory import InMemoryTransport
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import INVALID_PARAMS
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -123,6 +124,7 @@ async def check_tools_and_calls(client: Client) -> None:
         "type": "object",
         "properties": {"result": {"type": "integer"}},
         "required": ["result"],
+        "x-fastmcp-wrap-result": True,
     }
     forecast = tools["forecast"]
     assert forecast.annotations is not None
@@ -160,9 +162,11 @@ async def check_failures(client: Client) -> None:
     result = await client.call_tool("forecast", {"city": "Paris", "days": 0})
     assert (result.is_error, text(result)) == (True, "Error: days must be at least 1")
 
-    result = await client.call_tool("ad", {"a": 1, "b": 2})
-    assert result.is_error
-    assert "no tool named 'ad'; did you mean 'add'?" in text(result)
+    # An unknown tool is a JSON-RPC error (-32602), as the spec says, with the runtime's hint.
+    with pytest.raises(MCPError) as raised:
+        await client.call_tool("ad", {"a": 1, "b": 2})
+    assert raised.value.code == INVALID_PARAMS
+    assert "no tool named 'ad'; did you mean 'add'?" in raised.value.error.message
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -378,3 +382,48 @@ def test_cli_call_failure_goes_to_stderr_with_exit_1(args: tuple[str, ...], mess
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith(message)
     assert done.stderr.count("\n") == 1
+
+
+async def test_a_json_schema_tool_is_served_with_its_schema_as_given_and_checked_with_it() -> None:
+    from conformance.server import SCHEMA_2020_12, json_schema_2020_12_tool
+
+    with trio.fail_after(CALL_TIMEOUT):
+        async with open_runtime([json_schema_2020_12_tool], tracing=False) as rt:
+            served = ServedRuntime(rt)
+            async with Client(InMemoryTransport(served.server), mode="legacy") as client:
+                (listed,) = (await client.list_tools()).tools
+                assert listed.input_schema == SCHEMA_2020_12  # $schema, $defs/$anchor, allOf, if/then/else
+                ok = await client.call_tool(
+                    "json_schema_2020_12_tool", {"name": "Ada", "contactMethod": "phone", "phone": "1"}
+                )
+                assert (ok.is_error, text(ok)) == (False, "contact Ada")
+                # if contactMethod is phone then phone is required: the schema's own rule.
+                no_phone = await client.call_tool(
+                    "json_schema_2020_12_tool", {"contactMethod": "phone", "email": "a@b"}
+                )
+                assert no_phone.is_error
+                assert "'phone' is a required property" in text(no_phone) or "`$.phone`" in text(no_phone)
+                extra = await client.call_tool("json_schema_2020_12_tool", {"email": "a@b", "age": 3})
+                assert extra.is_error
+                assert "`$.age`: unknown field" in text(extra)
+            # The IR (what providers are shown) keeps the properties it can say.
+            names = [p.name for p in json_schema_2020_12_tool.descriptor.parameters]
+            assert names == ["name", "address", "contactMethod", "phone", "email"]
+
+
+async def test_structured_content_over_max_result_chars_is_refused_whole_not_cut() -> None:
+    @tool
+    async def big(n: int) -> dict[str, str]:
+        return {"data": "x" * n}
+
+    with trio.fail_after(CALL_TIMEOUT):
+        async with open_runtime([big], tracing=False, max_result_chars=200) as rt:
+            served = ServedRuntime(rt)
+            async with Client(InMemoryTransport(served.server), mode="legacy") as client:
+                small = await client.call_tool("big", {"n": 10})
+                large = await client.call_tool("big", {"n": 1000})
+    assert small.is_error is False
+    assert small.structured_content == {"data": "x" * 10}
+    assert large.is_error is True
+    assert large.structured_content is None
+    assert "over the limit of 200 characters" in text(large)

@@ -80,6 +80,23 @@ def _serve(args: argparse.Namespace) -> int:
     if token is not None and address is None:
         raise CommandError("--token needs --http (stdio has no transport to authenticate)")
     from ..mcp import serve_http, serve_stdio  # the MCP SDK takes seconds to import: only when serving
+    from ..mcp._server_http import check_http_options
+
+    if address is not None:
+        try:
+            check_http_options(address[0], token, None, args.insecure_no_auth)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    http_options = {
+        "token": token,
+        "allowed_hosts": tuple(args.allowed_host),
+        "insecure_no_auth": args.insecure_no_auth,
+        "read_timeout": args.read_timeout,
+        "max_body": args.max_body,
+        "max_sessions": args.max_sessions,
+        "session_idle_timeout": args.session_idle_timeout,
+        "sse_poll_after": args.sse_poll_after,
+    }
 
     # stdout is the stdio transport: everything else, logs included, goes to stderr.
     logging.basicConfig(
@@ -93,7 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
                 return
             async with trio.open_nursery() as nursery:
                 host, port = await nursery.start(
-                    functools.partial(serve_http, rt, address[0], address[1], args.path, token=token)
+                    functools.partial(serve_http, rt, address[0], address[1], args.path, **http_options)
                 )
                 where = f"[{host}]" if ":" in host else host
                 print(
@@ -167,6 +184,48 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--path", default="/mcp", help="the HTTP endpoint's path (default /mcp)")
     serve.add_argument(
         "--token", help=f"require `Authorization: Bearer TOKEN` over HTTP (default: ${_TOKEN_ENV})"
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host (and Origin) clients may use besides the bound host and loopback names; repeatable",
+    )
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow a non-loopback --http bind without a token (anyone who reaches it can call every tool)",
+    )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection that sends no request for this long (default 30)",
+    )
+    serve.add_argument(
+        "--max-body",
+        type=int,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest request body (413 above)",
+    )
+    serve.add_argument(
+        "--max-sessions", type=int, default=1000, help="most MCP sessions held at once (default 1000)"
+    )
+    serve.add_argument(
+        "--session-idle-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="close a session unused for this long (default 1800)",
+    )
+    serve.add_argument(
+        "--sse-poll-after",
+        type=float,
+        metavar="SECONDS",
+        help="a call running longer closes its SSE stream; the client polls for the result (SEP-1699)",
     )
     serve.set_defaults(run=_serve)
     return parser

@@ -78,6 +78,11 @@ class Runtime:
         return self._routing.version
 
     @property
+    def max_result_chars(self) -> int:
+        """Every text that goes back to a model is cut at this many characters (edges honour it too)."""
+        return self._config.max_result_chars
+
+    @property
     def features(self) -> tuple[Feature, ...]:
         return self._pipeline.features if self._pipeline is not None else ()
 

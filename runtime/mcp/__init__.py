@@ -12,5 +12,6 @@ from ._client_specs import http as http
 from ._client_specs import sse as sse
 from ._client_specs import stdio as stdio
 from ._client_tool import McpTool as McpTool
+from ._schema_tool import JsonSchemaTool as JsonSchemaTool
 from ._server import serve_stdio as serve_stdio
 from ._server_http import serve_http as serve_http

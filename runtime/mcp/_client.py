@@ -1,4 +1,8 @@
-"""One supervised connection to an MCP server: the ToolSource behind `mcp.stdio(...)` and friends.
+"""One supervised connection to an MCP server (`RemoteServer`): what runs a spec's `run`.
+
+The connection's life is here; what the listed tools become (and keeping the registry
+current) is `RemoteCatalog`'s, in `_client_catalog`. Neither imports the specs: they read
+a spec through `ServerOptions`.
 
 Life of a connection (each turn of the loop is one session with the server)::
 
@@ -18,14 +22,20 @@ Life of a connection (each turn of the loop is one session with the server)::
 - Tools are listed when the connection opens and when the server says they changed, never
   per call. A name another tool already has is not taken over: that tool is skipped and logged.
 - A cancelled call cancels its MCP request (the SDK sends `notifications/cancelled`).
-- Progress notifications are logged at DEBUG and added as `mcp.progress` events to the
-  call's `execute_tool` span.
+- Progress notifications reach the caller as a local tool's `ctx.report_progress` would
+  (a `tool.progress` event on the call's span, the caller's `reporting(on_progress=...)`);
+  the server's log messages go to the `runtime.mcp` logger.
+- The listen stream (2026-07-28) is opened only when the server announced
+  `tools.listChanged`; when it ends it is reopened with backoff, never in the way of calls.
+- A JSON-RPC error the server answers a call with is ERROR for that call (the connection
+  stays); only the connection going away is UNAVAILABLE.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -34,29 +44,38 @@ import msgspec
 import trio
 from mcp import Client, MCPError
 from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, Implementation
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
 
 from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
-from ..schema import descriptor_from_json_schema, parse_json_schema
-from ..schema._to_python import arguments_struct
-from ..tools import ArgsCodec, CallContext
-from ._client_tool import McpTool, local_name
+from ..tools import CallContext
+from ._client_catalog import RemoteCatalog, ServerOptions
+from ._client_tool import McpTool
 from ._client_transport import WatchedTransport
 
 if TYPE_CHECKING:
     from ..engine import ToolRegistrar
-    from ._client_specs import ServerSpec
 
-__all__ = ["Connection"]
+__all__ = ["RemoteServer"]
 
 log = logging.getLogger("runtime.mcp")
+remote_log = logging.getLogger("runtime.mcp.remote")  # what servers log (notifications/message)
+_PYTHON_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
 
 _MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 _STABLE = 10.0  # seconds a session must last for the backoff to start over
 _CLIENT_INFO = Implementation(name="tool-runtime", version="0.1.0")
-_FINGERPRINT = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 
 
 class _Link:
@@ -91,18 +110,21 @@ class _Link:
             log.debug("MCP transport reported %r", message)
 
 
-class Connection:
-    """Runs one spec: connects, keeps its tools registered and current, serves their calls."""
+class RemoteServer:
+    """Runs one spec: the connection's life (connect, listen, reconnect) and its tools' calls.
 
-    def __init__(self, spec: ServerSpec) -> None:
+    What the server's tools become here, and keeping them current in the registry, is its
+    `catalog`'s work (`RemoteCatalog`).
+    """
+
+    def __init__(self, spec: ServerOptions) -> None:
         self.spec = spec
         self.name = spec.name
+        self.catalog = RemoteCatalog(spec, self.call)
         self.link: _Link | None = None
         self.last_error = "it has not connected yet"
-        self.tools: dict[str, tuple[McpTool, dict[str, Any]]] = {}  # local name -> (tool, listing entry)
         self._ready: Any = trio.TASK_STATUS_IGNORED
         self._up = False  # whether the current session got as far as registering the tools
-        self._skipped: set[str] = set()  # names already logged as clashing
 
     # -- the connection's life -------------------------------------------------------
 
@@ -156,29 +178,44 @@ class Connection:
         spec = self.spec
         link = _Link()
         client = Client(
-            WatchedTransport(spec.transport(), lambda: link.mark_lost("the server closed the connection")),
+            WatchedTransport(
+                spec.transport(), lambda: link.mark_lost("the server closed the connection"), self.name
+            ),
             mode=spec.mode,
             cache=None,  # the listing is re-read on change; a cached page would be stale
             message_handler=link.on_message,
             logging_callback=self._server_log,
+            log_level="info",  # 2026-07-28: log messages come only to requests that ask for them
             client_info=_CLIENT_INFO,
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client, trio.open_nursery() as nursery:
-                if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                capabilities = client.server_capabilities
+                # A version adopted without asking (mode="2026-07-28") learned no capabilities:
+                # listening is tried, and a refusal is taken as the answer.
+                adopted = spec.mode in MODERN_PROTOCOL_VERSIONS
+                announces = adopted or bool(
+                    capabilities.tools is not None and capabilities.tools.list_changed
+                )
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS and announces:
                     await nursery.start(self._listen, client, link)  # before listing: no change is missed
+                if (
+                    client.protocol_version not in MODERN_PROTOCOL_VERSIONS
+                    and capabilities.logging is not None
+                ):
+                    await _ask_info_logs(client)  # as `log_level` does per request in 2026-07-28
                 listing = await self._list(client)
                 connecting.deadline = math.inf
                 link.client = client
                 self.link = link
                 try:
-                    await self._apply(registrar, listing)
+                    await self.catalog.apply(registrar, listing)
                     self._up = True
                     log.info(
                         "connected to MCP server %r (protocol %s, %d tools)",
                         self.name,
                         client.protocol_version,
-                        len(self.tools),
+                        len(self.catalog.tools),
                     )
                     self._started()
                     while True:
@@ -188,10 +225,11 @@ class Connection:
                             break
                         if link.dirty:
                             link.dirty = False
-                            await self._apply(registrar, await self._list(client))
+                            await self.catalog.apply(registrar, await self._list(client))
                 finally:
                     self.link = None
                     link.mark_lost("the connection was closed")  # unless it already had a reason
+                    self.last_error = link.lost or "the connection was closed"  # what calls are told now
                     link.close()
                     nursery.cancel_scope.cancel()
         if connecting.cancelled_caught:
@@ -201,27 +239,57 @@ class Connection:
     async def _listen(
         self, client: Client, link: _Link, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """2026-07-28: tools/list_changed arrives through a `subscriptions/listen` stream."""
+        """2026-07-28: tools/list_changed arrives through a `subscriptions/listen` stream.
+
+        Opened only when the server announced `tools.listChanged`. When the stream ends or
+        breaks it is opened again after a backoff (doubling, capped), and the tools are listed
+        again (a change may have been missed meanwhile); calls are never held up by it.
+        """
+        spec = self.spec
         started = False
+        failures = 0
         try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                task_status.started()
-                started = True
-                async for _ in subscription:
-                    link.mark_dirty()
-            link.mark_lost("the server closed its subscriptions/listen stream")
-        except SubscriptionLost as exc:
-            link.mark_lost(f"its change stream broke ({exc})")
-        except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED or started:
-                link.mark_lost(f"its change stream failed ({exc.error.message})")
-            else:
-                log.info(
-                    "MCP server %r does not offer subscriptions/listen (%s); its tools are listed once "
-                    "per connection",
+            while True:
+                opened = False
+                try:
+                    async with client.listen(tools_list_changed=True) as subscription:
+                        if not started:
+                            task_status.started()
+                            started = True
+                        opened = True
+                        if failures:
+                            link.mark_dirty()  # reopened: what changed while it was closed is read now
+                        async for _ in subscription:
+                            failures = 0
+                            link.mark_dirty()
+                    reason = "the server ended it"
+                except SubscriptionLost as exc:
+                    reason = f"it broke ({exc})"
+                except MCPError as exc:
+                    if exc.code == CONNECTION_CLOSED:
+                        link.mark_lost(f"the connection closed ({exc.error.message})")
+                        return
+                    if not opened and failures == 0:
+                        log.info(
+                            "MCP server %r refused subscriptions/listen (%s); its tools are listed once "
+                            "per connection",
+                            self.name,
+                            exc.error.message,
+                        )
+                        return
+                    reason = f"it failed ({exc.error.message})"
+                if not started:
+                    task_status.started()
+                    started = True
+                delay = min(spec.max_backoff, spec.backoff * 2**failures)
+                failures += 1
+                log.debug(
+                    "MCP server %r: the subscriptions/listen stream ended: %s; reopened in %.2gs",
                     self.name,
-                    exc.error.message,
+                    reason,
+                    delay,
                 )
+                await trio.sleep(delay)
         finally:
             if not started:
                 task_status.started()
@@ -242,126 +310,9 @@ class Connection:
         raise RuntimeError(f"tools/list did not end within {_MAX_PAGES} pages")
 
     async def _server_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        log.debug("MCP server %r logged (%s): %s", self.name, params.level, params.data)
-
-    # -- the tools -------------------------------------------------------------------
-
-    async def _apply(self, registrar: ToolRegistrar, listing: list[types.Tool]) -> None:
-        """Make the registered tools match `listing`: remove, replace and add only what changed."""
-        wanted: dict[str, tuple[types.Tool, dict[str, Any]]] = {}
-        for remote in listing:
-            name = local_name(remote.name, self.spec.prefix)
-            if name is None:
-                log.warning(
-                    "MCP server %r: tool %r is skipped: no usable name is left", self.name, remote.name
-                )
-                continue
-            if name in wanted:
-                log.warning(
-                    "MCP server %r: tools %r and %r are both called %r here; the first is kept",
-                    self.name,
-                    wanted[name][0].name,
-                    remote.name,
-                    name,
-                )
-                continue
-            entry = remote.model_dump(mode="json", by_alias=True, exclude_none=True)
-            wanted[name] = (remote, {k: entry[k] for k in _FINGERPRINT if k in entry})
-        removed = [n for n in self.tools if n not in wanted]
-        fresh: dict[str, tuple[McpTool, dict[str, Any]]] = {}
-        for name, (remote, entry) in wanted.items():
-            known = self.tools.get(name)
-            if known is not None and known[1] == entry:
-                continue
-            made = self._make(name, remote)
-            if made is None:
-                if known is not None:
-                    removed.append(name)
-                continue
-            fresh[name] = (made, entry)
-        if removed:
-            await registrar.unregister(*removed)
-            for name in removed:
-                del self.tools[name]
-        replacing = [tool for name, (tool, _) in fresh.items() if name in self.tools]
-        if replacing:
-            await registrar.register(*replacing, replace=True)
-            self.tools.update({n: fresh[n] for n in (t.name for t in replacing)})
-        adding = [tool for name, (tool, _) in fresh.items() if name not in self.tools]
-        if not adding:
-            return
-        try:
-            await registrar.register(*adding)
-        except ValueError:  # a name is taken by another tool: add the others one by one
-            for tool in adding:
-                try:
-                    await registrar.register(tool)
-                except ValueError as exc:
-                    level = logging.DEBUG if tool.name in self._skipped else logging.WARNING
-                    self._skipped.add(tool.name)
-                    log.log(
-                        level,
-                        "MCP server %r: tool %r is skipped: %s (give the server a prefix=)",
-                        self.name,
-                        tool.name,
-                        exc,
-                    )
-                else:
-                    self.tools[tool.name] = fresh[tool.name]
-        else:
-            self.tools.update({t.name: fresh[t.name] for t in adding})
-
-    def _make(self, name: str, remote: types.Tool) -> McpTool | None:
-        """The runtime tool for a listed tool, or None (logged) when its schema cannot be used."""
-        prefix = self.spec.prefix
-        if name != (f"{prefix}_{remote.name}" if prefix else remote.name):
-            log.info("MCP server %r: tool %r is called %r here", self.name, remote.name, name)
-        annotations = remote.annotations
-        try:
-            descriptor = descriptor_from_json_schema(
-                name,
-                remote.description or "",
-                remote.input_schema,
-                title=remote.title or (annotations.title if annotations is not None else None),
-                annotations=annotations.model_dump(by_alias=True, exclude_none=True) if annotations else None,
-            )
-            struct, loosened = arguments_struct(descriptor)
-            codec = ArgsCodec(struct, fill=[(n, msgspec.UNSET, None) for n in loosened])
-        except Exception as exc:
-            log.warning(
-                "MCP server %r: tool %r is skipped: its inputSchema cannot be used (%s)",
-                self.name,
-                remote.name,
-                exc,
-            )
-            return None
-        if remote.output_schema is not None:
-            descriptor = self._with_output(descriptor, remote)
-        return McpTool(
-            name=name,
-            remote_name=remote.name,
-            server=self.name,
-            descriptor=descriptor,
-            codec=codec,
-            caller=self.call,
-            timeout=self.spec.call_timeout,
-        )
-
-    def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:
-        """The descriptor with the tool's outputSchema as its `output` type, when it parses."""
-        try:
-            output, definitions = parse_json_schema(remote.output_schema)
-        except Exception as exc:
-            log.debug("MCP server %r: the outputSchema of %r is not kept (%s)", self.name, remote.name, exc)
-            return descriptor
-        if set(definitions) & set(descriptor.definitions):
-            log.debug(
-                "MCP server %r: the outputSchema of %r is not kept (its $defs clash)", self.name, remote.name
-            )
-            return descriptor
-        return msgspec.structs.replace(
-            descriptor, output=output, definitions={**descriptor.definitions, **definitions}
-        )
+        """A server's log message: a record of the `runtime.mcp.remote` logger at its level."""
+        level = _PYTHON_LEVELS.get(params.level, logging.INFO)
+        remote_log.log(level, "MCP server %r (%s): %s", self.name, params.logger or "-", params.data)
 
     # -- calls -----------------------------------------------------------------------
 
@@ -380,27 +331,22 @@ class Connection:
                 f"MCP server {self.name!r} is not connected ({self.last_error}); reconnecting"
             )
         arguments = msgspec.to_builtins(args)
-        span = trace.get_current_span()
-        call_id = ctx.call_id if ctx is not None else "?"
+
+        span = trace.get_current_span()  # the call's span; the SDK calls back from its own task
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            log.debug(
-                "MCP tool %r (call %s): progress %s/%s %s", tool.name, call_id, progress, total, message or ""
-            )
-            if span.is_recording():
-                attributes: dict[str, Any] = {"mcp.progress": progress}
-                if total is not None:
-                    attributes["mcp.progress.total"] = total
-                if message:
-                    attributes["mcp.progress.message"] = message
-                span.add_event("mcp.progress", attributes)
+            if ctx is not None:  # our caller hears of it as of a local tool's (span event, handler)
+                with trace.use_span(span, end_on_exit=False):
+                    await ctx.report_progress(progress, total, message)
 
         with trio.CancelScope() as scope:
             link.calls.add(scope)
             try:
-                return await client.call_tool(tool.remote_name, arguments, progress_callback=on_progress)
+                # Progress is asked for only when someone hears it (no token, no notifications).
+                wanted = on_progress if ctx is not None and ctx.hears_progress else None
+                return await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
             except MCPError as exc:
-                if exc.code == CONNECTION_CLOSED or _session_gone(exc):
+                if _connection_gone(exc, link) or _session_gone(exc):
                     link.mark_lost(f"the connection was lost during a call ({exc.error.message})")
                     raise ToolUnavailable(
                         f"the connection to MCP server {self.name!r} was lost during the call "
@@ -419,6 +365,28 @@ class Connection:
         raise ToolUnavailable(
             f"MCP server {self.name!r} was lost during the call ({link.lost}); reconnecting"
         )
+
+
+# What the SDK itself says when a request's answer can no longer come (its CONNECTION_CLOSED code
+# is -32000, which a server may also use for an error of its own).
+_SDK_CLOSED = ("Connection closed", "SSE stream ended without a response")
+
+
+async def _ask_info_logs(client: Client) -> None:
+    """`logging/setLevel info`: a server's debug chatter is not worth the wire."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.set_logging_level("info")
+    except MCPError as exc:
+        log.debug("logging/setLevel refused: %s", exc.error.message)
+
+
+def _connection_gone(exc: MCPError, link: _Link) -> bool:
+    """The connection went away during the call (not an error the server answered with)."""
+    if exc.code != CONNECTION_CLOSED:
+        return False
+    return link.lost is not None or exc.error.message in _SDK_CLOSED
 
 
 def _session_gone(exc: MCPError) -> bool:

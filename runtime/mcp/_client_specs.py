@@ -21,7 +21,7 @@ import msgspec
 import trio
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._client import Connection
+from ._client import RemoteServer
 from ._client_transport import Transport, http_transport, sse_transport, stdio_transport
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpServer", "ServerSpec", "SseServer", "StdioServer", "http", "sse", "stdio"]
 
+DEFAULT_CALL_TIMEOUT = 60.0
 _PREFIX = re.compile(r"^[a-zA-Z0-9_-]{1,32}$")
 _MODES = ("legacy", "auto", *MODERN_PROTOCOL_VERSIONS)
 
@@ -43,18 +44,21 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             "legacy" (the 2025-11-25 `initialize` handshake), or a protocol version of the
             2026-07-28 era, adopted without asking.
         connect_timeout: seconds to connect and list the tools before the attempt fails.
-        call_timeout: the `timeout` of each of its tools (None: the runtime's default).
+        call_timeout: the `timeout` of each of its tools, 60 s by default (None: the runtime's
+            default, which may be none: a server that never answers would hold the call).
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
+        max_tools: the most tools taken from the server; the rest are refused with a warning.
     """
 
     name: str
     prefix: str | None = None
     mode: str = "auto"
     connect_timeout: float = 10.0
-    call_timeout: float | None = None
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT
     backoff: float = 0.5
     max_backoff: float = 30.0
+    max_tools: int = 1000
 
     def __post_init__(self) -> None:
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
@@ -67,6 +71,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, option)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"MCP {option} must be a positive number of seconds, not {value!r}")
+        if isinstance(self.max_tools, bool) or not isinstance(self.max_tools, int) or self.max_tools < 1:
+            raise ValueError(f"MCP max_tools must be a positive integer, not {self.max_tools!r}")
         call_timeout = self.call_timeout
         if call_timeout is not None and (
             not isinstance(call_timeout, int | float) or isinstance(call_timeout, bool) or call_timeout <= 0
@@ -81,7 +87,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     async def run(self, registrar: ToolRegistrar, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The ToolSource entry: connect, register the tools, keep them current, reconnect."""
-        await Connection(self).run(registrar, task_status=task_status)
+        await RemoteServer(self).run(registrar, task_status=task_status)
 
 
 class StdioServer(ServerSpec, frozen=True, kw_only=True):
@@ -126,9 +132,10 @@ def stdio(
     mode: str = "auto",
     name: str | None = None,
     connect_timeout: float = 10.0,
-    call_timeout: float | None = None,
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    max_tools: int = 1000,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -141,9 +148,10 @@ def stdio(
         mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
         name: how logs name it (default: the command line).
         connect_timeout: seconds to start, connect and list the tools.
-        call_timeout: the timeout of each of its tools.
+        call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
         backoff: seconds before the first restart; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
+        max_tools: the most tools taken from the server (default 1000).
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -159,6 +167,7 @@ def stdio(
         call_timeout=call_timeout,
         backoff=backoff,
         max_backoff=max_backoff,
+        max_tools=max_tools,
     )
 
 
@@ -170,9 +179,10 @@ def http(
     mode: str = "auto",
     name: str | None = None,
     connect_timeout: float = 10.0,
-    call_timeout: float | None = None,
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    max_tools: int = 1000,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
@@ -183,9 +193,10 @@ def http(
         mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
         name: how logs name it (default: the URL without credentials or query).
         connect_timeout: seconds to connect and list the tools.
-        call_timeout: the timeout of each of its tools.
+        call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
+        max_tools: the most tools taken from the server (default 1000).
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -197,6 +208,7 @@ def http(
         call_timeout=call_timeout,
         backoff=backoff,
         max_backoff=max_backoff,
+        max_tools=max_tools,
     )
 
 
@@ -207,9 +219,10 @@ def sse(
     prefix: str | None = None,
     name: str | None = None,
     connect_timeout: float = 10.0,
-    call_timeout: float | None = None,
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    max_tools: int = 1000,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -225,6 +238,7 @@ def sse(
         call_timeout=call_timeout,
         backoff=backoff,
         max_backoff=max_backoff,
+        max_tools=max_tools,
     )
 
 

@@ -6,12 +6,16 @@ path and the server never sees the call). The result of `tools/call` becomes:
 
 | the server sent | the runtime reports |
 |---|---|
-| `isError: true` | REJECTED, with the server's text verbatim |
-| `structuredContent` | a success whose `value` is that content |
+| `isError: true` | REJECTED, with the server's text verbatim (one leading "Error: " dropped) |
+| `structuredContent` | a success whose `value` is that content (unwrapped when the outputSchema says it wraps) |
 | text blocks | the text the model reads (joined by newlines); the `value` when nothing is structured |
-| image blocks | `ImagePart`s beside the text (`ToolSuccess.parts`) |
-| audio, resources | a one-line note in the text (an embedded text resource: its text) |
+| image, audio blocks | `ImagePart`s, `AudioPart`s beside the text (`ToolSuccess.parts`), a note in the text |
+| embedded resources | `ResourcePart`s; a text resource's text is in the text, a blob is a note |
+| resource links | `ResourceLinkPart`s and a note in the text |
 | `_meta` (on the result or a block) | nothing: the model never reads it |
+
+The arguments are checked against the `inputSchema` as the server gave it (`JsonSchemaTool`):
+an open schema stays open, so arguments it does not name are passed on.
 """
 
 from __future__ import annotations
@@ -21,17 +25,25 @@ import binascii
 import hashlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 import mcp_types as types
 import msgspec
 
 from ..exceptions import ToolRejected
-from ..messages import ContentPart, ImagePart, TextPart
+from ..messages import (
+    AudioPart,
+    ContentPart,
+    ImagePart,
+    ResourceLinkPart,
+    ResourcePart,
+    TextPart,
+    describe_part,
+)
 from ..schema import ToolDescriptor
 from ..tools import CallContext, ToolBase
-from ..tools._codec import ArgsCodec
+from ._schema_tool import decode_checked
 
 __all__ = ["McpResult", "McpTool", "local_name", "read_result"]
 
@@ -40,6 +52,8 @@ log = logging.getLogger("runtime.mcp")
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 _json = msgspec.json.Encoder()
+MAX_MEDIA_BYTES = 20 * 1024 * 1024  # image, audio and blob bytes kept from one result; the rest is a note
+WRAP_MARKER = "x-fastmcp-wrap-result"  # outputSchema marker: results are `{"result": value}`
 
 
 class McpResult(msgspec.Struct, frozen=True):
@@ -73,23 +87,30 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         remote_name: str,
         server: str,
         descriptor: ToolDescriptor,
-        codec: ArgsCodec,
+        json_schema: dict[str, Any],
+        validator: Any,
         caller: Caller,
         timeout: float | None = None,
+        wrapped: bool = False,
     ) -> None:
         self.name = name
         self.remote_name = remote_name
         self.server = server
         self.descriptor = descriptor
         self.description = descriptor.description
-        self._codec = codec
-        self.args_type = codec.struct_type
+        self.json_schema = json_schema
+        self._validator = validator
+        self.args_type = dict[str, Any]
         self.timeout = timeout
         self._caller = caller
+        self._wrapped = wrapped
+
+    def decode_args(self, raw: str | bytes | Mapping[str, Any]) -> Any:
+        return decode_checked(self._validator, raw)
 
     async def execute(self, args: Any, ctx: CallContext) -> McpResult:
         """Send the checked arguments to the server; see the module's table for the result."""
-        value, text, parts = read_result(await self._caller(self, args, ctx))
+        value, text, parts = read_result(await self._caller(self, args, ctx), wrapped=self._wrapped)
         return McpResult(value, text, parts)
 
     def result_to_text(self, result: McpResult) -> str:
@@ -105,50 +126,104 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         return f"<McpTool {self.name!r} of {self.server!r}>"
 
 
-def read_result(result: types.CallToolResult) -> tuple[Any, str, tuple[ContentPart, ...]]:
+def read_result(
+    result: types.CallToolResult, *, wrapped: bool = False
+) -> tuple[Any, str, tuple[ContentPart, ...]]:
     """(value, text for the model, multimodal parts or `()`) of a `tools/call` result.
+
+    Args:
+        wrapped: the tool's outputSchema says results are `{"result": value}`: the value is unwrapped.
 
     Raises:
         ToolRejected: the server reported `isError`; its text, verbatim.
     """
     texts: list[str] = []
     parts: list[ContentPart] = []
-    images = False
+    media = False
+    media_bytes = 0
     for block in result.content:
         text: str | None = None
+        part: ContentPart | None = None
         if isinstance(block, types.TextContent):
             text = block.text
-        elif isinstance(block, types.ImageContent):
+        elif isinstance(block, types.ImageContent | types.AudioContent):
+            kind = "image" if isinstance(block, types.ImageContent) else "audio"
             try:
-                parts.append(
-                    ImagePart(data=base64.b64decode(block.data, validate=True), mime_type=block.mime_type)
-                )
-                images = True
+                data = base64.b64decode(block.data, validate=True)
             except (binascii.Error, ValueError):
-                text = f"[an image ({block.mime_type}) that was not valid base64]"
-        elif isinstance(block, types.AudioContent):
-            text = f"[audio ({block.mime_type})]"
+                text = f"[{'an' if kind == 'image' else ''} {kind} ({block.mime_type}) that was not valid base64]"
+            else:
+                if kind == "image":
+                    part = ImagePart(data=data, mime_type=block.mime_type)
+                else:
+                    part = AudioPart(data=data, mime_type=block.mime_type)
+                    text = f"[audio ({block.mime_type}, {len(data)} bytes)]"
         elif isinstance(block, types.EmbeddedResource):
             resource = block.resource
             if isinstance(resource, types.TextResourceContents):
                 text = resource.text
+                part = ResourcePart(uri=str(resource.uri), mime_type=resource.mime_type, text=resource.text)
             else:
-                text = f"[binary resource {resource.uri} ({resource.mime_type or 'unknown type'})]"
+                try:
+                    blob = base64.b64decode(resource.blob, validate=True)
+                except (binascii.Error, ValueError):
+                    text = f"[binary resource {resource.uri} that was not valid base64]"
+                else:
+                    part = ResourcePart(uri=str(resource.uri), mime_type=resource.mime_type, blob=blob)
+                    text = f"[binary resource {resource.uri} ({resource.mime_type or 'unknown type'}, {len(blob)} bytes)]"
         elif isinstance(block, types.ResourceLink):
-            text = f"[resource {block.name}: {block.uri}]"
+            about = f": {block.description}" if block.description else ""
+            text = f"[resource {block.name}: {block.uri}{about}]"
+            part = ResourceLinkPart(
+                uri=str(block.uri), name=block.name, mime_type=block.mime_type, description=block.description
+            )
+        if part is not None and not isinstance(part, TextPart | ResourceLinkPart):
+            size = _media_size(part)
+            if media_bytes + size > MAX_MEDIA_BYTES:
+                log.warning(
+                    "an MCP result's media exceed %d bytes: a part of %d bytes is left out",
+                    MAX_MEDIA_BYTES,
+                    size,
+                )
+                text = (
+                    f"[{describe_part(part)} left out: the result's media are over {MAX_MEDIA_BYTES} bytes]"
+                )
+                part = None
+            else:
+                media_bytes += size
+        if text is None and part is not None and not isinstance(part, ImagePart):
+            text = describe_part(part)
         if text is not None:
             texts.append(text)
+        if (
+            part is not None
+        ):  # it stands for itself in the parts (a provider that cannot take it is told `text`)
+            media = True
+            parts.append(part)
+        elif text is not None:
             parts.append(TextPart(text=text))
     text = "\n".join(texts)
     if result.is_error:
+        text = text.removeprefix("Error: ")  # another runtime's failure text: said once, not twice
         raise ToolRejected(text or "the MCP server reported an error and gave no text")
     structured = result.structured_content
     if structured is not None:
         if not texts:
             text = _json.encode(structured).decode()
             parts.insert(0, TextPart(text=text))
-        return structured, text, tuple(parts) if images else ()
-    return text, text, tuple(parts) if images else ()
+        value: Any = structured
+        if wrapped and isinstance(structured, dict) and set(structured) == {"result"}:
+            value = structured["result"]
+        return value, text, tuple(parts) if media else ()
+    return text, text, tuple(parts) if media else ()
+
+
+def _media_size(part: ContentPart) -> int:
+    if isinstance(part, ImagePart | AudioPart):
+        return len(part.data)
+    if isinstance(part, ResourcePart):
+        return len(part.blob or b"") + len(part.text or "")
+    return 0
 
 
 def local_name(remote: str, prefix: str | None) -> str | None:

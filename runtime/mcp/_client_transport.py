@@ -2,14 +2,22 @@
 
 An MCP session has no event for "the server went away": when a stdio server exits, the
 SDK's dispatcher sees its read stream end, wakes the requests waiting on it and stops, and
-nobody else hears of it. `watched` wraps a transport so that the end of its read stream (the
-server exited, the stream broke) is reported at once, and the connection reconnects before
-the next call instead of failing it.
+nobody else hears of it. `WatchedTransport` wraps a transport so that the end of its read
+stream (the server exited, the stream broke) is reported at once, and the connection
+reconnects before the next call instead of failing it.
+
+It also reads each response before the SDK does, to take what real servers send:
+
+- a `tools/list` page where one tool's entry does not validate (`inputSchema.type` 5): that
+  tool is left out with a warning naming it, instead of the whole page failing;
+- a result without `resultType` (a 2025-era habit, required from 2026-07-28): read as
+  `"complete"`, as the spec says absent means (and a listing without cache hints: not cached).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -19,10 +27,13 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
+import pydantic
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
+from mcp_types.methods import validate_server_result
 
 __all__ = ["TransportStreams", "http_transport", "sse_transport", "stdio_transport", "WatchedTransport"]
 
@@ -30,6 +41,10 @@ TransportStreams = tuple[Any, Any]  # (read stream, write stream) as the SDK's T
 Transport = AbstractAsyncContextManager[TransportStreams]
 
 _SSE_READ_TIMEOUT = 300.0  # a server may keep a response stream quiet for long
+
+log = logging.getLogger("runtime.mcp")
+_ERAS = ("2025-11-25", "2026-07-28")
+_EMPTY_PAGE = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
 
 def stdio_transport(
@@ -72,15 +87,16 @@ def sse_transport(url: str, headers: Mapping[str, str] | None, connect_timeout: 
 
 
 class WatchedTransport:
-    """`transport`, calling `on_end()` once its read stream ends or breaks."""
+    """`transport`, calling `on_end()` once its read stream ends or breaks; responses made readable."""
 
-    def __init__(self, transport: Transport, on_end: Callable[[], None]) -> None:
+    def __init__(self, transport: Transport, on_end: Callable[[], None], server: str = "?") -> None:
         self._transport = transport
         self._on_end = on_end
+        self._server = server
 
     async def __aenter__(self) -> TransportStreams:
         read, write = await self._transport.__aenter__()
-        return _WatchedRead(read, self._on_end), write
+        return _WatchedRead(read, self._on_end, self._server), write
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -91,11 +107,12 @@ class WatchedTransport:
 class _WatchedRead:
     """A read stream (the SDK's `ReadStream` protocol) that reports its own end."""
 
-    __slots__ = ("_inner", "_on_end")
+    __slots__ = ("_inner", "_on_end", "_server")
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None], server: str = "?") -> None:
         self._inner = inner
         self._on_end = on_end
+        self._server = server
 
     @property
     def last_context(self) -> Any:
@@ -108,6 +125,8 @@ class _WatchedRead:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCResponse):
+            readable(item.message.result, self._server)
         return item
 
     async def aclose(self) -> None:
@@ -134,3 +153,34 @@ class _WatchedRead:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def readable(result: dict[str, Any], server: str) -> None:
+    """Make a response's result what the SDK accepts, in place (see the module's docstring)."""
+    if not isinstance(result, dict):
+        return
+    result.setdefault("resultType", "complete")
+    listed = result.get("tools")
+    if isinstance(listed, list):
+        result.setdefault("ttlMs", 0)
+        result.setdefault("cacheScope", "private")
+        kept: list[Any] = []
+        for entry in listed:
+            try:
+                for version in _ERAS:  # the page is checked as the SDK checks it, one tool at a time
+                    validate_server_result("tools/list", version, {**_EMPTY_PAGE, "tools": [entry]})
+            except pydantic.ValidationError as exc:
+                name = entry.get("name") if isinstance(entry, dict) else None
+                problem = exc.errors()[0]
+                where = ".".join(str(p) for p in problem["loc"])
+                log.warning(
+                    "MCP server %r: tool %r is skipped: the MCP SDK refuses its listing (%s: %s)",
+                    server,
+                    name,
+                    where,
+                    problem["msg"],
+                )
+            else:
+                kept.append(entry)
+        if len(kept) != len(listed):
+            result["tools"] = kept

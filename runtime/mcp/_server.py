@@ -14,23 +14,29 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
 import trio
+from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types import INVALID_PARAMS
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..engine import Runtime
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall
+from ..tools import LOG_LEVELS, CallContext, reporting
 from ._server_catalog import Catalog, error_result, plain_result
 
 __all__ = ["DEFAULT_NAME", "ServedRuntime", "serve_stdio", "trace_metadata"]
@@ -40,6 +46,7 @@ log = logging.getLogger("runtime.mcp")
 DEFAULT_NAME = "tool-runtime"
 _NOTIFY_TIMEOUT = 5.0  # seconds one slow client may hold up a list_changed fan-out
 _W3C = TraceContextTextMapPropagator()
+_SEVERITY = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 
 
 def _version() -> str:
@@ -77,21 +84,35 @@ class ServedRuntime:
             `announce_changes` runs beside it.
     """
 
-    def __init__(self, rt: Runtime, *, name: str = DEFAULT_NAME, instructions: str | None = None) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        name: str = DEFAULT_NAME,
+        instructions: str | None = None,
+        sse_poll_after: float | None = None,
+    ) -> None:
         self._rt = rt
+        self._poll_after = sse_poll_after
         self._catalog = Catalog(rt)
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
         self._sessions: set[ServerSession] = set()
-        self.server = _Server(
-            name,
-            version=_version(),
-            instructions=instructions,
-            get_tool_input_schema=self._catalog.input_schema,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            on_subscriptions_listen=self._listen,
-        )
+        # logging/setLevel per connection (handshake era; 2026-07-28 asks per request in `_meta`)
+        self._levels: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        with warnings.catch_warnings():
+            # The SDK flags logging/setLevel as deprecated from 2026-07-28; 2025-11-25 clients use it.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server = _Server(
+                name,
+                version=_version(),
+                instructions=instructions,
+                get_tool_input_schema=self._catalog.input_schema,
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+                on_subscriptions_listen=self._listen,
+                on_set_logging_level=self._set_level,
+            )
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._initialized
         )
@@ -105,16 +126,54 @@ class ServedRuntime:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         served = self._catalog.get(params.name)
+        if served is None and self._rt.registry.get_or_none(params.name) is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {self._rt.registry.missing_message(params.name)}")
         call = ToolCall(
             id=f"mcp-{ctx.request_id}" if ctx.request_id is not None else "mcp",
             name=params.name,
             arguments=params.arguments or {},
         )
+        session = ctx.session
+        floor = self._levels.get(_connection_of(session), 0)
+
+        async def on_progress(
+            call_ctx: CallContext, progress: float, total: float | None, message: str | None
+        ) -> None:
+            await session.report_progress(progress, total, message)  # a no-op without a progress token
+
+        async def on_log(call_ctx: CallContext, level: str, message: str, data: dict[str, Any]) -> None:
+            if _SEVERITY[level] < floor:
+                return
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await session.send_log_message(
+                    level,  # type: ignore[arg-type]  # one of LOG_LEVELS, MCP's own
+                    {"message": message, **data} if data else message,
+                    logger=call_ctx.tool_name,
+                    related_request_id=ctx.request_id,
+                )
+
         try:
-            result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+            with reporting(on_progress=on_progress, on_log=on_log):
+                close = ctx.close_sse_stream
+                if close is None or self._poll_after is None:
+                    result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+                else:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_release_stream, close, self._poll_after)
+                        result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+                        nursery.cancel_scope.cancel()
         except RuntimeClosed as exc:
             return error_result(f"Error: {exc}")
-        return served.result(result) if served is not None else plain_result(result)
+        return (
+            served.result(result, self._rt.max_result_chars) if served is not None else plain_result(result)
+        )
+
+    async def _set_level(
+        self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        self._levels[_connection_of(ctx.session)] = _SEVERITY.get(params.level, 0)
+        return types.EmptyResult()
 
     async def _initialized(self, ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
         # A handshake-era connection: list_changed goes to it on its standalone channel. The
@@ -145,6 +204,20 @@ class ServedRuntime:
                 await session.send_tool_list_changed()
             except Exception as exc:  # a connection going away; the next listing is current anyway
                 log.debug("list_changed not delivered: %s", exc)
+
+
+async def _release_stream(close: Any, after: float) -> None:
+    """SSE polling (SEP-1699): a call still running after `after` seconds lets go of its stream.
+
+    The client reconnects with Last-Event-ID after the `retry` interval and gets what it missed.
+    """
+    await trio.sleep(after)
+    await close()
+
+
+def _connection_of(session: ServerSession) -> Any:
+    """The connection a request's session belongs to (one per client; private in the SDK)."""
+    return getattr(session, "_connection", session)
 
 
 def trace_metadata(meta: Mapping[str, Any] | None) -> dict[str, str] | None:

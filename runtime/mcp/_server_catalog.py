@@ -2,10 +2,9 @@
 
 The listing is rebuilt only when the runtime's tool set changes (`registry_version`), and a
 tool's entry only when the tool itself changed. A tool whose result type is known gets an
-`outputSchema` (the same as `registry.schemas("mcp")` shows) and its results a
-`structuredContent`; MCP wants an object there, so any other result type is wrapped as
-`{"result": value}` with a matching schema (FastMCP's convention). A `str` result is the
-text itself and gets neither.
+`outputSchema` and its results a `structuredContent`; MCP wants an object there, so any other
+result type is wrapped as `{"result": value}` with a matching schema (FastMCP's convention).
+A `str` result is the text itself and gets neither.
 """
 
 from __future__ import annotations
@@ -18,7 +17,16 @@ import mcp_types as types
 import msgspec
 
 from ..engine import Runtime
-from ..messages import ImagePart, TextPart, ToolFailure, ToolResult, ToolSuccess
+from ..messages import (
+    AudioPart,
+    ImagePart,
+    ResourceLinkPart,
+    ResourcePart,
+    TextPart,
+    ToolFailure,
+    ToolResult,
+    ToolSuccess,
+)
 from ..schema import ToolDescriptor, render_tool, type_node
 from ..schema._from_python import output_type
 from ..schema._to_jsonschema import output_document
@@ -44,6 +52,9 @@ class ServedTool:
         if descriptor.output is None:
             descriptor = _with_output(tool)
         listed = dict(render_tool(descriptor, "mcp"))
+        given = getattr(tool, "json_schema", None)
+        if isinstance(given, dict):  # a schema that came as JSON Schema is served as it was given
+            listed["inputSchema"] = given
         output = output_document(descriptor)
         self.wrap = output is not None and output[1]
         self.structured = "outputSchema" in listed
@@ -53,15 +64,22 @@ class ServedTool:
     def input_schema(self) -> dict[str, Any]:
         return self.listing.input_schema
 
-    def result(self, result: ToolResult) -> types.CallToolResult:
-        """The MCP result of one call of this tool."""
+    def result(self, result: ToolResult, max_chars: int | None = None) -> types.CallToolResult:
+        """The MCP result of one call of this tool (`structuredContent` bounded by `max_chars`)."""
         if isinstance(result, ToolFailure):
             return error_result(result.content)
         content = _content(result)
         if not self.structured:
             return types.CallToolResult(content=content)
         try:
-            value = msgspec.json.decode(self.tool.encode_result(result.value))
+            encoded = self.tool.encode_result(result.value)
+            if max_chars is not None and len(encoded) > max_chars:
+                # Cut JSON is not JSON, and the outputSchema promises a whole value: say so instead.
+                return error_result(
+                    f"Error: tool {self.tool.name!r} returned a structured result of {len(encoded)} "
+                    f"bytes, over the limit of {max_chars} characters"
+                )
+            value = msgspec.json.decode(encoded)
         except Exception as exc:  # the text was made; a structured copy of the value could not be
             log.warning("tool %r: its result has no JSON form for structuredContent: %s", self.tool.name, exc)
             return error_result(f"Error: tool {self.tool.name!r} returned a result that could not be encoded")
@@ -128,15 +146,34 @@ def plain_result(result: ToolResult) -> types.CallToolResult:
 def _content(result: ToolSuccess) -> list[types.ContentBlock]:
     if not result.parts:
         return [types.TextContent(text=result.content)]
-    blocks: list[types.ContentBlock] = []
-    for part in result.parts:
-        if isinstance(part, TextPart):
-            blocks.append(types.TextContent(text=part.text))
-        elif isinstance(part, ImagePart):
-            blocks.append(
-                types.ImageContent(data=base64.b64encode(part.data).decode("ascii"), mime_type=part.mime_type)
+    return [_block(part) for part in result.parts]
+
+
+def _block(part: Any) -> types.ContentBlock:
+    """One content part as an MCP content block."""
+    if isinstance(part, ImagePart):
+        return types.ImageContent(data=_b64(part.data), mime_type=part.mime_type)
+    if isinstance(part, AudioPart):
+        return types.AudioContent(data=_b64(part.data), mime_type=part.mime_type)
+    if isinstance(part, ResourcePart):
+        resource: types.TextResourceContents | types.BlobResourceContents
+        if part.text is not None:
+            resource = types.TextResourceContents(uri=part.uri, mime_type=part.mime_type, text=part.text)
+        else:
+            resource = types.BlobResourceContents(
+                uri=part.uri, mime_type=part.mime_type, blob=_b64(part.blob or b"")
             )
-    return blocks
+        return types.EmbeddedResource(resource=resource)
+    if isinstance(part, ResourceLinkPart):
+        return types.ResourceLink(
+            uri=part.uri, name=part.name, mime_type=part.mime_type, description=part.description
+        )
+    assert isinstance(part, TextPart)
+    return types.TextContent(text=part.text)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _with_output(tool: ToolBase[Any, Any]) -> ToolDescriptor:
@@ -146,8 +183,7 @@ def _with_output(tool: ToolBase[Any, Any]) -> ToolDescriptor:
     if found is None:
         return tool.descriptor
     node, definitions = found
-    clash = set(definitions) & set(tool.descriptor.definitions)
-    if clash:
+    if set(definitions) & set(tool.descriptor.definitions):
         return tool.descriptor
     return msgspec.structs.replace(
         tool.descriptor, output=node, definitions={**tool.descriptor.definitions, **definitions}

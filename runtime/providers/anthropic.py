@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..messages import TextPart, ToolCall, ToolResult
+from ..messages import ImagePart, ResourcePart, TextPart, ToolCall, ToolResult, describe_part
 from ._access import b64, field, has_parts, items, json_arguments, parts_of
 
 __all__ = ["IMAGE_TYPES", "calls_from_content", "result_blocks", "result_message"]
@@ -76,13 +76,20 @@ def _content(result: ToolResult) -> str | list[dict[str, Any]]:
         return result.content
     content: list[dict[str, Any]] = []
     for part in parts_of(result):
-        if isinstance(part, TextPart):
-            if part.text:  # Anthropic rejects empty text blocks
-                content.append({"type": "text", "text": part.text})
-        elif part.mime_type in IMAGE_TYPES:
-            source = {"type": "base64", "media_type": part.mime_type, "data": b64(part.data)}
-            content.append({"type": "image", "source": source})
-        else:
-            note = f"[an image of type {part.mime_type} was left out: Anthropic does not accept that type]"
-            content.append({"type": "text", "text": note})
+        if isinstance(part, ImagePart):
+            if part.mime_type in IMAGE_TYPES:
+                source = {"type": "base64", "media_type": part.mime_type, "data": b64(part.data)}
+                content.append({"type": "image", "source": source})
+            else:
+                note = (
+                    f"[an image of type {part.mime_type} was left out: Anthropic does not accept that type]"
+                )
+                content.append({"type": "text", "text": note})
+        elif isinstance(part, ResourcePart) and part.blob is not None and part.mime_type == "application/pdf":
+            source = {"type": "base64", "media_type": "application/pdf", "data": b64(part.blob)}
+            content.append({"type": "document", "source": source})
+        else:  # text; audio, other resources and links as a line of text (Anthropic takes no audio)
+            text = part.text if isinstance(part, TextPart) else describe_part(part)
+            if text:  # Anthropic rejects empty text blocks
+                content.append({"type": "text", "text": text})
     return content

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..messages import TextPart, ToolCall, ToolResult
+from ..messages import AudioPart, ImagePart, ResourcePart, TextPart, ToolCall, ToolResult, describe_part
 from ._access import field, has_parts, items, json_arguments, parts_of
 
 __all__ = ["calls_from_parts", "integral_floats_to_int", "result_content", "result_parts"]
@@ -70,13 +70,16 @@ def result_parts(results: Iterable[ToolResult]) -> list[dict[str, Any]]:
         if not result.ok:
             response = {"error": result.content}
         elif has_parts(result):
-            parts = parts_of(result)
-            response = {"output": "\n\n".join(p.text for p in parts if isinstance(p, TextPart))}
-            media = [
-                {"inline_data": {"mime_type": p.mime_type, "data": p.data}}
-                for p in parts
-                if not isinstance(p, TextPart)
-            ]
+            texts: list[str] = []
+            media: list[dict[str, Any]] = []
+            for p in parts_of(result):
+                if isinstance(p, ImagePart | AudioPart):  # Gemini takes image and audio bytes inline
+                    media.append({"inline_data": {"mime_type": p.mime_type, "data": p.data}})
+                elif isinstance(p, ResourcePart) and p.blob is not None and p.mime_type == "application/pdf":
+                    media.append({"inline_data": {"mime_type": p.mime_type, "data": p.blob}})
+                else:
+                    texts.append(p.text if isinstance(p, TextPart) else describe_part(p))
+            response = {"output": "\n\n".join(texts)}
             if media:
                 function_response["parts"] = media
         else:

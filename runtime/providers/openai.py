@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..messages import ImagePart, TextPart, ToolCall, ToolResult
+from ..messages import ImagePart, TextPart, ToolCall, ToolResult, describe_part
 from ._access import data_url, field, has_parts, items, json_arguments, parts_of
 
 __all__ = ["calls_from_message", "calls_from_response", "result_items", "result_messages"]
@@ -71,12 +71,13 @@ def result_messages(results: Iterable[ToolResult]) -> list[dict[str, Any]]:
         if has_parts(result):
             content = []
             for part in parts_of(result):
-                if isinstance(part, TextPart):
-                    content.append({"type": "text", "text": part.text})
-                else:
+                if isinstance(part, ImagePart):
                     images.append({"type": "text", "text": f"Image from tool call {result.call_id}:"})
                     images.append({"type": "image_url", "image_url": {"url": data_url(part)}})
                     content.append({"type": "text", "text": _placeholder(part)})
+                else:  # text; audio, resources and links as a line of text
+                    text = part.text if isinstance(part, TextPart) else describe_part(part)
+                    content.append({"type": "text", "text": text})
         messages.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
     if images:
         messages.append({"role": "user", "content": images})
@@ -121,9 +122,12 @@ def result_items(results: Iterable[ToolResult]) -> list[dict[str, Any]]:
         output: str | list[dict[str, Any]] = result.content
         if has_parts(result):
             output = [
-                {"type": "input_text", "text": part.text}
-                if isinstance(part, TextPart)
-                else {"type": "input_image", "image_url": data_url(part)}
+                {"type": "input_image", "image_url": data_url(part)}
+                if isinstance(part, ImagePart)
+                else {
+                    "type": "input_text",
+                    "text": part.text if isinstance(part, TextPart) else describe_part(part),
+                }
                 for part in parts_of(result)
             ]
         out.append({"type": "function_call_output", "call_id": result.call_id, "output": output})

@@ -24,6 +24,7 @@ from ._notes import json_type
 
 __all__ = [
     "JSON_SCHEMA_DIALECT",
+    "WRAP_MARKER",
     "document_schema",
     "node_schema",
     "output_document",
@@ -41,6 +42,8 @@ _NUMERIC_KEYS = (
 
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+WRAP_MARKER = "x-fastmcp-wrap-result"
+"""Marks an outputSchema whose results are wrapped as `{"result": value}` (FastMCP's convention)."""
 
 
 def parameters_schema(descriptor: ToolDescriptor) -> dict[str, Any]:
@@ -73,7 +76,12 @@ def output_document(descriptor: ToolDescriptor) -> tuple[dict[str, Any], bool] |
     if isinstance(root, Object):
         body, wrapped = renderer.node(root, top=True), False
     else:
-        body = {"type": "object", "properties": {"result": renderer.node(output)}, "required": ["result"]}
+        body = {
+            "type": "object",
+            "properties": {"result": renderer.node(output)},
+            "required": ["result"],
+            WRAP_MARKER: True,
+        }
         wrapped = True
     defs = renderer.definitions(descriptor)
     if defs:

@@ -1,18 +1,125 @@
-"""What a tool may ask for at call time, and how it refuses input."""
+"""What a tool may ask for at call time, how it talks back during a call, and how it refuses input.
+
+A tool talks back with `await ctx.report_progress(...)` and `await ctx.log(...)`. Each report
+becomes an event on the call's span and a Python log record (DEBUG for progress, the record's
+own level for `log`); when the call was made inside `reporting(on_progress=..., on_log=...)`
+(served over MCP, the server does this for each request), the handlers get it too.
+Progress is rate-limited per call (a burst of `PROGRESS_BURST`, then `PROGRESS_RATE` per
+second; the report that reaches `total` always passes), and so is `log`: a chatty tool cannot
+flood its caller.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import logging
 import re
-from typing import Any, NoReturn
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Final, NoReturn
 
 import msgspec
+from opentelemetry import trace
 
 from ..exceptions import ToolRejected
 from ..messages import TERMINATE_TOOL, ToolCallMetadata
 
-__all__ = ["CallContext", "Description", "check_tool_name", "fail", "validate"]
+__all__ = [
+    "LOG_LEVELS",
+    "CallContext",
+    "Description",
+    "LogHandler",
+    "ProgressHandler",
+    "check_tool_name",
+    "fail",
+    "reporting",
+    "validate",
+]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+log = logging.getLogger("runtime.tools")
+
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+"""The levels of `ctx.log`, least severe first (MCP's, after RFC 5424)."""
+
+_PYTHON_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO + 5,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
+PROGRESS_BURST: Final = 10
+PROGRESS_RATE: Final = 20.0  # reports per second once the burst is spent
+LOG_BURST: Final = 50
+LOG_RATE: Final = 50.0
+
+ProgressHandler = Callable[["CallContext", float, "float | None", "str | None"], Awaitable[None]]
+"""`async def on_progress(ctx, progress, total, message)`."""
+LogHandler = Callable[["CallContext", str, str, "dict[str, Any]"], Awaitable[None]]
+"""`async def on_log(ctx, level, message, data)`; `level` is one of `LOG_LEVELS`."""
+
+
+class _Reporter:
+    __slots__ = ("on_log", "on_progress")
+
+    def __init__(self, on_progress: ProgressHandler | None, on_log: LogHandler | None) -> None:
+        self.on_progress = on_progress
+        self.on_log = on_log
+
+
+_reporter: contextvars.ContextVar[_Reporter | None] = contextvars.ContextVar("runtime_reporter", default=None)
+
+
+@contextlib.contextmanager
+def reporting(
+    *, on_progress: ProgressHandler | None = None, on_log: LogHandler | None = None
+) -> Iterator[None]:
+    """Calls started in this block send their tools' `report_progress` and `log` to these handlers.
+
+    ```python
+    async def show(ctx, progress, total, message):
+        print(f"{ctx.tool_name}: {progress}/{total} {message or ''}")
+
+    with runtime.reporting(on_progress=show):
+        result = await rt.call(call)
+    ```
+
+    A handler that raises is logged and does not affect the call.
+    """
+    token = _reporter.set(_Reporter(on_progress, on_log))
+    try:
+        yield
+    finally:
+        _reporter.reset(token)
+
+
+class _Bucket:
+    """A token bucket: `burst` at once, then `rate` per second."""
+
+    __slots__ = ("burst", "dropped", "last", "rate", "tokens")
+
+    def __init__(self, burst: int, rate: float) -> None:
+        self.burst = burst
+        self.rate = rate
+        self.tokens = float(burst)
+        self.last = time.monotonic()
+        self.dropped = 0
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        self.dropped += 1
+        return False
 
 
 class CallContext:
@@ -29,7 +136,18 @@ class CallContext:
             stopped (it ignored cancellation, or its thread was blocked); shown on the span.
     """
 
-    __slots__ = ("abandoned", "call_id", "deadline", "error", "metadata", "tool", "tool_name")
+    __slots__ = (
+        "_log_bucket",
+        "_progress_bucket",
+        "_reporter",
+        "abandoned",
+        "call_id",
+        "deadline",
+        "error",
+        "metadata",
+        "tool",
+        "tool_name",
+    )
 
     def __init__(
         self,
@@ -46,6 +164,93 @@ class CallContext:
         self.deadline = deadline
         self.error: BaseException | None = None
         self.abandoned = False
+        self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
+        self._progress_bucket: _Bucket | None = None
+        self._log_bucket: _Bucket | None = None
+
+    @property
+    def hears_progress(self) -> bool:
+        """Whether a progress report would reach anyone (a handler, or a recording span).
+
+        A tool whose progress costs something to compute (or to ask a server for) may skip it.
+        """
+        reporter = self._reporter
+        return (
+            reporter is not None and reporter.on_progress is not None
+        ) or trace.get_current_span().is_recording()
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell the caller how far the call has got (`progress` of `total`, both any unit).
+
+        Served over MCP, this is a `notifications/progress` for the request's progress token
+        (when the client sent one). Reports beyond the rate limit are dropped, except the one
+        that reaches `total`.
+        """
+        bucket = self._progress_bucket
+        if bucket is None:
+            bucket = self._progress_bucket = _Bucket(PROGRESS_BURST, PROGRESS_RATE)
+        final = total is not None and progress >= total
+        if not bucket.take() and not final:
+            return
+        log.debug(
+            "tool %r (call %s): progress %s/%s %s",
+            self.tool_name,
+            self.call_id,
+            progress,
+            total,
+            message or "",
+        )
+        span = trace.get_current_span()
+        if span.is_recording():
+            attributes: dict[str, Any] = {"tool.progress": progress}
+            if total is not None:
+                attributes["tool.progress.total"] = total
+            if message:
+                attributes["tool.progress.message"] = message
+            if bucket.dropped:
+                attributes["tool.progress.dropped"] = bucket.dropped
+            span.add_event("tool.progress", attributes)
+        reporter = self._reporter
+        if reporter is not None and reporter.on_progress is not None:
+            try:
+                await reporter.on_progress(self, progress, total, message)
+            except Exception:
+                log.exception("the progress handler failed for call %s", self.call_id)
+
+    async def log(self, level: str, message: str, **data: Any) -> None:
+        """Log `message` (with `data`) for the caller; `level` is one of `LOG_LEVELS`.
+
+        Locally it is a record of the `runtime.tools.<tool name>` logger and an event on the
+        call's span; served over MCP, a `notifications/message` at or above the client's
+        `logging/setLevel`. Records beyond the rate limit are dropped.
+
+        Raises:
+            ValueError: `level` is not one of `LOG_LEVELS`.
+        """
+        if level not in _PYTHON_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+        bucket = self._log_bucket
+        if bucket is None:
+            bucket = self._log_bucket = _Bucket(LOG_BURST, LOG_RATE)
+        if not bucket.take():
+            return
+        logging.getLogger(f"runtime.tools.{self.tool_name}").log(
+            _PYTHON_LEVELS[level], "%s%s", message, f" {data}" if data else ""
+        )
+        span = trace.get_current_span()
+        if span.is_recording():
+            attributes: dict[str, Any] = {"log.severity": level, "log.message": message}
+            if data:
+                attributes["log.data"] = msgspec.json.encode(data, enc_hook=str).decode()
+            span.add_event("tool.log", attributes)
+        reporter = self._reporter
+        if reporter is not None and reporter.on_log is not None:
+            try:
+                await reporter.on_log(self, level, message, data)
+            except Exception:
+                log.exception("the log handler failed for call %s", self.call_id)
 
     def __repr__(self) -> str:
         return (

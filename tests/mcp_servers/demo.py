@@ -19,6 +19,7 @@ import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field
 
 COUNTS = {"calls": 0, "listings": 0, "cancelled": 0}
@@ -128,6 +129,21 @@ async def crash(after: float = 0.2) -> str:
     _count()
     await anyio.sleep(after)
     os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+@app.tool(structured_output=False)
+def busy() -> str:
+    """Answer with a JSON-RPC error of the server's own (-32000), not a tool result."""
+    _count()
+    raise MCPError(-32000, "the server is busy")
+
+
+@app.tool(structured_output=False)
+async def hang() -> str:
+    """Never answer."""
+    _count()
+    await anyio.sleep_forever()
     return "unreachable"
 
 

@@ -1,0 +1,230 @@
+"""What one MCP server's tools become in the runtime: `RemoteCatalog`.
+
+The connection (`RemoteServer`, in `_client`) hands each full listing here; the catalog makes
+the runtime tools (`McpTool`, their `inputSchema` kept as given), keeps the listing within
+its bounds (`max_tools`, `MAX_DESCRIPTION_CHARS`, `MAX_SCHEMA_BYTES`) and makes the
+registry match it, changing only what changed. A name another tool already has is not
+taken over: that tool is skipped and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+import mcp_types as types
+import msgspec
+
+from ..schema import parse_json_schema
+from ._client_tool import WRAP_MARKER, Caller, McpTool, local_name
+from ._schema_tool import schema_descriptor, schema_validator
+
+if TYPE_CHECKING:
+    from ..engine import ToolRegistrar
+    from ._client_transport import Transport
+
+__all__ = ["MAX_DESCRIPTION_CHARS", "MAX_SCHEMA_BYTES", "RemoteCatalog", "ServerOptions"]
+
+log = logging.getLogger("runtime.mcp")
+
+MAX_DESCRIPTION_CHARS = 8192  # a tool description longer than this is cut (it goes to every prompt)
+MAX_SCHEMA_BYTES = 200_000  # a tool whose input and output schemas are larger is skipped
+_FINGERPRINT = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
+class ServerOptions(Protocol):
+    """What the connection and the catalog read of a spec (`ServerSpec` has it all)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def prefix(self) -> str | None: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def connect_timeout(self) -> float: ...
+    @property
+    def call_timeout(self) -> float | None: ...
+    @property
+    def backoff(self) -> float: ...
+    @property
+    def max_backoff(self) -> float: ...
+    @property
+    def max_tools(self) -> int: ...
+    def transport(self) -> Transport: ...
+
+
+class RemoteCatalog:
+    """The tools of one server as runtime tools, kept current in the registry.
+
+    Attributes:
+        tools: local name -> (the tool, its listing entry as last seen).
+    """
+
+    def __init__(self, spec: ServerOptions, caller: Caller) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.tools: dict[str, tuple[McpTool, dict[str, Any]]] = {}
+        self._caller = caller
+        self._skipped: set[str] = set()  # names already logged as clashing
+
+    async def apply(self, registrar: ToolRegistrar, listing: list[types.Tool]) -> None:
+        """Make the registered tools match `listing`: remove, replace and add only what changed."""
+        wanted: dict[str, tuple[types.Tool, dict[str, Any]]] = {}
+        listing = self._bounded(listing)
+        for remote in listing:
+            name = local_name(remote.name, self.spec.prefix)
+            if name is None:
+                log.warning(
+                    "MCP server %r: tool %r is skipped: no usable name is left", self.name, remote.name
+                )
+                continue
+            if name in wanted:
+                log.warning(
+                    "MCP server %r: tools %r and %r are both called %r here; the first is kept",
+                    self.name,
+                    wanted[name][0].name,
+                    remote.name,
+                    name,
+                )
+                continue
+            entry = remote.model_dump(mode="json", by_alias=True, exclude_none=True)
+            wanted[name] = (remote, {k: entry[k] for k in _FINGERPRINT if k in entry})
+        removed = [n for n in self.tools if n not in wanted]
+        fresh: dict[str, tuple[McpTool, dict[str, Any]]] = {}
+        for name, (remote, entry) in wanted.items():
+            known = self.tools.get(name)
+            if known is not None and known[1] == entry:
+                continue
+            made = self._make(name, remote)
+            if made is None:
+                if known is not None:
+                    removed.append(name)
+                continue
+            fresh[name] = (made, entry)
+        if removed:
+            await registrar.unregister(*removed)
+            for name in removed:
+                del self.tools[name]
+        replacing = [tool for name, (tool, _) in fresh.items() if name in self.tools]
+        if replacing:
+            await registrar.register(*replacing, replace=True)
+            self.tools.update({n: fresh[n] for n in (t.name for t in replacing)})
+        adding = [tool for name, (tool, _) in fresh.items() if name not in self.tools]
+        if not adding:
+            return
+        try:
+            await registrar.register(*adding)
+        except ValueError:  # a name is taken by another tool: add the others one by one
+            for tool in adding:
+                try:
+                    await registrar.register(tool)
+                except ValueError as exc:
+                    level = logging.DEBUG if tool.name in self._skipped else logging.WARNING
+                    self._skipped.add(tool.name)
+                    log.log(
+                        level,
+                        "MCP server %r: tool %r is skipped: %s (give the server a prefix=)",
+                        self.name,
+                        tool.name,
+                        exc,
+                    )
+                else:
+                    self.tools[tool.name] = fresh[tool.name]
+        else:
+            self.tools.update({t.name: fresh[t.name] for t in adding})
+
+    def _bounded(self, listing: list[types.Tool]) -> list[types.Tool]:
+        """The listing within the bounds: at most `max_tools` tools, descriptions cut, no huge schema."""
+        limit = self.spec.max_tools
+        if len(listing) > limit:
+            log.warning(
+                "MCP server %r lists %d tools; the first %d are kept (max_tools=%d)",
+                self.name,
+                len(listing),
+                limit,
+                limit,
+            )
+            listing = listing[:limit]
+        kept: list[types.Tool] = []
+        for remote in listing:
+            size = len(msgspec.json.encode(remote.input_schema)) + (
+                len(msgspec.json.encode(remote.output_schema)) if remote.output_schema is not None else 0
+            )
+            if size > MAX_SCHEMA_BYTES:
+                log.warning(
+                    "MCP server %r: tool %r is skipped: its schemas are %d bytes (the limit is %d)",
+                    self.name,
+                    remote.name,
+                    size,
+                    MAX_SCHEMA_BYTES,
+                )
+                continue
+            description = remote.description
+            if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+                log.warning(
+                    "MCP server %r: the description of tool %r is cut to %d characters (it has %d)",
+                    self.name,
+                    remote.name,
+                    MAX_DESCRIPTION_CHARS,
+                    len(description),
+                )
+                remote = remote.model_copy(update={"description": description[:MAX_DESCRIPTION_CHARS]})
+            kept.append(remote)
+        return kept
+
+    def _make(self, name: str, remote: types.Tool) -> McpTool | None:
+        """The runtime tool for a listed tool, or None (logged) when its schema cannot be used."""
+        prefix = self.spec.prefix
+        if name != (f"{prefix}_{remote.name}" if prefix else remote.name):
+            log.info("MCP server %r: tool %r is called %r here", self.name, remote.name, name)
+        annotations = remote.annotations
+        schema = dict(remote.input_schema)
+        try:
+            validator = schema_validator(schema)
+            descriptor = schema_descriptor(
+                name,
+                remote.description or "",
+                schema,
+                title=remote.title or (annotations.title if annotations is not None else None),
+                annotations=annotations.model_dump(by_alias=True, exclude_none=True) if annotations else None,
+            )
+        except Exception as exc:
+            log.warning(
+                "MCP server %r: tool %r is skipped: its inputSchema cannot be used (%s)",
+                self.name,
+                remote.name,
+                exc,
+            )
+            return None
+        wrapped = False
+        if remote.output_schema is not None:
+            descriptor = self._with_output(descriptor, remote)
+            wrapped = bool(remote.output_schema.get(WRAP_MARKER))
+        return McpTool(
+            name=name,
+            remote_name=remote.name,
+            server=self.name,
+            descriptor=descriptor,
+            json_schema=schema,
+            validator=validator,
+            caller=self._caller,
+            timeout=self.spec.call_timeout,
+            wrapped=wrapped,
+        )
+
+    def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:
+        """The descriptor with the tool's outputSchema as its `output` type, when it parses."""
+        try:
+            output, definitions = parse_json_schema(remote.output_schema)
+        except Exception as exc:
+            log.debug("MCP server %r: the outputSchema of %r is not kept (%s)", self.name, remote.name, exc)
+            return descriptor
+        if set(definitions) & set(descriptor.definitions):
+            log.debug(
+                "MCP server %r: the outputSchema of %r is not kept (its $defs clash)", self.name, remote.name
+            )
+            return descriptor
+        return msgspec.structs.replace(
+            descriptor, output=output, definitions={**descriptor.definitions, **definitions}
+        )

@@ -1,0 +1,210 @@
+"""Tools whose parameters are a JSON Schema document, kept as given: `JsonSchemaTool`.
+
+An MCP server's tool comes with an `inputSchema`; a tool may also be declared with one. Such a
+schema is kept as it is: the arguments are checked against it with a JSON Schema validator
+(2020-12 unless its `$schema` names another draft), so `allOf`, `if`/`then`/`else`, `$anchor`
+and an open object (no `additionalProperties: false`: extra arguments pass) all hold; served
+over MCP, it is listed as given. The runtime's own IR (what providers are shown) is made from
+the schema as far as it goes: keywords the IR has no form for are left out of what a model is
+shown, never out of the check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar
+
+import jsonschema  # type: ignore[import-untyped]  # no stubs; used through two calls
+import msgspec
+from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
+
+from ..exceptions import InvalidArguments, SchemaError
+from ..schema import ToolDescriptor, descriptor_from_json_schema
+from ..tools import CallContext, ToolBase, check_tool_name
+
+__all__ = ["JsonSchemaTool", "schema_descriptor", "schema_validator"]
+
+# What the IR is made from when the whole schema does not parse (e.g. `allOf` over non-objects).
+_IR_KEYS = ("type", "properties", "required", "$defs", "definitions", "description", "title")
+
+
+def schema_validator(schema: Mapping[str, Any]) -> Any:
+    """A validator for `schema` (the draft its `$schema` names, 2020-12 by default).
+
+    Raises:
+        SchemaError: the schema is not a valid JSON Schema.
+    """
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise SchemaError(f"not a valid JSON Schema: {exc.message}") from None
+    return cls(schema)
+
+
+def schema_descriptor(name: str, description: str, schema: Mapping[str, Any], **extra: Any) -> ToolDescriptor:
+    """The IR of a tool's JSON Schema parameters, as far as the IR can say it.
+
+    Raises:
+        SchemaError: not even the schema's `properties` can be read.
+    """
+    try:
+        return descriptor_from_json_schema(name, description, schema, **extra)
+    except SchemaError:
+        reduced = {k: schema[k] for k in _IR_KEYS if k in schema}
+        reduced.setdefault("type", "object")
+        return descriptor_from_json_schema(name, description, reduced, **extra)
+
+
+def decode_checked(validator: Any, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+    """JSON text or a mapping -> a dict that `validator` accepts.
+
+    Raises:
+        InvalidArguments: not JSON, not an object, or the schema refuses it (with the JSON path).
+    """
+    if isinstance(raw, str | bytes):
+        if not raw.strip():
+            value: Any = {}
+        else:
+            try:
+                value = msgspec.json.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise InvalidArguments(
+                    f"arguments are not valid JSON ({exc}); send one JSON object"
+                ) from None
+    elif isinstance(raw, Mapping):
+        value = dict(raw)
+    else:
+        raise InvalidArguments(f"arguments must be a JSON object, got {type(raw).__name__}")
+    if not isinstance(value, dict):
+        raise InvalidArguments(
+            f"Expected `object`, got `{type(value).__name__}`; the arguments must be one JSON object"
+        )
+    checked: dict[str, Any] = _drop_null_defaults(validator.schema, value)
+    error = best_match(validator.iter_errors(checked))
+    if error is not None:
+        raise _invalid(error)
+    return checked
+
+
+def _drop_null_defaults(schema: Any, value: dict[str, Any]) -> dict[str, Any]:
+    """`value` without the nulls that stand for "not sent": an optional property whose type has no null.
+
+    OpenAI strict mode sends null for every parameter the model leaves at its default.
+    """
+    if not isinstance(schema, Mapping) or None not in value.values():
+        return value
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return value
+    required = schema.get("required") or ()
+    return {
+        k: v
+        for k, v in value.items()
+        if v is not None or k in required or k not in properties or _admits_null(properties[k])
+    }
+
+
+def _admits_null(schema: Any) -> bool:
+    if not isinstance(schema, Mapping):
+        return True
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and any(_admits_null(o) for o in options):
+            return True
+    return kind is None and not any(
+        k in schema for k in ("$ref", "anyOf", "oneOf", "enum", "const", "properties")
+    )
+
+
+def _invalid(error: Any) -> InvalidArguments:
+    """A validator's error in the runtime's words: the JSON path of the value, and what was expected."""
+    path = error.json_path
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [name for name in error.validator_value if name not in error.instance]
+        if len(missing) == 1:
+            return InvalidArguments("required field is missing", f"{path}.{missing[0]}")
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = error.schema.get("properties") or {}
+        extra = [name for name in error.instance if name not in known]
+        if extra and not error.schema.get("patternProperties"):
+            listed = f"; the parameters are: {', '.join(known)}" if path == "$" and known else ""
+            return InvalidArguments(f"unknown field{listed}", f"{path}.{extra[0]}")
+    if error.validator == "type":
+        expected = error.validator_value
+        names = " | ".join(expected) if isinstance(expected, list) else expected
+        return InvalidArguments(f"Expected `{names}`, got `{_json_type(error.instance)}`", path)
+    return InvalidArguments(error.message, path)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+class JsonSchemaTool(ToolBase[dict[str, Any], Any], dynamic=True):
+    """A tool declared with a JSON Schema for its parameters; `fn(arguments, ctx)` does the work.
+
+    ```python
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+
+    async def search(arguments: dict, ctx: CallContext) -> list[str]:
+        return [arguments["q"]]
+
+    registry = ToolRegistry([JsonSchemaTool("search", "Search the index.", schema, search)])
+    ```
+
+    Attributes:
+        json_schema: the parameters' schema, as given (checked with it, served over MCP with it).
+    """
+
+    takes_context: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        fn: Callable[[dict[str, Any], CallContext], Awaitable[Any]],
+        *,
+        title: str | None = None,
+        annotations: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Raises:
+        SchemaError: `input_schema` is not a valid JSON Schema of an object.
+        ValueError: `name` is not a valid tool name.
+        """
+        self.name = check_tool_name(name)
+        self.json_schema = dict(input_schema)
+        self._validator = schema_validator(self.json_schema)
+        self.descriptor = schema_descriptor(
+            name, description, self.json_schema, title=title, annotations=annotations
+        )
+        self.description = self.descriptor.description
+        self.args_type = dict[str, Any]
+        self.timeout = timeout
+        self._fn = fn
+
+    def decode_args(self, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+        return decode_checked(self._validator, raw)
+
+    async def execute(self, args: dict[str, Any], ctx: CallContext) -> Any:
+        return await self._fn(args, ctx)
+
+    def __repr__(self) -> str:
+        return f"<JsonSchemaTool {self.name!r}>"
