@@ -467,7 +467,7 @@ def _own_description(tp: Any, node: TypeNode) -> str | None:
     `node` is the IR of `tp`; it holds that description already unless it is the type's own
     (a class docstring), which is not the parameter's.
     """
-    if type(tp) is type or not node.description and not isinstance(node, Union):
+    if type(tp) is type or (not node.description and not isinstance(node, Union)):
         return None  # a plain class, or nothing said
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
