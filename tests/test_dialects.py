@@ -799,6 +799,7 @@ def test_mcp_output_schema_wraps_a_result_that_is_not_an_object() -> None:
         "type": "object",
         "properties": {"result": {"type": "integer"}},
         "required": ["result"],
+        "x-fastmcp-wrap-result": True,
     }
 
 
