@@ -31,7 +31,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(NODE_STAMP)
+# The Ray placement's tests run against a local Ray: the ray extra is part of the test set-up.
+RAY_STAMP := $(VENV)/.ray-installed
+
+$(RAY_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[ray]'
+	touch $(RAY_STAMP)
+
+pytest: $(STAMP) $(RAY_STAMP) $(NODE_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
@@ -57,7 +64,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(RAY_STAMP)
 	$(BIN)/python -m benchmarks
 
 # 100,000 mixed calls (20% timeouts, 10% caller cancellations); fails if tasks or RSS do not come back.

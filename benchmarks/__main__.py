@@ -10,7 +10,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=["runtime", "peers", "mcp"],
+        choices=["runtime", "peers", "mcp", "placement"],
         help="run one report (peers needs the bench extra)",
     )
     args = parser.parse_args()
@@ -24,6 +24,12 @@ def main() -> None:
         from . import bench_mcp  # starts MCP server processes (stdio and HTTP)
 
         report = bench_mcp.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "placement"):
+        from . import bench_placement  # starts worker processes and a local Ray (the ray extra)
+
+        report = bench_placement.main(quick=args.quick)
         report.print()
         print(f"\nwrote {report.save()}")
     if args.only in (None, "peers"):

@@ -6,6 +6,8 @@ Hierarchy::
     ├── InvalidArguments (ValueError)   a call's arguments did not decode into the tool's args type
     ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
     ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
+    ├── RemoteToolError                 a tool raised in another process (boxed: type name and message)
+    ├── WorkerLost                      the process serving a call died (a signal, an exit, the OOM killer)
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
     ├── ToolDefinitionError (TypeError) a function or class cannot become a tool; says what to do
     └── RuntimeClosed (RuntimeError)    the caller used a runtime that is closed (the caller's mistake)
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 __all__ = [
     "InvalidArguments",
+    "RemoteToolError",
     "RuntimeClosed",
     "SchemaError",
     "ToolDefinitionError",
     "ToolRejected",
     "ToolRuntimeError",
     "ToolUnavailable",
+    "WorkerLost",
 ]
 
 
@@ -68,6 +72,32 @@ class ToolUnavailable(ToolRuntimeError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class RemoteToolError(ToolRuntimeError):
+    """A tool raised an exception in another process (a Subprocess worker, a Ray replica).
+
+    The exception is boxed where it happened and rebuilt here: its qualified type name and
+    its message travel, never its traceback (that is logged where it was raised).
+
+    Attributes:
+        error_type: the qualified type name of the exception (`ZeroDivisionError`, `pkg.MyError`).
+        text: its message.
+        restart: it is one of the tool's `restart_on` exceptions (checked where it was raised).
+    """
+
+    def __init__(self, error_type: str, text: str, *, restart: bool = False) -> None:
+        self.error_type = error_type
+        self.text = text
+        self.restart = restart
+        super().__init__(f"{error_type}: {text}" if text else error_type)
+
+
+class WorkerLost(ToolRuntimeError):
+    """The process serving a call died before it answered (a signal, an exit, the OOM killer).
+
+    The call fails with ERROR naming the cause (`worker killed by SIGSEGV`); it is never retried.
+    """
 
 
 class SchemaError(ToolRuntimeError, ValueError):

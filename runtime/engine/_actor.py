@@ -11,6 +11,11 @@ Life of an actor (each turn of the loop is one incarnation, Erlang/OTP one_for_o
 
 Only the tool's own exceptions while it executes count toward a restart; invalid
 arguments, rejections, timeouts and cancellations never do. Serving calls is `WorkerPool`'s.
+
+A tool placed in other processes (`Subprocess`, `Ray`) runs `setup()` there, in each worker:
+an incarnation opens the placement (bounded by `setup_timeout`) and closes it at the end. A
+worker that dies on its own is replaced by the placement and counts toward the restart
+intensity like a crash (`worker_lost`), without failing the calls of the other workers.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 import trio
 
 from ..messages import FailureKind
-from ..tools import ToolBase
+from ..tools import PlacedTool, Placement, ToolBase
 from ._config import EngineConfig, RestartPolicy
 from ._envelope import Envelope
 from ._outcome import describe_error
@@ -75,9 +80,15 @@ class ToolActor:
         self.counters = ToolCounters()
         self.pool = WorkerPool(tool, options, config, self.counters, recv, self._crash_now, self._unavailable)
         self.untimed = options.timeout is None and config.default_timeout is None
+        placement = options.placement
+        self.placement: Placement | None = (
+            placement if placement is not None and not placement.in_process else None
+        )
         cls = type(tool)
-        self._has_setup = cls.setup is not ToolBase.setup
-        self._has_teardown = cls.teardown is not ToolBase.teardown
+        self._has_setup = cls.setup is not ToolBase.setup and self.placement is None
+        self._has_teardown = cls.teardown is not ToolBase.teardown and self.placement is None
+        self._policy = RestartPolicy()
+        self._recent: collections.deque[float] = collections.deque()  # recent restarts (intensity)
         self._nursery: trio.Nursery | None = None
         self._crash: _Crash | None = None
         self._stopping = False
@@ -150,7 +161,8 @@ class ToolActor:
         """Run incarnations until stopped or down. Reports `started()` at once; `ready` after
         the first setup attempt (so that nobody who starts an actor waits on its setup)."""
         task_status.started()
-        recent: collections.deque[float] = collections.deque()
+        self._policy = policy
+        recent = self._recent
         try:
             while not self._stopping:
                 try:
@@ -213,6 +225,16 @@ class ToolActor:
                 self.ready.set()
                 await self._teardown()
                 return None
+        if self.placement is not None:
+            async with self.placement.open(self.tool, self) as placed:
+                crash = await self._start_placed(placed)
+                if crash is not None or self.state is ActorState.DOWN or self._stopping:
+                    return crash
+                self.pool.placed = placed
+                return await self._serve()
+        return await self._serve()
+
+    async def _serve(self) -> _Crash | None:
         self.state = ActorState.UP
         self.ready.set()
         try:
@@ -221,8 +243,56 @@ class ToolActor:
                 self.pool.start(nursery)
         finally:
             self._nursery = None
+            self.pool.placed = None
             await self._teardown()
         return self._crash
+
+    async def _start_placed(self, placed: PlacedTool) -> _Crash | None:
+        """Start the tool's workers (each runs setup()), bounded by `setup_timeout`."""
+        limit = self.options.setup_timeout
+        scope = self._setup_scope = trio.CancelScope()
+        timer = trio.CancelScope(deadline=trio.current_time() + limit if limit is not None else float("inf"))
+        try:
+            with scope, timer:
+                await placed.start()
+        except BaseException as exc:
+            if escapes(exc) and not timer.cancelled_caught and not scope.cancelled_caught:
+                raise
+            if not timer.cancelled_caught and not scope.cancelled_caught:
+                log.warning("tool %r: its workers failed to start", self.name, exc_info=True)
+                self.ready.set()
+                return _Crash(f"its workers failed to start: {describe_error(exc)[1]}")
+        finally:
+            self._setup_scope = None
+        if timer.cancelled_caught:
+            self.ready.set()
+            self._go_down(f"its workers did not start (setup) within {limit:g}s")
+        elif scope.cancelled_caught:
+            self.ready.set()
+        return None
+
+    def worker_lost(self, reason: str) -> float | None:
+        """A worker of the tool's placement died on its own: count it as a restart.
+
+        Returns the backoff before it is replaced, or None if the tool is now down.
+        """
+        if self._stopping or self.state is ActorState.DOWN:
+            return None
+        policy = self._policy
+        now = trio.current_time()
+        recent = self._recent
+        recent.append(now)
+        while recent and recent[0] < now - policy.within:
+            recent.popleft()
+        if len(recent) > policy.max_restarts:
+            self._go_down(f"its workers died {len(recent)} times within {policy.within:g}s (last: {reason})")
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+            return None
+        self.counters.restarts += 1
+        log.warning("tool %r: %s; replacing it", self.name, reason)
+        self.config.pipeline.supervisor_event(self.name, "restart", reason)
+        return policy.delay(len(recent))
 
     def _crash_now(self, reason: str) -> None:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""

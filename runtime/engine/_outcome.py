@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from ..exceptions import InvalidArguments, ToolRejected, ToolUnavailable
+from ..exceptions import InvalidArguments, RemoteToolError, ToolRejected, ToolUnavailable
 from ..messages import ContentPart, FailureKind, TextPart, ToolCall, ToolFailure, ToolSuccess, echo
 
 __all__ = [
@@ -40,6 +40,9 @@ def failure(call: ToolCall, kind: FailureKind, message: str, error_type: str | N
 
 def describe_error(exc: BaseException) -> tuple[str, str]:
     """(qualified type, "Type: message") of an exception, never a traceback."""
+    if isinstance(exc, RemoteToolError):  # raised in another process: its own type, as it was named there
+        short = exc.error_type.rpartition(".")[2]
+        return exc.error_type, f"{short}: {exc.text}" if exc.text else short
     cls = type(exc)
     qualified = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     try:

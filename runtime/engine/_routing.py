@@ -96,6 +96,9 @@ class RegistryActor:
             if t.name in seen or (t.name in self.routes and not replace):
                 raise ValueError(f"Tool {t.name!r} is already defined")
             seen.add(t.name)
+            placement = t.options.placement
+            if placement is not None:  # e.g. a Subprocess tool that cannot be imported by reference
+                placement.check(t)
         # The new actors start before the ones they replace stop, so that a call made meanwhile
         # reaches one or the other and is never told that the tool does not exist.
         started: dict[str, ToolActor] = {}

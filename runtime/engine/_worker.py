@@ -21,8 +21,9 @@ from typing import Any
 
 import trio
 
+from ..exceptions import RemoteToolError
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
-from ..tools import ToolBase, ToolOptions, result_encoder
+from ..tools import PlacedTool, ToolBase, ToolOptions, result_encoder
 from ._arguments import check_arguments, not_unicode
 from ._config import EngineConfig
 from ._envelope import QUEUED, RUNNING, Envelope
@@ -35,7 +36,7 @@ log = logging.getLogger("runtime.engine")
 
 _KEEP_IDLE = 4  # idle workers an async tool keeps between bursts
 _STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)  # only `_interrupted` makes these in a worker
-_ASYNC, _INLINE, _THREAD = 0, 1, 2  # how a tool's dispatch runs
+_ASYNC, _INLINE, _THREAD, _PLACED = 0, 1, 2, 3  # how a tool's dispatch runs
 
 call_chain: ContextVar[tuple[ToolCounters, ...]] = ContextVar("runtime_call_chain", default=())
 """The tools (by their counters) whose calls are running in this context, outermost first.
@@ -104,7 +105,16 @@ class WorkerPool:
         self._chained = options.max_concurrency is not None
         self.capacity = options.max_concurrency if options.max_concurrency is not None else math.inf
         self.limiter: trio.CapacityLimiter | None = None
-        if self._mode == _THREAD:
+        self.placed: PlacedTool | None = None  # set by the actor for each incarnation
+        placement = options.placement
+        if placement is not None and not placement.in_process:
+            # Another process runs the tool: as many workers here as it can serve at once,
+            # so that the calls beyond wait in the mailbox (backpressure, on_full).
+            self._mode = _PLACED
+            room = placement.capacity(tool)
+            self._limit = room if options.max_concurrency is None else min(room, options.max_concurrency)
+            self.capacity = self._limit
+        elif self._mode == _THREAD:
             budget = options.max_concurrency or config.thread_limit
             self.limiter = trio.CapacityLimiter(budget)
             self.capacity = budget
@@ -209,7 +219,11 @@ class WorkerPool:
                                         except BaseException as exc:  # KeyboardInterrupt too: the tool's own
                                             result = await self._raised(env, exc, scope)
                                         else:
-                                            result = self._success(env, value)
+                                            result = (
+                                                self._success(env, value)
+                                                if self._mode != _PLACED
+                                                else self._placed_success(env, value)
+                                            )
                                         finally:
                                             if timed:
                                                 scope.deadline = math.inf
@@ -248,6 +262,8 @@ class WorkerPool:
             return await self._tool_dispatch(args, env.ctx)
         if self._mode == _INLINE:
             return self._tool_dispatch(args, env.ctx)
+        if self._mode == _PLACED:
+            return await self._placed_call(env)
         limiter = self.limiter
         assert limiter is not None
         stuck = self.stuck_threads()
@@ -271,6 +287,23 @@ class WorkerPool:
             raise
         finally:
             self._threads_busy -= 1
+
+    async def _placed_call(self, env: Envelope) -> ToolSuccess:
+        """Serve the call where the tool's placement runs it (the arguments are checked already)."""
+        placed = self.placed
+        if placed is None:  # between incarnations: the call waits for none
+            raise _Unplaced(self._why_unavailable())
+        raw = env.call.arguments
+        arguments = raw.encode() if type(raw) is str else _encode(raw)
+        timeout = None
+        scope = env.scope
+        if scope is not None and scope.deadline != math.inf:
+            timeout = max(0.0, scope.deadline - trio.current_time())
+        return await placed.call(env.call, arguments, env.ctx, timeout)
+
+    def _placed_success(self, env: Envelope, done: ToolSuccess) -> ToolResult:
+        """A success built where the tool ran, cut to the runtime's limits like any other."""
+        return success(env.call, self.name, done.value, done.content, done.parts, self._max_chars)
 
     def _arm(self, env: Envelope, scope: trio.CancelScope) -> bool:
         """Put the call's deadline on the worker's scope (and its caller's); True if there is one."""
@@ -303,10 +336,14 @@ class WorkerPool:
             await trio.lowlevel.checkpoint_if_cancelled()
         if isinstance(exc, _Overloaded):
             return failure(env.call, FailureKind.OVERLOADED, str(exc))
+        if isinstance(exc, _Unplaced):
+            return failure(env.call, FailureKind.UNAVAILABLE, str(exc))
         result = exception_failure(env.call, self.name, exc, self._max_chars)
         if env.ctx is not None:
             env.ctx.error = exc
-        if self._restart_on and isinstance(exc, self._restart_on):
+        if self._restart_on and (
+            isinstance(exc, self._restart_on) or (isinstance(exc, RemoteToolError) and exc.restart)
+        ):
             log.warning(
                 "tool %r raised %s, a restart_on exception", self.name, result.error_type, exc_info=exc
             )
@@ -379,3 +416,7 @@ class WorkerPool:
 
 class _Overloaded(Exception):
     """A sync tool's thread budget is held entirely by abandoned threads."""
+
+
+class _Unplaced(Exception):
+    """A placed tool's workers are not running (its actor is between incarnations)."""

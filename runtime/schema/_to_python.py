@@ -228,8 +228,13 @@ def _decodable(types: list[Any]) -> Any:
     return union
 
 
+_INT64 = range(-(2**63), 2**63)  # msgspec's Literal takes no integer beyond int64
+
+
 def _literal(values: tuple[Any, ...]) -> Any:
-    if all(v is None or isinstance(v, str | int) for v in values):  # bool is an int
+    if all(
+        v is None or isinstance(v, str) or (isinstance(v, int) and v in _INT64) for v in values
+    ):  # bool is an int
         return Literal[values]
     if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         return typing.Union[int, float]  # noqa: UP007 - msgspec's Literal takes no floats

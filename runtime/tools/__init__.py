@@ -19,4 +19,8 @@ from ._context import validate as validate
 from ._function import FunctionTool as FunctionTool
 from ._function import tool as tool
 from ._options import ToolOptions as ToolOptions
+from ._placement import InProcess as InProcess
+from ._placement import PlacedTool as PlacedTool
+from ._placement import Placement as Placement
+from ._placement import PlacementHost as PlacementHost
 from ._toolset import ToolSet as ToolSet

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypedDict
 import msgspec
 
 from ..exceptions import ToolDefinitionError
+from ._placement import Placement
 
 __all__ = ["OnFull", "ToolOptions", "ToolOptionsKw"]
 
@@ -93,6 +94,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
                 f"{what}: an inline tool runs on the event loop and cannot be interrupted, so its "
                 f"timeout={self.timeout!r} could not be honoured; drop inline=True (it then runs in a "
                 "worker thread, where a timeout works) or drop the timeout"
+            )
+        placement = self.placement
+        if placement is not None and not isinstance(placement, Placement):
+            raise ToolDefinitionError(
+                f"{what}: placement must be InProcess(), Subprocess(...) or Ray(...) "
+                f"(from runtime.placement), not {placement!r}"
             )
         restart_on = self.restart_on
         if not isinstance(restart_on, tuple) or not all(

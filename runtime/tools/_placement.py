@@ -1,0 +1,111 @@
+"""Placement: where a tool's calls run. The protocol a tool option refers to, and `InProcess`.
+
+A tool says where it runs with `@tool(placement=...)` or a `placement` class attribute. The
+engine knows placements only through this protocol (it never imports an edge):
+
+    at open     placement.check(tool)              refuse a tool it cannot place (ToolDefinitionError)
+    each        async with placement.open(tool, host) as placed:
+    incarnation     await placed.start()             start the workers (each runs setup())
+                    ...                              closing stops them (each runs teardown())
+    each call   await placed.call(call, arguments, ctx, timeout) -> ToolSuccess
+                (a tool's exception arrives rebuilt: ToolRejected, InvalidArguments,
+                 ToolUnavailable, RemoteToolError; a dead worker is WorkerLost)
+
+Everything else (decoding and bounding the arguments, deadlines, features and spans, the
+failure mapping, statistics, restarts) stays in the engine, the same for every placement.
+The implementations live in `runtime.placement` (`Subprocess`) and `runtime.placement.ray` (`Ray`).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..messages import ToolCall, ToolSuccess
+from ._context import CallContext
+
+if TYPE_CHECKING:
+    from ._base import ToolBase
+
+__all__ = ["InProcess", "PlacedTool", "Placement", "PlacementHost"]
+
+
+class PlacementHost(Protocol):
+    """What a placement may tell the actor that owns it."""
+
+    def worker_lost(self, reason: str) -> float | None:
+        """A worker died on its own (a signal, an exit): it counts toward the restart intensity.
+
+        Returns:
+            seconds to wait before replacing it (the restart backoff), or None if the tool
+            is now down (too many losses within the policy's period): replace nothing.
+        """
+        ...
+
+
+class PlacedTool(Protocol):
+    """One tool, opened in its placement for one incarnation of its actor."""
+
+    async def start(self) -> None:
+        """Start the workers; each loads the tool and runs its `setup()` (the engine bounds this).
+
+        Raises:
+            whatever kept a worker from starting (its setup's exception, rebuilt).
+        """
+        ...
+
+    async def call(
+        self, call: ToolCall, arguments: bytes, ctx: CallContext | None, timeout: float | None
+    ) -> ToolSuccess:
+        """Serve one call whose arguments the engine has already checked.
+
+        Args:
+            call: the call (its id and tool name travel).
+            arguments: the call's arguments as JSON bytes; decoded again where the tool runs.
+            ctx: the call's context (metadata travels; the tool sees a plain copy), or None.
+            timeout: seconds left before the call's deadline (None: no deadline).
+
+        Returns:
+            the success as built where the tool ran (its value decoded back to builtins).
+
+        Raises:
+            the tool's exception as rebuilt here; `WorkerLost` if its worker died. When
+            cancelled (deadline, caller) the work is stopped for real before this returns.
+        """
+        ...
+
+
+class Placement:
+    """Where a tool's calls run; subclass it to add a placement. See the module docstring.
+
+    Attributes:
+        in_process: the engine serves the tool itself (no `open`, no worker).
+    """
+
+    in_process: bool = False
+
+    def check(self, tool: ToolBase[Any, Any]) -> None:
+        """Raise `ToolDefinitionError` (naming the tool) if this placement cannot run `tool`."""
+
+    def capacity(self, tool: ToolBase[Any, Any]) -> int:
+        """How many calls of `tool` may run at once in this placement (the engine sends no more)."""
+        raise NotImplementedError
+
+    def open(self, tool: ToolBase[Any, Any], host: PlacementHost) -> AbstractAsyncContextManager[PlacedTool]:
+        """A context for serving `tool`: `start()` its workers inside; leaving it stops them."""
+        raise NotImplementedError
+
+
+class InProcess(Placement):
+    """The default: the tool runs in this process, in the actor's tasks or worker threads."""
+
+    in_process = True
+
+    def __repr__(self) -> str:
+        return "InProcess()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is InProcess
+
+    def __hash__(self) -> int:
+        return hash(InProcess)

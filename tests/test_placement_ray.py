@@ -1,0 +1,132 @@
+"""Ray placement against a real local Ray (one cluster for the session; skipped without the extra)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+ray = pytest.importorskip("ray")
+
+import placement_tools as pt  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+from runtime import FailureKind, ToolCall, open_runtime  # noqa: E402
+from runtime.placement.ray import ensure_ray  # noqa: E402
+from runtime.tracing import Tracing  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_ray() -> Iterator[None]:
+    """One local Ray for every test here, started on the main thread (as Ray requires)."""
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ensure_ray(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def call(name: str, arguments: str = "{}", id: str = "c1") -> ToolCall:
+    return ToolCall(id=id, name=name, arguments=arguments)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def wait_for_file(path: Path) -> int:
+    """The pid a tool wrote to `path` (from another process: there is no event to wait on)."""
+    file = trio.Path(path)
+    with trio.fail_after(30):
+        while True:
+            if await file.exists() and (text := await file.read_text()):
+                return int(text)
+            await trio.sleep(0.01)
+
+
+async def test_call_many_runs_on_the_replicas_and_comes_back_in_order() -> None:
+    calls = [call("ray_add", f'{{"a": {i}, "b": 1}}', id=f"c{i}") for i in range(20)]
+    async with open_runtime([pt.ray_add], tracing=False) as rt:
+        results = await rt.call_many(calls)
+        assert [r.value["sum"] for r in results] == [i + 1 for i in range(20)]
+        assert [r.call_id for r in results] == [c.id for c in calls]
+        pids = {r.value["pid"] for r in results}
+        assert len(pids) == 2
+        assert os.getpid() not in pids
+
+
+async def test_a_replica_killed_mid_call_fails_that_call_and_is_recreated(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    async with open_runtime([pt.ray_sleep], tracing=False) as rt:
+        results = []
+
+        async def slow() -> None:
+            results.append(await rt.call(call("ray_sleep", f'{{"seconds": 60, "pid_file": "{pid_file}"}}')))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow)
+            pid = await wait_for_file(pid_file)
+            (name,) = [n for n in ray.util.list_named_actors() if n.startswith("ray_sleep-")]
+            ray.kill(ray.get_actor(name))
+        (result,) = results
+        assert result.kind is FailureKind.ERROR
+        assert "died while serving this call" in result.message
+        after = await rt.call(call("ray_sleep", '{"seconds": 0}'))
+        assert after.ok
+        assert after.value != pid
+        stats = rt.statistics().tools["ray_sleep"]
+        assert stats.restarts == 1
+        assert stats.state == "up"
+
+
+async def test_a_timeout_kills_the_replica_and_recreates_it(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    async with open_runtime([pt.ray_stuck], tracing=False) as rt:
+        for _ in range(3):  # on a loaded machine the call may not reach the replica within 1 s
+            result = await rt.call(call("ray_stuck", f'{{"pid_file": "{pid_file}"}}'))
+            assert result.kind is FailureKind.TIMEOUT
+            if await trio.Path(pid_file).exists():
+                break
+        pid = await wait_for_file(pid_file)
+        with trio.fail_after(30):
+            while alive(pid):  # noqa: ASYNC110 - Ray kills the process; no event to wait on
+                await trio.sleep(0.01)
+        pid_file.unlink()
+        # A new replica (a Ray worker process importing the tool) may take longer than the
+        # tool's 1 s timeout to come up; calls made meanwhile wait for it within their deadline.
+        with trio.fail_after(60):
+            while not (
+                after := await rt.call(call("ray_stuck", f'{{"pid_file": "{pid_file}", "seconds": 0}}'))
+            ).ok:
+                assert after.kind is FailureKind.TIMEOUT
+        assert after.ok
+        assert after.value != pid
+        assert rt.statistics().tools["ray_stuck"].restarts == 0  # a timeout is not a crash
+
+
+async def test_the_calls_span_is_the_parent_of_the_work_on_the_ray_side() -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    async with open_runtime([pt.ray_span_parent], tracing=Tracing(tracer_provider=provider)) as rt:
+        result = await rt.call(call("ray_span_parent", '{"n": 1}'))
+        rejected = await rt.call(call("ray_span_parent", '{"n": -1}'))
+    (span, _) = [s for s in spans.get_finished_spans() if s.name == "execute_tool ray_span_parent"]
+    assert result.value == f"{span.context.trace_id:032x}-{span.context.span_id:016x}"
+    assert rejected.kind is FailureKind.REJECTED
+    assert rejected.message == "n must not be negative"

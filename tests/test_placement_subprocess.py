@@ -1,0 +1,441 @@
+"""Subprocess placement: tools in worker processes of their own, through the whole runtime.
+
+Real processes, real signals: a segfault in C, os._exit, a tool blocked in time.sleep, a
+memory hog under RLIMIT_AS. Wall time is bounded only loosely (a worker starts in about a
+tenth of a second); speed is measured in benchmarks/bench_placement.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import placement_tools as pt
+import pytest
+import trio
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from runtime import (
+    CallContext,
+    FailureKind,
+    RestartPolicy,
+    ToolCall,
+    ToolDefinitionError,
+    ToolSet,
+    open_runtime,
+    reporting,
+    tool,
+)
+from runtime.embed import RuntimeThread
+from runtime.placement import InProcess, Subprocess
+from runtime.tracing import Tracing
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc: Linux")
+
+
+def call(name: str, arguments: str = "{}", id: str = "c1") -> ToolCall:
+    return ToolCall(id=id, name=name, arguments=arguments)
+
+
+async def wait_for_file(path: Path) -> int:
+    """The pid a tool wrote to `path` (from another process: there is no event to wait on)."""
+    file = trio.Path(path)
+    with trio.fail_after(30):
+        while True:
+            if await file.exists() and (text := await file.read_text()):
+                return int(text)
+            await trio.sleep(0.005)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_segfault_fails_only_its_call_naming_the_signal_and_the_worker_is_replaced() -> None:
+    async with open_runtime([pt.crashy], tracing=False) as rt:
+        first = await rt.call(call("crashy"))
+        assert first.ok
+        crashed = await rt.call(call("crashy", '{"how": "segfault"}'))
+        assert not crashed.ok
+        assert crashed.kind is FailureKind.ERROR
+        assert "killed by SIGSEGV" in crashed.message
+        assert f"pid {first.value}" in crashed.message
+        after = await rt.call(call("crashy"))
+        assert after.ok
+        assert after.value != first.value  # a new worker
+        assert not alive(first.value)
+        stats = rt.statistics().tools["crashy"]
+        assert stats.restarts == 1
+        assert stats.state == "up"
+        assert stats.failures == {"error": 1}
+
+
+async def test_os_exit_fails_its_call_naming_the_exit_code_and_is_never_retried() -> None:
+    async with open_runtime([pt.crashy], tracing=False) as rt:
+        before = await rt.call(call("crashy"))
+        result = await rt.call(call("crashy", '{"how": "exit"}'))
+        assert result.kind is FailureKind.ERROR
+        assert "exited with code 3" in result.message
+        after = await rt.call(call("crashy"))
+        assert after.ok
+        assert after.value != before.value
+        assert rt.statistics().tools["crashy"].calls == 3  # the crashed call ran once, not again
+
+
+async def test_workers_that_keep_dying_mark_the_tool_down_and_others_keep_serving() -> None:
+    async with open_runtime(
+        [pt.crashy, pt.add], tracing=False, restart=RestartPolicy(max_restarts=1, within=60, backoff=0.01)
+    ) as rt:
+        for _ in range(2):
+            assert (await rt.call(call("crashy", '{"how": "exit"}'))).kind is FailureKind.ERROR
+        down = await rt.call(call("crashy"))
+        assert down.kind is FailureKind.UNAVAILABLE
+        assert "died 2 times" in down.message
+        assert rt.statistics().tools["crashy"].state == "down"
+        assert (await rt.call(call("add", '{"a": 2, "b": 3}'))).value == 5
+
+
+async def test_a_timeout_kills_the_stuck_worker_and_answers_at_the_deadline(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    arguments = f'{{"pid_file": "{pid_file}"}}'
+    async with open_runtime([pt.stuck], tracing=False) as rt:
+        started = trio.current_time()
+        result = await rt.call(call("stuck", arguments))
+        elapsed = trio.current_time() - started
+        assert result.kind is FailureKind.TIMEOUT
+        assert "within 1s" in result.message
+        assert elapsed < 10  # about a second; far from the 60 s the tool sleeps
+        pid = int(pid_file.read_text())
+        assert not alive(pid)  # killed and reaped before the answer: nothing runs on
+        stats = rt.statistics().tools["stuck"]
+        assert stats.abandoned == 0
+        assert stats.abandoned_running == 0
+        assert stats.restarts == 0  # a timeout is not a crash
+        pid_file.unlink()
+        # A new worker serves (on a loaded machine its start may outlast the 1 s timeout).
+        with trio.fail_after(30):
+            while not (
+                again := await rt.call(call("stuck", f'{{"pid_file": "{pid_file}", "seconds": 0}}'))
+            ).ok:
+                assert again.kind is FailureKind.TIMEOUT
+        assert int(pid_file.read_text()) != pid
+
+
+async def test_caller_cancellation_kills_the_worker_too(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    async with open_runtime([pt.sleeper], tracing=False) as rt:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rt.call, call("sleeper", f'{{"pid_file": "{pid_file}"}}'))
+            pid = await wait_for_file(pid_file)
+            nursery.cancel_scope.cancel()  # the caller gives up while the tool blocks in C
+        # The caller is answered at once; the actor kills the worker as the cancellation reaches it.
+        with trio.fail_after(5):
+            while alive(pid):  # noqa: ASYNC110 - another process, no event to wait on
+                await trio.sleep(0.005)
+        assert rt.statistics().tools["sleeper"].failures == {"cancelled": 1}
+        assert rt.statistics().tools["sleeper"].abandoned == 0
+
+
+async def test_parallel_calls_spread_over_the_workers_and_come_back_in_order() -> None:
+    calls = [call("whoami", f'{{"i": {i}}}', id=f"c{i}") for i in range(40)]
+    async with open_runtime([pt.whoami], tracing=False) as rt:
+        results = await rt.call_many(calls)
+        assert [r.value["i"] for r in results] == list(range(40))
+        assert [r.call_id for r in results] == [c.id for c in calls]
+        pids = {r.value["pid"] for r in results}
+        assert len(pids) == 4
+        assert os.getpid() not in pids
+        assert rt.statistics().tools["whoami"].succeeded == 40
+
+
+async def test_print_goes_to_the_log_tagged_with_tool_and_pid_and_the_result_still_arrives(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.placement")
+    async with open_runtime([pt.chatty], tracing=False) as rt:
+        result = await rt.call(call("chatty", '{"text": "hello"}'))
+        assert result.ok
+        assert result.content == "HELLO"
+    printed = [r for r in caplog.records if "chatty says hello" in r.getMessage()]
+    assert len(printed) == 1
+    assert printed[0].tool == "chatty"  # type: ignore[attr-defined]
+    assert printed[0].worker_pid != os.getpid()  # type: ignore[attr-defined]
+
+
+async def test_a_memory_hog_over_the_hard_cap_gets_error_and_its_worker_is_replaced() -> None:
+    async with open_runtime([pt.hog], tracing=False) as rt:
+        before = await rt.call(call("hog", '{"megabytes": 1}'))
+        assert before.ok
+        result = await rt.call(call("hog", '{"megabytes": 4096}'))
+        assert result.kind is FailureKind.ERROR
+        assert "MemoryError" in result.message
+        after = await rt.call(call("hog", '{"megabytes": 1}'))
+        assert after.ok
+        assert after.value != before.value
+        assert rt.statistics().tools["hog"].restarts == 0  # retired, not crashed
+
+
+async def test_a_worker_left_above_max_rss_is_retired_after_its_call() -> None:
+    async with open_runtime([pt.leak], tracing=False) as rt:
+        first = await rt.call(call("leak", '{"megabytes": 0}'))
+        leaked = await rt.call(call("leak", '{"megabytes": 200}'))
+        assert leaked.ok
+        assert leaked.value == first.value
+        after = await rt.call(call("leak", '{"megabytes": 0}'))
+        assert after.ok
+        assert after.value != first.value
+        assert not alive(first.value)
+
+
+def make_closure_tool():  # type: ignore[no-untyped-def]
+    @tool(placement=Subprocess())
+    def local_add(a: int, b: int) -> int:
+        return a + b
+
+    return local_add
+
+
+class Methods(ToolSet):
+    @tool(placement=Subprocess())
+    def greet(self, name: str) -> str:
+        return f"hi {name}"
+
+
+async def test_a_tool_that_cannot_be_imported_by_reference_is_refused_at_open() -> None:
+    with pytest.raises(
+        ToolDefinitionError, match=r"tool 'local_add' cannot run in a worker process.*inside a function"
+    ):
+        async with open_runtime([make_closure_tool()], tracing=False):
+            pass
+    with pytest.raises(ToolDefinitionError, match=r"tool 'greet' .*bound to one instance"):
+        async with open_runtime(Methods().tools(), tracing=False):
+            pass
+
+
+async def test_no_worker_is_left_after_the_runtime_closes() -> None:
+    async with open_runtime([pt.whoami, pt.Counter()], tracing=False) as rt:
+        results = await rt.call_many([call("whoami", f'{{"i": {i}, "pause": 0.1}}') for i in range(8)])
+        counted = await rt.call_many([call("counter", '{"text": "x"}') for _ in range(6)])
+        pids = {r.value["pid"] for r in results} | {r.value["pid"] for r in counted}
+        assert len(pids) == 6
+        assert all(alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
+
+
+async def test_class_tools_set_up_in_each_worker() -> None:
+    async with open_runtime([pt.Counter()], tracing=False) as rt:
+        results = await rt.call_many([call("counter", '{"text": "x"}') for _ in range(10)])
+    by_pid: dict[int, list[int]] = {}
+    for r in results:
+        by_pid.setdefault(r.value["pid"], []).append(r.value["count"])
+    assert len(by_pid) == 2
+    assert sorted(c for counts in by_pid.values() for c in counts) == sorted(
+        c for counts in by_pid.values() for c in range(1, len(counts) + 1)
+    )
+
+
+async def test_a_setup_that_fails_in_the_worker_marks_the_tool_down_with_the_reason() -> None:
+    async with open_runtime([pt.BrokenSetup()], tracing=False, restart=RestartPolicy(max_restarts=0)) as rt:
+        result = await rt.call(call("broken_setup", '{"text": "x"}'))
+        assert result.kind is FailureKind.UNAVAILABLE
+        assert "no database" in result.message
+
+
+async def test_failure_kinds_are_the_same_as_in_process() -> None:
+    async with open_runtime([pt.judge], tracing=False) as rt:
+        results = await rt.call_many(
+            [
+                call("judge", '{"n": 2}'),
+                call("judge", '{"n": 3}'),
+                call("judge", '{"n": 0}'),
+                call("judge", '{"n": "two"}'),
+                call("judge", "{not json"),
+            ]
+        )
+    assert results[0].ok
+    assert results[0].value == 2
+    assert results[1].kind is FailureKind.REJECTED
+    assert results[1].message == "3 is odd"
+    assert results[2].kind is FailureKind.ERROR
+    assert results[2].message == "tool 'judge' raised ZeroDivisionError: n must not be zero"
+    assert results[2].error_type == "ZeroDivisionError"
+    assert results[3].kind is FailureKind.INVALID_ARGUMENTS
+    assert "$.n" in results[3].message
+    assert results[4].kind is FailureKind.INVALID_ARGUMENTS
+
+
+async def test_a_restart_on_exception_in_a_worker_restarts_the_actor() -> None:
+    async with open_runtime([pt.flaky], tracing=False, restart=RestartPolicy(backoff=0.01)) as rt:
+        before = await rt.call(call("flaky", '{"fail_now": false}'))
+        failed = await rt.call(call("flaky", '{"fail_now": true}'))
+        assert failed.kind is FailureKind.ERROR
+        assert "connection poisoned" in failed.message
+        after = await rt.call(call("flaky", '{"fail_now": false}'))
+        assert after.ok
+        assert after.value != before.value
+        assert rt.statistics().tools["flaky"].restarts == 1
+
+
+async def test_the_tool_sees_a_plain_copy_of_its_context() -> None:
+    async with open_runtime([pt.context_echo], tracing=False) as rt:
+        result = await rt.call(call("context_echo", '{"text": "hi"}', id="call-7"), metadata={"user": "ada"})
+    assert result.value == {
+        "text": "hi",
+        "call_id": "call-7",
+        "tool": "context_echo",
+        "user": "ada",
+        "has_deadline": True,
+    }
+
+
+async def test_the_calls_span_is_the_parent_of_the_work_in_the_worker() -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    async with open_runtime([pt.span_parent], tracing=Tracing(tracer_provider=provider)) as rt:
+        result = await rt.call(call("span_parent"))
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool span_parent"]
+    assert result.value == f"{span.context.trace_id:032x}-{span.context.span_id:016x}"
+
+
+async def test_an_idle_worker_killed_from_outside_is_replaced() -> None:
+    async with open_runtime([pt.crashy], tracing=False, restart=RestartPolicy(backoff=0.01)) as rt:
+        first = await rt.call(call("crashy"))
+        os.kill(first.value, 9)
+        with trio.fail_after(10):
+            while rt.statistics().tools["crashy"].restarts == 0:  # noqa: ASYNC110 - another process dies
+                await trio.sleep(0.01)
+        after = await rt.call(call("crashy"))
+        assert after.ok
+        assert after.value != first.value
+
+
+def test_placement_options_are_checked_at_definition() -> None:
+    with pytest.raises(ToolDefinitionError, match="workers must be a positive int"):
+        Subprocess(workers=0)
+    with pytest.raises(ToolDefinitionError, match="placement must be"):
+
+        @tool(placement="subprocess")  # type: ignore[arg-type]
+        def f(x: int) -> int:
+            return x
+
+    assert InProcess() == InProcess()
+
+
+ORPHAN_SCRIPT = """
+import sys, trio
+sys.path.insert(0, {tests!r})
+import placement_tools as pt
+from runtime import ToolCall, open_runtime
+
+async def main():
+    async with open_runtime([pt.crashy], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="p", name="crashy"))
+        print(result.value, flush=True)
+        await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+async def test_workers_exit_when_the_runtimes_process_is_killed() -> None:
+    script = ORPHAN_SCRIPT.format(tests=str(Path(__file__).parent))
+    proc = await trio.lowlevel.open_process([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(30):
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await proc.stdout.receive_some(100)
+        worker = int(line)
+        assert alive(worker)
+        proc.kill()
+        await proc.wait()
+        with trio.fail_after(10):  # the worker notices its parent is gone within a second
+            while alive(worker):  # noqa: ASYNC110 - another process, no event to wait on
+                await trio.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        assert proc.stdout is not None
+        await proc.stdout.aclose()
+
+
+def test_subprocess_tools_work_from_a_runtime_thread() -> None:
+    with RuntimeThread([pt.crashy], tracing=False) as rt:
+        crashed = rt.call(call("crashy", '{"how": "segfault"}'))
+        assert crashed.kind is FailureKind.ERROR  # type: ignore[union-attr]
+        assert "SIGSEGV" in crashed.message  # type: ignore[union-attr]
+        assert rt.call(call("crashy")).ok
+
+
+SCRIPT_WITH_TOOL = """
+import os, trio
+from runtime import ToolCall, open_runtime, tool
+from runtime.placement import Subprocess
+
+@tool(placement=Subprocess())
+def where(n: int) -> list[int]:
+    return [n, os.getpid()]
+
+async def main():
+    async with open_runtime([where], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="1", name="where", arguments='{"n": 7}'))
+        print(result.content, os.getpid(), flush=True)
+
+if __name__ == "__main__":
+    print("main block ran", flush=True)
+    trio.run(main)
+"""
+
+
+async def test_a_tool_defined_in_a_scripts_main_runs_in_a_worker_without_rerunning_the_main_block(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "agent.py"
+    await trio.Path(script).write_text(SCRIPT_WITH_TOOL)
+    done = await trio.run_process([sys.executable, str(script)], capture_stdout=True, capture_stderr=True)
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == "main block ran"  # once: the worker imports the script as __mp_main__
+    assert len(lines) == 2
+    content, parent = lines[1].split()
+    n, worker = json.loads(content)
+    assert n == 7
+    assert worker != int(parent)
+
+
+async def test_progress_and_logs_travel_back_to_the_callers_handlers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="runtime.tools")
+    heard: list[tuple[str, float, float | None, str | None]] = []
+    logged: list[tuple[str, str, str, dict[str, object]]] = []
+
+    async def on_progress(
+        ctx: CallContext, progress: float, total: float | None, message: str | None
+    ) -> None:
+        heard.append((ctx.call_id, progress, total, message))
+
+    async def on_log(ctx: CallContext, level: str, message: str, data: dict[str, object]) -> None:
+        logged.append((ctx.call_id, level, message, data))
+
+    async with open_runtime([pt.reporter], tracing=False) as rt:
+        with reporting(on_progress=on_progress, on_log=on_log):
+            result = await rt.call(call("reporter", '{"steps": 3}', id="r1"))
+    assert result.ok
+    assert result.value["heard"] is True  # the worker knows a handler listens
+    assert heard == [("r1", 1.0, 3.0, "step 1"), ("r1", 2.0, 3.0, "step 2"), ("r1", 3.0, 3.0, "step 3")]
+    assert logged == [("r1", "warning", "almost done", {"pid": result.value["pid"]})]
+    assert any(r.name == "runtime.tools.reporter" and "almost done" in r.getMessage() for r in caplog.records)
