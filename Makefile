@@ -19,24 +19,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python -m runtime demo
-
-lint: $(STAMP)
-	$(BIN)/ruff check runtime tests benchmarks examples conformance
-	$(BIN)/ruff format --check runtime tests benchmarks examples conformance
-	$(BIN)/mypy
-	$(BIN)/python tools/check_layers.py .
-
-typecheck: $(STAMP)
-	$(BIN)/mypy
-
 # The Ray placement's tests run against a local Ray: the ray extra is part of the test set-up.
 RAY_STAMP := $(VENV)/.ray-installed
 
 $(RAY_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[ray]'
 	touch $(RAY_STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m runtime demo
+
+lint: $(STAMP) $(RAY_STAMP)
+	$(BIN)/ruff check runtime tests benchmarks examples conformance
+	$(BIN)/ruff format --check runtime tests benchmarks examples conformance
+	$(BIN)/mypy
+	$(BIN)/python tools/check_layers.py .
+
+typecheck: $(STAMP) $(RAY_STAMP)
+	$(BIN)/mypy
 
 pytest: $(STAMP) $(RAY_STAMP) $(NODE_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest

@@ -38,12 +38,17 @@ class _Node(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
 
 
 class String(_Node, frozen=True, kw_only=True, tag="string"):
-    """A string, with its optional constraints."""
+    """A string, with its optional constraints.
+
+    `content_encoding` is "base64" for bytes; `format` names what the text holds
+    ("date-time", "date", "time", "duration", "uuid", ...).
+    """
 
     format: str | None = None
     pattern: str | None = None
     min_length: int | None = None
     max_length: int | None = None
+    content_encoding: str | None = None
 
 
 class Integer(_Node, frozen=True, kw_only=True, tag="integer"):
@@ -79,9 +84,14 @@ class AnyValue(_Node, frozen=True, kw_only=True, tag="any"):
 
 
 class Array(_Node, frozen=True, kw_only=True, tag="array"):
-    """A list whose items all have one type (a tuple's item types become a union)."""
+    """A list whose items all have one type, or a tuple with one type per position.
+
+    For a tuple, `prefix_items` holds the type of each position (the array has exactly that
+    many items) and `items` is the union of them, for readers that ignore positions.
+    """
 
     items: TypeNode = AnyValue()
+    prefix_items: tuple[TypeNode, ...] | None = None
     min_items: int | None = None
     max_items: int | None = None
     unique_items: bool = False

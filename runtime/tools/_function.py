@@ -1,7 +1,7 @@
 """`@tool`: an ordinary function or method becomes a tool.
 
-The signature becomes a msgspec Struct once (`defstruct`, strict); the docstring's first
-paragraph the description; `Annotated[T, Description(...)]`, `msgspec.Meta(description=)` and
+The signature becomes a msgspec Struct once (`defstruct`, strict); the docstring's
+description part (all but its Args/Returns/Raises sections) the description; `Annotated[T, Description(...)]`, `msgspec.Meta(description=)` and
 the docstring's Args section the parameter descriptions. A parameter annotated
 `CallContext` is injected by the runtime and is not a field, so the model cannot set it.
 """
@@ -20,8 +20,10 @@ from typing import Any, Unpack, overload
 import msgspec
 
 from ..exceptions import ToolDefinitionError
-from ..schema import Docstring, descriptor_from_fields, parse_docstring
-from ._base import ToolBase, describe
+from ..schema import Docstring, parse_docstring
+from ..schema._annotations import normalize
+from ..schema._from_python import descriptor_from_fields
+from ._base import ToolBase
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
 from ._options import ToolOptions, ToolOptionsKw
@@ -80,18 +82,26 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         doc = parse_docstring(fn.__doc__)
         if _declared is not None:  # an override of a @tool method: the declaration fills the gaps
             base_doc = parse_docstring(_declared.fn.__doc__)
-            doc = Docstring(doc.summary or base_doc.summary, {**base_doc.params, **doc.params})
+            doc = Docstring(
+                doc.summary or base_doc.summary,
+                {**base_doc.params, **doc.params},
+                doc.description or base_doc.description,
+            )
             hints = {**_declared._hints, **self._resolve_hints(fn)}
         else:
             hints = self._resolve_hints(fn)
         self._hints = hints
-        self.description = description if description is not None else doc.summary
+        self.description = description if description is not None else doc.description
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
         fields = [(f.name, f.type, f.default) for f in self._fields]
         self.descriptor = descriptor_from_fields(
-            fields, name=self.name, description=self.description, param_descriptions=doc.params
-        ) or describe(codec, name=self.name, description=self.description, param_docs=doc.params)
+            fields,
+            name=self.name,
+            description=self.description,
+            param_descriptions=doc.params,
+            output=hints.get("return"),
+        )
         if title is not None or annotations is not None:
             self.descriptor = msgspec.structs.replace(
                 self.descriptor,
@@ -137,6 +147,9 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
                     f"annotate it (e.g. `{p.name}: str`) so the model knows what to send"
                 )
             default = msgspec.NODEFAULT if p.default is p.empty else p.default
+            # Descriptions and constraints from other libraries' metadata become msgspec.Meta,
+            # so the decoder enforces what the schema shows.
+            hint = normalize(hint, f"tool {self.name!r}: parameter {p.name!r}")
             fields.append(ArgField(p.name, hint, default))
             if p.kind is p.KEYWORD_ONLY:
                 keywords.append(p.name)
@@ -299,7 +312,8 @@ def tool(
 
     Args:
         name: the tool's name (default: the function's name).
-        description: what the model reads (default: the docstring's first paragraph).
+        description: what the model reads (default: the docstring without its Args,
+            Returns and Raises sections).
         timeout: seconds a call may take before it fails with TIMEOUT.
         max_concurrency: calls served at once (default: no limit for async tools; sync
             tools share the runtime's thread limiter).
