@@ -15,7 +15,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Unpack, overload
+from typing import Any, NamedTuple, Unpack, overload
 
 import msgspec
 
@@ -122,7 +122,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             ) from exc
 
     def _plan(self, fn: Callable[..., Any], hints: dict[str, Any]) -> ArgsCodec:
-        params = list(inspect.signature(fn).parameters.values())
+        params = _parameters(fn)
         if self._bind is not None:
             if not params:
                 raise ToolDefinitionError(f"tool {self.name!r} is a method without a self/cls parameter")
@@ -132,26 +132,26 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         keywords: list[str] = []
         ctx: tuple[str, int | str] | None = None
         for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                stars = "*" if p.kind is p.VAR_POSITIONAL else "**"
+            if p.kind in (_VAR_POSITIONAL, _VAR_KEYWORD):
+                stars = "*" if p.kind is _VAR_POSITIONAL else "**"
                 raise ToolDefinitionError(
                     f"tool {self.name!r}: {stars}{p.name} cannot be described to a model; name each parameter"
                 )
             hint = hints.get(p.name, inspect.Parameter.empty)
             if _is_context(hint):
-                ctx = ("kw", p.name) if p.kind is p.KEYWORD_ONLY else ("pos", positional)
+                ctx = ("kw", p.name) if p.kind is _KEYWORD_ONLY else ("pos", positional)
                 continue
             if hint is inspect.Parameter.empty:
                 raise ToolDefinitionError(
                     f"tool {self.name!r}: parameter {p.name!r} has no type annotation; "
                     f"annotate it (e.g. `{p.name}: str`) so the model knows what to send"
                 )
-            default = msgspec.NODEFAULT if p.default is p.empty else p.default
+            default = msgspec.NODEFAULT if p.default is _EMPTY else p.default
             # Descriptions and constraints from other libraries' metadata become msgspec.Meta,
             # so the decoder enforces what the schema shows.
             hint = normalize(hint, f"tool {self.name!r}: parameter {p.name!r}")
             fields.append(ArgField(p.name, hint, default))
-            if p.kind is p.KEYWORD_ONLY:
+            if p.kind is _KEYWORD_ONLY:
                 keywords.append(p.name)
             else:
                 positional += 1
@@ -235,6 +235,57 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             annotations=self.descriptor.annotations,
             _declared=self,
         )
+
+
+_EMPTY = inspect.Parameter.empty
+_KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+_VAR_POSITIONAL = inspect.Parameter.VAR_POSITIONAL
+_VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
+
+
+class _Param(NamedTuple):
+    name: str
+    kind: inspect._ParameterKind
+    default: Any
+
+
+def _parameters(fn: Callable[..., Any]) -> list[_Param]:
+    """The parameters of `fn`, read from its code object when it is a plain function.
+
+    `inspect.signature` does the same through Parameter objects it validates one by one: most
+    of a tool's build time for a small function (W3). Anything else (wrapped, partial,
+    a callable object, a custom `__signature__`) takes `inspect.signature`.
+    """
+    code = getattr(fn, "__code__", None)
+    if (
+        type(fn) is not types.FunctionType
+        or code is None
+        or hasattr(fn, "__wrapped__")
+        or hasattr(fn, "__signature__")
+    ):
+        return [_Param(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+    positional, keyword_only = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    defaults = fn.__defaults__ or ()
+    first_default = positional - len(defaults)
+    params: list[_Param] = []
+    for i in range(positional):
+        kind = (
+            inspect.Parameter.POSITIONAL_ONLY
+            if i < code.co_posonlyargcount
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        params.append(_Param(names[i], kind, defaults[i - first_default] if i >= first_default else _EMPTY))
+    at = positional + keyword_only
+    if code.co_flags & inspect.CO_VARARGS:
+        params.append(_Param(names[at], _VAR_POSITIONAL, _EMPTY))
+        at += 1
+    kwdefaults = fn.__kwdefaults__ or {}
+    for name in names[positional : positional + keyword_only]:
+        params.append(_Param(name, _KEYWORD_ONLY, kwdefaults.get(name, _EMPTY)))
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        params.append(_Param(names[at], _VAR_KEYWORD, _EMPTY))
+    return params
 
 
 @functools.lru_cache(maxsize=4096)
