@@ -3,9 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The Ray placement's tests run against a local Ray: the ray extra is part of the test set-up
-# (and of lint: mypy reads runtime/placement/ray.py against the installed ray).
-RAY_STAMP := $(VENV)/.ray-installed
 
 # Node 22 (the npm package `node@22`, not the system's node), the MCP conformance suite and the
 # reference server `@modelcontextprotocol/server-everything`, pinned in conformance/package.json,
@@ -22,6 +19,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The Ray placement's tests run against a local Ray: the ray extra is part of the test set-up.
+RAY_STAMP := $(VENV)/.ray-installed
+
+$(RAY_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[ray]'
+	touch $(RAY_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/python -m runtime demo
 
@@ -31,12 +35,8 @@ lint: $(STAMP) $(RAY_STAMP)
 	$(BIN)/mypy
 	$(BIN)/python tools/check_layers.py .
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) $(RAY_STAMP)
 	$(BIN)/mypy
-
-$(RAY_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[ray]'
-	touch $(RAY_STAMP)
 
 pytest: $(STAMP) $(RAY_STAMP) $(NODE_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest

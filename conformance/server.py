@@ -192,3 +192,8 @@ registry = ToolRegistry(
         json_schema_2020_12_tool,
     ]
 )
+
+# The tools that ask back (issue 15): sampling, elicitation, roots, input-required results.
+from conformance.server_asking import ASKING  # noqa: E402
+
+registry = registry | ASKING

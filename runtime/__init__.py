@@ -8,6 +8,7 @@ The root only re-exports; see docs/ARCHITECTURE.md section 3 for the contract th
 from .engine import RestartPolicy as RestartPolicy
 from .engine import Runtime as Runtime
 from .engine import open_runtime as open_runtime
+from .exceptions import CannotAsk as CannotAsk
 from .exceptions import InvalidArguments as InvalidArguments
 from .exceptions import RuntimeClosed as RuntimeClosed
 from .exceptions import SchemaError as SchemaError
@@ -32,18 +33,37 @@ from .messages import ToolSuccess as ToolSuccess
 from .registry import ToolRegistry as ToolRegistry
 from .schema import ToolDescriptor as ToolDescriptor
 from .schema import ToolParameter as ToolParameter
+from .tools import Answer as Answer
 from .tools import CallContext as CallContext
 from .tools import Description as Description
+from .tools import Elicitation as Elicitation
+from .tools import Elicited as Elicited
+from .tools import Root as Root
+from .tools import RootsRequest as RootsRequest
+from .tools import Sampled as Sampled
+from .tools import Sampling as Sampling
+from .tools import SamplingMessage as SamplingMessage
 from .tools import SimpleTool as SimpleTool
 from .tools import Tool as Tool
 from .tools import ToolBase as ToolBase
 from .tools import ToolSet as ToolSet
+from .tools import asking as asking
 from .tools import fail as fail
 from .tools import reporting as reporting
 from .tools import tool as tool
 from .tools import validate as validate
 
 __all__ = [
+    "asking",
+    "SamplingMessage",
+    "Sampling",
+    "Sampled",
+    "RootsRequest",
+    "Root",
+    "Elicited",
+    "Elicitation",
+    "CannotAsk",
+    "Answer",
     "TERMINATE_TOOL",
     "AudioPart",
     "CallContext",

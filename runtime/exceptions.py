@@ -6,6 +6,7 @@ Hierarchy::
     ├── InvalidArguments (ValueError)   a call's arguments did not decode into the tool's args type
     ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
     ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
+    │   └── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
     ├── RemoteToolError                 a tool raised in another process (boxed: type name and message)
     ├── WorkerLost                      the process serving a call died (a signal, an exit, the OOM killer)
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
@@ -19,6 +20,7 @@ becomes a `ToolFailure`. The module sits below every layer so that each may rais
 from __future__ import annotations
 
 __all__ = [
+    "CannotAsk",
     "InvalidArguments",
     "RemoteToolError",
     "RuntimeClosed",
@@ -72,6 +74,13 @@ class ToolUnavailable(ToolRuntimeError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class CannotAsk(ToolUnavailable):
+    """A tool asked back (`ctx.elicit`, `ctx.sample`, `ctx.list_roots`, an approval) and no one
+    can answer: no handler was given, or the MCP client did not announce the capability.
+    Reported as UNAVAILABLE with the reason; a tool may catch it and go on without the answer.
+    """
 
 
 class RemoteToolError(ToolRuntimeError):

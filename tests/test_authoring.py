@@ -33,7 +33,7 @@ from runtime.schema import Array, Integer, Null, Object, String, Union
 def add(a: int, b: int = 2) -> int:
     """Add two numbers.
 
-    The second paragraph is not part of the description.
+    The second paragraph is part of the description too.
 
     Args:
         a: the first number.
@@ -61,9 +61,9 @@ def bare_parentheses(x: int) -> int:
 
 def test_tool_without_parentheses_uses_the_function_name_and_docstring() -> None:
     assert add.name == "add"
-    assert add.description == "Add two numbers."
+    assert add.description == "Add two numbers.\n\nThe second paragraph is part of the description too."
     assert add.descriptor.name == "add"
-    assert add.descriptor.description == "Add two numbers."
+    assert add.descriptor.description == add.description
     assert [(p.name, p.description) for p in add.descriptor.parameters] == [
         ("a", "the first number."),
         ("b", "the second number."),
@@ -215,7 +215,7 @@ def test_type_msgspec_cannot_describe_is_rejected() -> None:
     class Opaque:
         pass
 
-    with pytest.raises(ToolDefinitionError, match="its arguments cannot be described as JSON"):
+    with pytest.raises(ToolDefinitionError, match="cannot be described as JSON"):
 
         @tool
         def t(o: Opaque) -> int:

@@ -31,8 +31,6 @@ from openai.types.responses import FunctionToolParam
 from runtime import Description, SimpleTool, Tool, ToolCall, ToolRegistry, open_runtime, tool
 from runtime.schema import (
     DIALECTS,
-    MAX_UNROLL,
-    STRICT_FORMATS,
     AnyValue,
     Array,
     Boolean,
@@ -48,11 +46,12 @@ from runtime.schema import (
     TypeNode,
     Union,
     descriptor_from_json_schema,
-    gemini_declaration,
-    parameters_schema,
     render_tool,
     strict_fallback_reason,
 )
+from runtime.schema._gemini import MAX_UNROLL, gemini_declaration
+from runtime.schema._openai import STRICT_FORMATS
+from runtime.schema._to_jsonschema import parameters_schema
 
 # -- the corpus ----------------------------------------------------------------------------
 
@@ -793,9 +792,15 @@ def test_mcp_tool_carries_title_annotations_and_an_object_output_schema() -> Non
     assert set(plain) == {"name", "description", "inputSchema"}
 
 
-def test_mcp_output_schema_is_left_out_for_a_result_that_is_not_an_object() -> None:
+def test_mcp_output_schema_wraps_a_result_that_is_not_an_object() -> None:
     descriptor = ToolDescriptor(name="n", output=Integer())
-    assert "outputSchema" not in render_tool(descriptor, "mcp")
+    assert render_tool(descriptor, "mcp")["outputSchema"] == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+        "x-fastmcp-wrap-result": True,
+    }
 
 
 # -- random IR trees -----------------------------------------------------------------------

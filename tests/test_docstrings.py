@@ -205,3 +205,114 @@ def test_sphinx_summary_stops_at_the_first_field() -> None:
     parsed = parse_docstring(doc)
     assert parsed.summary == "Search the web."
     assert parsed.params == {"query": "what to look for."}
+
+
+# -- the whole description (issue 13) -----------------------------------------------------------
+
+
+def test_description_keeps_every_paragraph_but_the_google_sections() -> None:
+    doc = """Search the web
+    for pages.
+
+    Results come newest first.
+
+    Note:
+        Rate limited to 10 calls a minute.
+
+    Args:
+        query: what to look for.
+
+    Returns:
+        The pages.
+
+    Raises:
+        TimeoutError: when the web is slow.
+    """
+    parsed = parse_docstring(doc)
+    assert parsed.summary == "Search the web for pages."
+    assert parsed.description == (
+        "Search the web for pages.\n\nResults come newest first.\n\nNote:\n    Rate limited to 10 calls a minute."
+    )
+    assert parsed.params == {"query": "what to look for."}
+
+
+def test_description_leaves_out_numpy_sections() -> None:
+    doc = """Search.
+
+    Parameters
+    ----------
+    query : str
+        what to look for.
+
+    Returns
+    -------
+    list
+        the pages.
+
+    Examples
+    --------
+    >>> search("x")
+    """
+    parsed = parse_docstring(doc)
+    assert parsed.params == {"query": "what to look for."}
+    assert parsed.description == 'Search.\n\nExamples\n--------\n>>> search("x")'
+
+
+def test_description_leaves_out_sphinx_fields() -> None:
+    doc = """Search.
+
+    Use sparingly.
+
+    :param query: what to look for,
+        in words.
+    :type query: str
+    :returns: the pages.
+    :raises ValueError: on an empty query.
+    """
+    parsed = parse_docstring(doc)
+    assert parsed.description == "Search.\n\nUse sparingly."
+    assert parsed.params == {"query": "what to look for, in words."}
+
+
+def test_a_docstring_of_only_sections_has_no_description() -> None:
+    for doc in (
+        """
+        Returns:
+            the sum.
+        """,
+        """Returns: the sum.""",
+        """:returns: the sum.""",
+        """
+        Args:
+            a: a number.
+        """,
+    ):
+        assert parse_docstring(doc).description == "", doc
+        assert parse_docstring(doc).summary == ""
+
+
+def test_lists_in_a_description_keep_their_lines() -> None:
+    doc = """Pick a mode.
+
+    - fast: fewer checks
+    - safe: every check
+    """
+    assert parse_docstring(doc).description == "Pick a mode.\n\n- fast: fewer checks\n- safe: every check"
+
+
+def test_attribute_docstrings_are_read_from_the_class_source_base_first() -> None:
+    import msgspec
+
+    from runtime.schema._docstring import attribute_docs
+
+    class Base(msgspec.Struct):
+        a: int
+        """The a."""
+
+    class Child(Base):
+        b: str = ""
+        """The b,
+        on two lines."""
+        c: int = 0
+
+    assert attribute_docs(Child) == {"a": "The a.", "b": "The b, on two lines."}

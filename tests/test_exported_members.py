@@ -27,6 +27,9 @@ ADDED_ON_PURPOSE = {
     # the exception hierarchy of runtime.exceptions
     "ToolRuntimeError", "InvalidArguments", "SchemaError", "ToolDefinitionError", "RuntimeClosed",
     "ToolUnavailable",
+    # tools that ask back (DESIGN.md 3.5): questions, answers, handlers' scope, the failure
+    "asking", "Elicitation", "Answer", "Elicited", "Sampling", "SamplingMessage", "Sampled",
+    "Root", "RootsRequest", "CannotAsk",
 }  # fmt: skip
 
 
@@ -40,6 +43,27 @@ def test_every_exported_name_exists_and_is_reexported_from_a_private_or_sub_modu
         assert value is not None
         if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
             assert value.__module__.startswith("runtime."), (name, value.__module__)
+
+
+SCHEMA = {
+    # the IR
+    "ToolDescriptor", "ToolParameter", "TypeNode",
+    "AnyValue", "Array", "Boolean", "Enum", "Integer", "Null", "Number", "Object", "Ref", "String", "Union",
+    # into the IR: a Python type, a JSON Schema, a docstring
+    "descriptor_from_type", "type_node", "descriptor_from_json_schema", "parse_json_schema",
+    "parse_docstring", "Docstring",
+    # out of it: one provider's tool definition
+    "render_tool", "DIALECTS", "strict_fallback_reason",
+}  # fmt: skip
+
+
+def test_the_schema_package_exports_what_users_need_and_nothing_else() -> None:
+    import runtime.schema
+
+    assert sorted(runtime.schema.__all__) == sorted(SCHEMA)
+    public = {n for n in vars(runtime.schema) if not n.startswith("_")}
+    assert public == SCHEMA
+    assert runtime.schema.ToolDescriptor is runtime.ToolDescriptor
 
 
 def test_the_contract_submodules_import() -> None:

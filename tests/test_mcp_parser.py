@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from runtime import InvalidArguments, SchemaError, ToolDescriptor, ToolParameter
 from runtime.schema import (
-    DEFAULT_MAX_DEPTH,
     AnyValue,
     Array,
     Boolean,
@@ -31,11 +30,11 @@ from runtime.schema import (
     Ref,
     String,
     Union,
-    arguments_struct,
     descriptor_from_json_schema,
     parse_json_schema,
-    python_type,
 )
+from runtime.schema._from_jsonschema import DEFAULT_MAX_DEPTH
+from runtime.schema._to_python import arguments_struct, python_type
 from runtime.tools import ArgsCodec
 
 

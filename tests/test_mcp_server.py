@@ -120,6 +120,7 @@ async def check_tools_and_calls(client: Client) -> None:
     assert add.annotations.idempotent_hint is True
     assert add.input_schema["required"] == ["a", "b"]
     assert add.output_schema == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
         "properties": {"result": {"type": "integer"}},
         "required": ["result"],

@@ -11,16 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import InvalidArguments, SchemaError, SimpleTool, Tool, ToolDescriptor, ToolParameter, tool
-from runtime.schema import (
-    DEFAULT_MAX_DEPTH,
-    Array,
-    Object,
-    Ref,
-    Union,
-    descriptor_from_json_schema,
-    parameters_schema,
-    parse_json_schema,
-)
+from runtime.schema import Array, Object, Ref, Union, descriptor_from_json_schema, parse_json_schema
+from runtime.schema._from_jsonschema import DEFAULT_MAX_DEPTH
+from runtime.schema._to_jsonschema import parameters_schema
 
 EXAMPLES = settings(max_examples=300, deadline=None)
 

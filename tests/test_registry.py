@@ -193,6 +193,7 @@ def test_schemas_default_to_plain_json_schema() -> None:
             "name": "search",
             "description": "Search.",
             "parameters": {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
                 "properties": {"query": {"type": "string"}},
                 "required": ["query"],
@@ -203,6 +204,7 @@ def test_schemas_default_to_plain_json_schema() -> None:
             "name": "echo",
             "description": "Echo the text.",
             "parameters": {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
                 "properties": {"text": {"type": "string"}},
                 "required": ["text"],

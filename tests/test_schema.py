@@ -11,7 +11,6 @@ import pytest
 
 from runtime import Description, SchemaError, Tool, ToolDescriptor, ToolParameter, ToolRegistry, tool
 from runtime.schema import (
-    DEFAULT_MAX_DEPTH,
     AnyValue,
     Array,
     Boolean,
@@ -24,9 +23,10 @@ from runtime.schema import (
     String,
     Union,
     descriptor_from_json_schema,
-    parameters_schema,
     parse_json_schema,
 )
+from runtime.schema._from_jsonschema import DEFAULT_MAX_DEPTH
+from runtime.schema._to_jsonschema import document_schema, parameters_schema
 
 # -- types used by the tools below (module level, so annotations resolve) ------------------
 
@@ -206,9 +206,13 @@ def test_nested_dataclass_becomes_an_object_and_keeps_field_defaults() -> None:
     assert fields["depth"].required is False
 
 
-def test_nested_objects_without_recursion_need_no_definitions() -> None:
+def test_nested_objects_without_recursion_need_no_definitions_but_a_shared_one_is_one_def() -> None:
     assert nested.descriptor.definitions == {}
-    assert "$defs" not in _jsonschema(nested)["parameters"]
+    params = _jsonschema(nested)["parameters"]
+    # Point is used twice (a parameter and Box.corner): JSON Schema writes it once.
+    assert params["properties"]["point"] == {"$ref": "#/$defs/Point"}
+    assert set(params["$defs"]) == {"Point"}
+    assert "$defs" not in parameters_schema(nested.descriptor)  # other dialects inline it
 
 
 # -- recursive types -----------------------------------------------------------------------
@@ -301,7 +305,10 @@ def test_union_is_native() -> None:
 
 def test_fixed_tuple_is_an_array_of_the_union_with_its_length() -> None:
     assert _params(shapes)["pair"].type == Array(
-        items=Union(options=(Integer(), String())), min_items=2, max_items=2
+        items=Union(options=(Integer(), String())),
+        prefix_items=(Integer(), String()),
+        min_items=2,
+        max_items=2,
     )
 
 
@@ -800,6 +807,7 @@ def test_plain_jsonschema_rendering_of_a_tool() -> None:
         "name": "optionality",
         "description": "Three kinds of optional.",
         "parameters": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
             "type": "object",
             "properties": {
                 "a": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
@@ -819,6 +827,7 @@ def test_tool_without_parameters_renders_an_empty_closed_object() -> None:
         return "pong"
 
     assert _jsonschema(ping)["parameters"] == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
         "properties": {},
         "additionalProperties": False,
@@ -834,4 +843,4 @@ def test_rendered_schema_is_valid_json_schema_and_parses_back_to_itself(t: Any) 
     node, definitions = parse_json_schema(parameters)
     assert isinstance(node, Object)
     again = ToolDescriptor(name=t.name, parameters=node.properties, definitions=definitions)
-    assert parameters_schema(again) == parameters
+    assert document_schema(again) == parameters

@@ -80,6 +80,7 @@ class ToolActor:
         self.counters = ToolCounters()
         self.pool = WorkerPool(tool, options, config, self.counters, recv, self._crash_now, self._unavailable)
         self.untimed = options.timeout is None and config.default_timeout is None
+        self.asks = options.requires_approval is not False  # its calls need a CallContext
         placement = options.placement
         self.placement: Placement | None = (
             placement if placement is not None and not placement.in_process else None

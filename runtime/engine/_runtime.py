@@ -22,7 +22,7 @@ from ..exceptions import RuntimeClosed
 from ..features import Feature, FeaturePipeline
 from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, echo
 from ..registry import ToolLike, ToolRegistry
-from ..tools import CallContext, ToolBase
+from ..tools import Asker, CallContext, ElicitHandler, RootsHandler, SampleHandler, ToolBase
 from ._actor import ToolActor
 from ._config import EngineConfig, RestartPolicy
 from ._envelope import DONE, QUEUED, Batch, BatchEnvelope, CallEnvelope, Envelope
@@ -57,6 +57,7 @@ class Runtime:
         self._unknown = 0
         self._ids = itertools.count(1)
         self._problems: dict[int, _Problem] = {}  # malformed calls between `_route` and `_admit`
+        self._asking: Asker | None = None  # open_runtime(on_elicit=..., on_sample=..., on_roots=...)
 
     # -- introspection ---------------------------------------------------------------
 
@@ -78,6 +79,14 @@ class Runtime:
         while self._routing.version == version:
             await self._routing.changed.wait()
         return self._routing.version
+
+    @property
+    def asking(self) -> Asker | None:
+        """Who answers the tools' questions (`open_runtime(on_elicit=..., ...)`); None: no one.
+
+        MCP connections answer their servers' elicitation, sampling and roots requests with these.
+        """
+        return self._asking
 
     @property
     def max_result_chars(self) -> int:
@@ -254,9 +263,13 @@ class Runtime:
                 self._problems[id(call)] = problem
         actor = self._routing.routes.get(name)
         tool = actor.tool if actor is not None else None
-        if self._pipeline is not None or (tool is not None and tool.takes_context):
+        if (
+            self._pipeline is not None
+            or (tool is not None and tool.takes_context)
+            or (actor is not None and actor.asks)
+        ):
             merged = self._config.pipeline.merge_metadata(call, tool, metadata)
-            return call, CallContext(call.id, name, merged, None, tool), actor
+            return call, CallContext(call.id, name, merged, None, tool, asking=self._asking), actor
         return call, None, actor
 
     def _admit(self, env: Envelope, actor: ToolActor | None) -> ToolActor | None:
@@ -441,6 +454,9 @@ async def open_runtime(
     thread_limit: int = 40,
     shutdown_timeout: float = 5.0,
     asyncio_loop: asyncio.AbstractEventLoop | None = None,
+    on_elicit: ElicitHandler | None = None,
+    on_sample: SampleHandler | None = None,
+    on_roots: RootsHandler | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime for `registry`; on exit, stop it (queued calls fail, none are dropped).
 
@@ -462,6 +478,13 @@ async def open_runtime(
         asyncio_loop: the asyncio loop this trio run is a guest of, where tools declared
             `loop="asyncio"` run. Set by `runtime.embed.open_asyncio_runtime`; not for
             other uses (the loop must be running on this thread).
+        on_elicit: answers the tools' `ctx.elicit` and `requires_approval` questions
+            (`async def on_elicit(q: Elicitation) -> Answer`), and MCP servers' elicitation
+            requests to this runtime's connections. Without it a tool that asks fails UNAVAILABLE.
+        on_sample: answers `ctx.sample` and MCP servers' sampling requests
+            (`async def on_sample(r: Sampling) -> Sampled`), e.g. with the agent's own model.
+        on_roots: answers `ctx.list_roots` and MCP servers' roots requests
+            (`async def on_roots(r: RootsRequest) -> list[Root]`).
     """
     if not isinstance(registry, ToolRegistry):
         registry = ToolRegistry(registry)
@@ -486,6 +509,8 @@ async def open_runtime(
         routing = RegistryActor(supervisor, config)
         await host.nursery.start(routing.run)
         rt = Runtime(routing, config, pipeline, supervisor)
+        asker = Asker(on_elicit, on_sample, on_roots)
+        rt._asking = None if asker.empty else asker
         try:
             for actor in await routing.register(list(registry)):
                 await actor.ready.wait()  # each setup is bounded by its tool's setup_timeout

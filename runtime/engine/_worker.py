@@ -127,6 +127,7 @@ class WorkerPool:
         self._default_timeout = config.default_timeout
         self._untimed = self._timeout is None and self._default_timeout is None
         self._restart_on = options.restart_on
+        self._approval = options.requires_approval
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
         self._value = cls.result_value is not ToolBase.result_value
         self._tool_dispatch = tool.dispatch
@@ -216,6 +217,8 @@ class WorkerPool:
                                             self._untimed and env.deadline == math.inf
                                         ) and self._arm(env, scope)
                                         try:
+                                            if self._approval is not False:
+                                                await self._approve(env, args)
                                             if self._chained:
                                                 value = await self._chain(env, args)
                                             elif self._around is not None and env.ctx is not None:
@@ -265,6 +268,15 @@ class WorkerPool:
             return await self._dispatch(env, args)
         finally:
             call_chain.reset(token)
+
+    async def _approve(self, env: Envelope, args: Any) -> None:
+        """Ask before the tool runs (`requires_approval`); raises ToolRejected when denied."""
+        approval = self._approval
+        if approval is not True and not approval(args):
+            return
+        ctx = env.ctx
+        assert ctx is not None  # routing makes a context for every tool that asks
+        await ctx.approve(env.call.arguments)
 
     async def _dispatch(self, env: Envelope, args: Any) -> Any:
         if self._mode == _ASYNC:

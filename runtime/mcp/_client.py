@@ -51,6 +51,7 @@ from opentelemetry import trace
 
 from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
 from ..tools import CallContext
+from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
 from ._client_tool import McpTool
 from ._client_transport import WatchedTransport
@@ -187,6 +188,9 @@ class RemoteServer:
             logging_callback=self._server_log,
             log_level="info",  # 2026-07-28: log messages come only to requests that ask for them
             client_info=_CLIENT_INFO,
+            # a server's elicitation / sampling / roots requests (and 2026-07-28 input-required
+            # results, followed for a bounded number of rounds) go to the runtime's handlers
+            **client_callbacks(getattr(registrar, "asking", None)),
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client, trio.open_nursery() as nursery:

@@ -211,6 +211,7 @@ class RemoteCatalog:
             caller=self._caller,
             timeout=self.spec.call_timeout,
             wrapped=wrapped,
+            requires_approval=getattr(self.spec, "requires_approval", False),
         )
 
     def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:

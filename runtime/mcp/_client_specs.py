@@ -49,6 +49,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server; the rest are refused with a warning.
+        requires_approval: each of its tools asks before it runs (True), or before the calls
+            whose arguments (a dict) a predicate picks; see `ToolOptions.requires_approval`.
     """
 
     name: str
@@ -59,6 +61,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     backoff: float = 0.5
     max_backoff: float = 30.0
     max_tools: int = 1000
+    requires_approval: Any = False
 
     def __post_init__(self) -> None:
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
@@ -107,9 +110,10 @@ class HttpServer(ServerSpec, frozen=True, kw_only=True):
 
     url: str
     headers: dict[str, str] | None = None
+    auth: Any = None  # an httpx2.Auth: `mcp.oauth(...)`, or any of the SDK's OAuth providers
 
     def transport(self) -> Transport:
-        return http_transport(self.url, self.headers, self.connect_timeout)
+        return http_transport(self.url, self.headers, self.connect_timeout, auth=self.auth)
 
 
 class SseServer(ServerSpec, frozen=True, kw_only=True):
@@ -117,9 +121,10 @@ class SseServer(ServerSpec, frozen=True, kw_only=True):
 
     url: str
     headers: dict[str, str] | None = None
+    auth: Any = None  # an httpx2.Auth, as for `http`
 
     def transport(self) -> Transport:
-        return sse_transport(self.url, self.headers, self.connect_timeout)
+        return sse_transport(self.url, self.headers, self.connect_timeout, auth=self.auth)
 
 
 def stdio(
@@ -136,6 +141,7 @@ def stdio(
     backoff: float = 0.5,
     max_backoff: float = 30.0,
     max_tools: int = 1000,
+    requires_approval: Any = False,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -152,6 +158,7 @@ def stdio(
         backoff: seconds before the first restart; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server (default 1000).
+        requires_approval: its tools ask before they run (True, or a predicate on the arguments).
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -168,6 +175,7 @@ def stdio(
         backoff=backoff,
         max_backoff=max_backoff,
         max_tools=max_tools,
+        requires_approval=requires_approval,
     )
 
 
@@ -183,12 +191,17 @@ def http(
     backoff: float = 0.5,
     max_backoff: float = 30.0,
     max_tools: int = 1000,
+    requires_approval: Any = False,
+    auth: Any = None,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
     Args:
         url: the server's MCP endpoint.
         headers: sent with every request (e.g. `{"Authorization": "Bearer ..."}`).
+        auth: an `httpx2.Auth` for every request: `mcp.oauth(url, ...)` for a server behind
+            OAuth 2.1 (discovery, registration, PKCE, refresh and step-up by the SDK's own
+            `OAuthClientProvider`), or any provider of `mcp.client.auth`.
         prefix: namespaces its tools: `{prefix}_{tool}`.
         mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
         name: how logs name it (default: the URL without credentials or query).
@@ -197,6 +210,7 @@ def http(
         backoff: seconds before the first reconnect; doubles per failed attempt.
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server (default 1000).
+        requires_approval: its tools ask before they run (True, or a predicate on the arguments).
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -209,6 +223,8 @@ def http(
         backoff=backoff,
         max_backoff=max_backoff,
         max_tools=max_tools,
+        requires_approval=requires_approval,
+        auth=auth,
     )
 
 
@@ -223,6 +239,8 @@ def sse(
     backoff: float = 0.5,
     max_backoff: float = 30.0,
     max_tools: int = 1000,
+    requires_approval: Any = False,
+    auth: Any = None,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -239,6 +257,8 @@ def sse(
         backoff=backoff,
         max_backoff=max_backoff,
         max_tools=max_tools,
+        requires_approval=requires_approval,
+        auth=auth,
     )
 
 

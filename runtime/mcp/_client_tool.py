@@ -92,6 +92,7 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         caller: Caller,
         timeout: float | None = None,
         wrapped: bool = False,
+        requires_approval: Any = False,
     ) -> None:
         self.name = name
         self.remote_name = remote_name
@@ -102,6 +103,7 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         self._validator = validator
         self.args_type = dict[str, Any]
         self.timeout = timeout
+        self.requires_approval = requires_approval
         self._caller = caller
         self._wrapped = wrapped
 

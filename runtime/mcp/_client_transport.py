@@ -65,24 +65,27 @@ def stdio_transport(
 
 @contextlib.asynccontextmanager
 async def http_transport(
-    url: str, headers: Mapping[str, str] | None, connect_timeout: float
+    url: str, headers: Mapping[str, str] | None, connect_timeout: float, *, auth: Any = None
 ) -> AsyncIterator[TransportStreams]:
-    """Streamable HTTP to `url`, with `headers` on every request."""
+    """Streamable HTTP to `url`, with `headers` (and `auth`, an httpx2.Auth) on every request."""
     timeout = httpx2.Timeout(connect_timeout, read=_SSE_READ_TIMEOUT)
     async with (
-        httpx2.AsyncClient(headers=dict(headers) if headers else None, timeout=timeout) as client,
+        httpx2.AsyncClient(headers=dict(headers) if headers else None, timeout=timeout, auth=auth) as client,
         streamable_http_client(url, http_client=client) as streams,
     ):
         yield streams
 
 
-def sse_transport(url: str, headers: Mapping[str, str] | None, connect_timeout: float) -> Transport:
+def sse_transport(
+    url: str, headers: Mapping[str, str] | None, connect_timeout: float, *, auth: Any = None
+) -> Transport:
     """The 2024-11-05 HTTP+SSE transport (servers that predate streamable HTTP)."""
     return sse_client(
         url,
         headers=dict(headers) if headers else None,
         timeout=connect_timeout,
         sse_read_timeout=_SSE_READ_TIMEOUT,
+        auth=auth,
     )
 
 

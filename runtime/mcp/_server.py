@@ -25,6 +25,7 @@ from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
@@ -36,7 +37,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..engine import Runtime
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall
-from ..tools import LOG_LEVELS, CallContext, reporting
+from ..tools import LOG_LEVELS, CallContext, asking, reporting
+from ._asking import ServedAsker
 from ._server_catalog import Catalog, error_result, plain_result
 
 __all__ = ["DEFAULT_NAME", "ServedRuntime", "serve_stdio", "trace_metadata"]
@@ -116,6 +118,11 @@ class ServedRuntime:
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._initialized
         )
+        # 2026-07-28 input-required rounds: the requestState a client echoes is sealed and
+        # verified by the SDK (AES-GCM under a key of this process, bound to the call, expiring).
+        self.server.middleware.append(
+            RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name)
+        )
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -124,7 +131,7 @@ class ServedRuntime:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         served = self._catalog.get(params.name)
         if served is None and self._rt.registry.get_or_none(params.name) is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {self._rt.registry.missing_message(params.name)}")
@@ -153,8 +160,9 @@ class ServedRuntime:
                     related_request_id=ctx.request_id,
                 )
 
+        questions = ServedAsker(session, ctx.request_id, params)  # ctx.elicit / sample / list_roots
         try:
-            with reporting(on_progress=on_progress, on_log=on_log):
+            with reporting(on_progress=on_progress, on_log=on_log), asking(**questions.handlers()):
                 close = ctx.close_sse_stream
                 if close is None or self._poll_after is None:
                     result = await self._rt.call(call, metadata=trace_metadata(params.meta))
@@ -165,6 +173,10 @@ class ServedRuntime:
                         nursery.cancel_scope.cancel()
         except RuntimeClosed as exc:
             return error_result(f"Error: {exc}")
+        if questions.pending:  # 2026-07-28: this round ends with the questions; the client calls again
+            return questions.input_required()
+        if questions.modern and not result.ok and questions.missing.model_fields_set:
+            raise questions.missing_capability()  # 2026-07-28: -32021, not a tool error
         return (
             served.result(result, self._rt.max_result_chars) if served is not None else plain_result(result)
         )

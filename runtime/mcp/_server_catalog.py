@@ -27,16 +27,16 @@ from ..messages import (
     ToolResult,
     ToolSuccess,
 )
-from ..schema import Object, Ref, TypeNode, node_schema, render_tool, type_node
+from ..schema import ToolDescriptor, render_tool, type_node
+from ..schema._from_python import output_type
+from ..schema._to_jsonschema import output_document
 from ..tools import ToolBase
-from ._client_tool import WRAP_MARKER
 
 __all__ = ["Catalog", "ServedTool", "error_result", "plain_result"]
 
 log = logging.getLogger("runtime.mcp")
 
 _WRAP_KEY = "result"
-_NO_OUTPUT: tuple[Any, ...] = (None, type(None), str, Any)
 
 
 class ServedTool:
@@ -46,15 +46,17 @@ class ServedTool:
 
     def __init__(self, tool: ToolBase[Any, Any]) -> None:
         self.tool = tool
-        listed = dict(render_tool(tool.descriptor, "mcp"))
+        # The listing is `registry.schemas("mcp")`'s; a tool whose descriptor does not know
+        # its result type (a ToolBase subclass that builds its own) gets it from result_type.
+        descriptor = tool.descriptor
+        if descriptor.output is None:
+            descriptor = _with_output(tool)
+        listed = dict(render_tool(descriptor, "mcp"))
         given = getattr(tool, "json_schema", None)
         if isinstance(given, dict):  # a schema that came as JSON Schema is served as it was given
             listed["inputSchema"] = given
-        self.wrap = False
-        if "outputSchema" not in listed:
-            output = _output_schema(tool)
-            if output is not None:
-                listed["outputSchema"], self.wrap = output
+        output = output_document(descriptor)
+        self.wrap = output is not None and output[1]
         self.structured = "outputSchema" in listed
         self.listing = types.Tool.model_validate(listed)
 
@@ -174,39 +176,15 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _output_schema(tool: ToolBase[Any, Any]) -> tuple[dict[str, Any], bool] | None:
-    """The outputSchema of a tool's results and whether they are wrapped, or None."""
-    descriptor = tool.descriptor
-    if descriptor.output is not None:
-        node: TypeNode = descriptor.output
-        definitions = descriptor.definitions
-    else:
-        result_type = tool.result_type
-        if _no_output(result_type):
-            return None
-        found = type_node(result_type)
-        if found is None:
-            return None
-        node, definitions = found
-    root = definitions.get(node.name) if isinstance(node, Ref) else node
-    if isinstance(root, Object):
-        schema = node_schema(root)
-        wrap = False
-    else:
-        schema = {
-            "type": "object",
-            "properties": {_WRAP_KEY: node_schema(node)},
-            "required": [_WRAP_KEY],
-            WRAP_MARKER: True,
-        }
-        wrap = True
-    if definitions:
-        schema["$defs"] = {name: node_schema(n) for name, n in definitions.items()}
-    return schema, wrap
-
-
-def _no_output(result_type: Any) -> bool:
-    try:
-        return result_type in _NO_OUTPUT
-    except TypeError:  # an unhashable, uncomparable annotation
-        return False
+def _with_output(tool: ToolBase[Any, Any]) -> ToolDescriptor:
+    """The tool's descriptor with its `result_type` as its output type, when that has one."""
+    result_type = output_type(tool.result_type)
+    found = None if result_type is None else type_node(result_type)
+    if found is None:
+        return tool.descriptor
+    node, definitions = found
+    if set(definitions) & set(tool.descriptor.definitions):
+        return tool.descriptor
+    return msgspec.structs.replace(
+        tool.descriptor, output=node, definitions={**tool.descriptor.definitions, **definitions}
+    )

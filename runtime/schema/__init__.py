@@ -1,21 +1,19 @@
-"""The contract layer: the tool IR, Python types and JSON Schemas into it, dialects out of it."""
+"""The contract layer: the tool IR, Python types and JSON Schemas into it, dialects out of it.
 
-from ._anthropic import anthropic_tool as anthropic_tool
+The public surface is what a user needs to read or build a tool's description by hand:
+the IR (`ToolDescriptor`, `ToolParameter` and the type nodes), the ways into it (a Python
+type, a JSON Schema, a docstring) and the way out (`render_tool` for one provider). The
+renderers of each dialect and the builders the runtime uses live in the private modules.
+"""
+
 from ._dialects import DIALECTS as DIALECTS
-from ._dialects import Dialect as Dialect
 from ._dialects import render_tool as render_tool
 from ._docstring import Docstring as Docstring
 from ._docstring import parse_docstring as parse_docstring
-from ._from_jsonschema import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
 from ._from_jsonschema import descriptor_from_json_schema as descriptor_from_json_schema
 from ._from_jsonschema import parse_json_schema as parse_json_schema
-from ._from_python import descriptor_from_fields as descriptor_from_fields
 from ._from_python import descriptor_from_type as descriptor_from_type
-from ._from_python import direct_node as direct_node
 from ._from_python import type_node as type_node
-from ._gemini import GEMINI_FORMATS as GEMINI_FORMATS
-from ._gemini import MAX_UNROLL as MAX_UNROLL
-from ._gemini import gemini_declaration as gemini_declaration
 from ._ir import AnyValue as AnyValue
 from ._ir import Array as Array
 from ._ir import Boolean as Boolean
@@ -30,16 +28,30 @@ from ._ir import ToolDescriptor as ToolDescriptor
 from ._ir import ToolParameter as ToolParameter
 from ._ir import TypeNode as TypeNode
 from ._ir import Union as Union
-from ._ir import is_nullable as is_nullable
-from ._ir import without_null as without_null
-from ._mcp import mcp_tool as mcp_tool
-from ._openai import STRICT_FORMATS as STRICT_FORMATS
-from ._openai import openai_chat_tool as openai_chat_tool
-from ._openai import openai_responses_tool as openai_responses_tool
 from ._openai import strict_fallback_reason as strict_fallback_reason
-from ._openai import strict_parameters_schema as strict_parameters_schema
-from ._to_jsonschema import node_schema as node_schema
-from ._to_jsonschema import parameters_schema as parameters_schema
-from ._to_jsonschema import property_schema as property_schema
-from ._to_python import arguments_struct as arguments_struct
-from ._to_python import python_type as python_type
+
+__all__ = [
+    "DIALECTS",
+    "AnyValue",
+    "Array",
+    "Boolean",
+    "Docstring",
+    "Enum",
+    "Integer",
+    "Null",
+    "Number",
+    "Object",
+    "Ref",
+    "String",
+    "ToolDescriptor",
+    "ToolParameter",
+    "TypeNode",
+    "Union",
+    "descriptor_from_json_schema",
+    "descriptor_from_type",
+    "parse_docstring",
+    "parse_json_schema",
+    "render_tool",
+    "strict_fallback_reason",
+    "type_node",
+]

@@ -10,7 +10,7 @@ provider's API accepts. Results are cached by the tool and the registry, not her
 | `anthropic`        | `anthropic_tool`        | `{name, description, input_schema, cache_control?}`        |
 | `gemini`           | `gemini_declaration`    | a FunctionDeclaration: `{name, description, parameters?}` (OpenAPI subset) |
 | `mcp`              | `mcp_tool`              | an MCP Tool: `{name, title?, description, inputSchema, outputSchema?, annotations?}` |
-| `jsonschema`       | (plain)                 | `{name, description, parameters}` (draft 2020-12)          |
+| `jsonschema`       | (plain)                 | `{name, description, parameters}` (a 2020-12 document: `$schema`, shared types in `$defs`) |
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ._gemini import gemini_declaration
 from ._ir import ToolDescriptor
 from ._mcp import mcp_tool
 from ._openai import openai_chat_tool, openai_responses_tool
-from ._to_jsonschema import parameters_schema
+from ._to_jsonschema import document_schema
 
 __all__ = ["DIALECTS", "Dialect", "render_tool"]
 
@@ -34,7 +34,7 @@ def _plain(descriptor: ToolDescriptor, strict: bool) -> dict[str, Any]:
     return {
         "name": descriptor.name,
         "description": descriptor.description,
-        "parameters": parameters_schema(descriptor),
+        "parameters": document_schema(descriptor),
     }
 
 

@@ -1,87 +1,173 @@
-"""Docstrings -> a summary and parameter descriptions (Google, NumPy and Sphinx styles)."""
+"""Docstrings -> a description and parameter descriptions (Google, NumPy and Sphinx styles).
+
+The description is everything but the sections that describe the signature (Args,
+Returns, Yields, Raises and their NumPy and Sphinx forms): usage notes and examples stay.
+Attribute docstrings (a string literal right under a class field) are read from the
+class's source with `ast`, as griffe does.
+
+Hand-written rather than griffe or docstring-parser: on the Google, NumPy and Sphinx cases
+of tests/test_docstrings.py it reads every case docstring-parser reads (and `Keyword Args:`,
+which docstring-parser misses), in about 20 us against docstring-parser's 155 us and
+griffe's ~300 us, and a tool's docstring is parsed each time a tool is built (W3).
+"""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import inspect
+import itertools
 import re
+import textwrap
+import weakref
+from typing import Any
 
-__all__ = ["Docstring", "parse_docstring"]
+__all__ = ["Docstring", "attribute_docs", "parse_docstring"]
 
-_GOOGLE_HEADER = re.compile(
-    r"^(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Attributes|Fields)\s*:\s*$"
+_PARAM_HEADERS = (
+    "Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|Attributes|Fields"
 )
+_OTHER_HEADERS = "Returns|Return|Yields|Yield|Raises|Raise|Exceptions|Except|Receives|Warns"
+_GOOGLE_HEADER = re.compile(rf"^({_PARAM_HEADERS})\s*:\s*$")
+_GOOGLE_SECTION = re.compile(rf"^({_PARAM_HEADERS}|{_OTHER_HEADERS})\s*:\s*(.*)$")
 _GOOGLE_ENTRY = re.compile(r"^\*{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(\([^)]*\))?\s*:\s*(?P<desc>.*)$")
 _NUMPY_HEADER = re.compile(r"^(Parameters|Other Parameters|Attributes)\s*$")
+_NUMPY_SECTION = re.compile(rf"^({_PARAM_HEADERS}|{_OTHER_HEADERS})\s*$")
 _NUMPY_ENTRY = re.compile(r"^\*{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(:.*)?$")
 _SPHINX_PARAM = re.compile(
     r"^:(param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?(?P<name>\*{0,2}[A-Za-z_]\w*)\s*:\s*(?P<desc>.*)$"
 )
+_ANY_SPHINX = re.compile(r"^[ \t]*:(param|parameter|arg|argument|key|keyword)\b", re.MULTILINE)
+_SPHINX_FIELD = re.compile(
+    r"^:(param|parameter|arg|argument|key|keyword|type|vartype|ivar|cvar|var|returns?|rtype|raises?|except|exception|yields?|ytype)\b"
+)
 _SECTION_BREAK = re.compile(r"^(\w[\w ]*:\s*$|:\w+)")
+_PROSE_START = re.compile(r"^([-*+>|]|\d+[.)]\s|\.\. )")
 
 
 class Docstring:
-    """What a docstring tells the model: a summary and per-parameter text."""
+    """What a docstring tells the model.
 
-    __slots__ = ("params", "summary")
+    Attributes:
+        summary: the first paragraph, on one line.
+        description: the whole description part (every paragraph but the signature's
+            sections); prose paragraphs on one line each, lists and examples as written.
+        params: per-parameter text.
+    """
 
-    def __init__(self, summary: str, params: dict[str, str]) -> None:
+    __slots__ = ("description", "params", "summary")
+
+    def __init__(self, summary: str, params: dict[str, str], description: str | None = None) -> None:
         self.summary = summary
         self.params = params
+        self.description = summary if description is None else description
+
+
+_EMPTY = Docstring("", {})
 
 
 def parse_docstring(doc: str | None) -> Docstring:
-    """Split a docstring into its first paragraph and its parameter descriptions."""
-    if not doc:
-        return Docstring("", {})
+    """Split a docstring into its description and its parameter descriptions."""
+    if not doc or doc.isspace():
+        return _EMPTY
     lines = inspect.cleandoc(doc).splitlines()
-    summary: list[str] = []
-    for line in lines:
-        stripped = line.strip()
-        if not stripped or _GOOGLE_HEADER.match(stripped) or stripped.startswith(":"):
-            break
-        summary.append(stripped)
     params: dict[str, str] = {}
-    if len(summary) < len(lines):  # anything past the summary: look for parameter sections
-        _google(lines, params)
-        if "--" in doc:
-            _numpy(lines, params)
-        if ":" in doc:
-            _sphinx(lines, params)
-    return Docstring(" ".join(summary), params)
+    if len(lines) == 1:
+        line = lines[0].strip()
+        if _GOOGLE_SECTION.match(line) or _SPHINX_FIELD.match(line):
+            return Docstring("", params)
+        return Docstring(line, params)
+    if "--" in doc:
+        _numpy(lines, params)
+    if _ANY_SPHINX.search(doc):
+        _sphinx(lines, params)
+    paragraphs = _description(lines, params)
+    summary = paragraphs[0] if paragraphs and not paragraphs[0].startswith(" ") else ""
+    if summary and "\n" in summary:
+        summary = ""  # the first paragraph is a list or an example, not a sentence
+    return Docstring(summary, params, "\n\n".join(paragraphs))
 
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
-def _google(lines: list[str], params: dict[str, str]) -> None:
-    i = 0
-    while i < len(lines):
-        header = lines[i]
-        if not _GOOGLE_HEADER.match(header.strip()):
-            i += 1
-            continue
-        base = _indent(header)
-        i += 1
-        entry_indent: int | None = None
-        current: str | None = None
-        while i < len(lines):
-            line = lines[i]
-            if not line.strip():
+def _description(lines: list[str], params: dict[str, str]) -> list[str]:
+    """The paragraphs outside the signature's sections; Google Args entries go into `params`."""
+    stripped = [line.strip() for line in lines]
+    indents = [len(line) - len(line.lstrip()) for line in lines]
+    kept: list[int] = []
+    i, n = 0, len(lines)
+    while i < n:
+        text = stripped[i]
+        google = text.endswith(":") and _GOOGLE_SECTION.match(text)
+        numpy = (
+            not google
+            and i + 1 < n
+            and stripped[i + 1].startswith("---")
+            and set(stripped[i + 1]) == {"-"}
+            and _NUMPY_SECTION.match(text) is not None
+        )
+        if google or numpy:
+            base = indents[i]
+            start = i = i + (2 if numpy else 1)
+            while i < n:  # the section: every line indented under it, or up to the next header
+                if stripped[i] and indents[i] <= base:
+                    if not numpy:
+                        break
+                    # NumPy entries sit at the header's indent: the section ends at the next header
+                    if i + 1 < n and stripped[i + 1].startswith("-") and set(stripped[i + 1]) == {"-"}:
+                        break
+                    if _GOOGLE_SECTION.match(stripped[i]):
+                        break
                 i += 1
-                continue
-            indent = _indent(line)
-            if indent <= base:
-                break
-            if entry_indent is None:
-                entry_indent = indent
-            match = _GOOGLE_ENTRY.match(line.strip()) if indent == entry_indent else None
-            if match:
-                current = match["name"]
-                params.setdefault(current, match["desc"].strip())
-            elif current is not None and indent > entry_indent:
-                params[current] = f"{params[current]} {line.strip()}".strip()
+            if google and _GOOGLE_HEADER.match(text):
+                _google(stripped, indents, start, i, params)
+            continue
+        if text.startswith(":") and _SPHINX_FIELD.match(text):
             i += 1
+            while i < n and stripped[i] and indents[i] > 0 and not stripped[i].startswith(":"):
+                i += 1
+            continue
+        kept.append(i)
+        i += 1
+    paragraphs: list[str] = []
+    block: list[int] = []
+    for k in [*kept, -1]:
+        if k >= 0 and stripped[k]:
+            if block and k != block[-1] + 1:
+                paragraphs.append(_paragraph(lines, indents, block))
+                block = []
+            block.append(k)
+        elif block:
+            paragraphs.append(_paragraph(lines, indents, block))
+            block = []
+    return paragraphs
+
+
+def _paragraph(lines: list[str], indents: list[int], block: list[int]) -> str:
+    if all(indents[k] == 0 and not _PROSE_START.match(lines[k]) for k in block):
+        return " ".join(lines[k].strip() for k in block)
+    return textwrap.dedent("\n".join(lines[k] for k in block)).rstrip()
+
+
+def _google(stripped: list[str], indents: list[int], start: int, end: int, params: dict[str, str]) -> None:
+    """The entries of one Google parameter section, lines `start` to `end`."""
+    entry_indent: int | None = None
+    current: str | None = None
+    for i in range(start, end):
+        text = stripped[i]
+        if not text:
+            continue
+        indent = indents[i]
+        if entry_indent is None:
+            entry_indent = indent
+        match = _GOOGLE_ENTRY.match(text) if indent == entry_indent else None
+        if match:
+            current = match["name"]
+            params.setdefault(current, match["desc"].strip())
+        elif current is not None and indent > entry_indent:
+            params[current] = f"{params[current]} {text}".strip()
 
 
 def _numpy(lines: list[str], params: dict[str, str]) -> None:
@@ -125,3 +211,64 @@ def _sphinx(lines: list[str], params: dict[str, str]) -> None:
             params[current] = f"{params[current]} {stripped}".strip()
         else:
             current = None
+
+
+# -- attribute docstrings ----------------------------------------------------------------------
+
+_ATTRIBUTE_DOCS: weakref.WeakKeyDictionary[type, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """The docstrings written right under the fields of `cls` and its bases (base first).
+
+    ```
+    class Query(msgspec.Struct):
+        text: str
+        \"\"\"What to look for.\"\"\"
+    ```
+
+    Empty when the source is not available (a class made at runtime, a frozen app).
+    """
+    try:
+        return _ATTRIBUTE_DOCS[cls]
+    except (KeyError, TypeError):
+        pass
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__ in ("builtins", "typing", "msgspec", "enum") or klass is object:
+            continue
+        docs.update(_own_attribute_docs(klass))
+    with contextlib.suppress(TypeError):  # a class that refuses weak references is not cached
+        _ATTRIBUTE_DOCS[cls] = docs
+    return docs
+
+
+def _own_attribute_docs(cls: type) -> dict[str, str]:
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return {}
+    node: Any = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.ClassDef):
+        return {}
+    docs: dict[str, str] = {}
+    body = node.body
+    for stmt, nxt in itertools.pairwise(body):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            name = stmt.target.id
+        elif (
+            isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+        ):
+            name = stmt.targets[0].id
+        else:
+            continue
+        if (
+            isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            text = parse_docstring(nxt.value.value).description
+            if text:
+                docs[name] = text
+    return docs

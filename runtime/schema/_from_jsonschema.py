@@ -282,6 +282,7 @@ class _Parser:
                 pattern=_opt(schema, "pattern", str),
                 min_length=_opt(schema, "minLength", int),
                 max_length=_opt(schema, "maxLength", int),
+                content_encoding=_opt(schema, "contentEncoding", str),
             )
         if kind == "integer" or kind == "number":
             bounds = _bounds(schema)
@@ -306,8 +307,11 @@ class _Parser:
     def _array(self, schema: Mapping[str, Any], depth: int) -> Array:
         prefix = schema.get("prefixItems")
         items_schema = schema.get("items", True)
+        positions: tuple[TypeNode, ...] | None = None
         if prefix is not None:
             options = list(self._list(prefix, "prefixItems", depth))
+            if items_schema is False:
+                positions = tuple(options)  # a closed tuple: one type per position
             if items_schema not in (False, True, None) and isinstance(items_schema, Mapping):
                 options.append(self.node(items_schema, depth + 1))
             items = union_of(tuple(options))
@@ -319,6 +323,7 @@ class _Parser:
             items = self.node(items_schema, depth + 1)
         return Array(
             items=items,
+            prefix_items=positions,
             min_items=_opt(schema, "minItems", int),
             max_items=_opt(schema, "maxItems", int),
             unique_items=schema.get("uniqueItems") is True,
@@ -337,6 +342,7 @@ class _Parser:
                 if isinstance(prop_schema, Mapping)
                 else msgspec.UNSET
             )
+            header = prop_schema.get("x-mcp-header") if isinstance(prop_schema, Mapping) else None
             props.append(
                 ToolParameter(
                     name=name,
@@ -344,6 +350,7 @@ class _Parser:
                     type=node,
                     required=name in required,
                     default=default,
+                    header=header if isinstance(header, str) else None,
                 )
             )
         # A required name the properties do not describe may hold any value.

@@ -17,7 +17,8 @@ description says so (the decoder still checks the real type):
   properties (as google-genai renders a `dict` parameter), the value type in the description.
 - Any JSON value: an `anyOf` of the scalar types, nullable.
 - Formats other than `date-time`, patterns with lookaround, `multipleOf`, `uniqueItems`,
-  a float's exclusive bounds and defaults move into the description; an integer's
+  `contentEncoding`, a tuple's positions (`prefixItems`), a float's exclusive bounds and
+  defaults move into the description; an integer's
   exclusive bounds become inclusive ones.
 - A tool without parameters has no `parameters` (google-genai leaves it unset).
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..exceptions import SchemaError
 from ._ir import (
     AnyValue,
     Array,
@@ -43,7 +45,7 @@ from ._ir import (
     TypeNode,
     Union,
 )
-from ._notes import default_note, describe, has_lookaround, json_type
+from ._notes import default_note, describe, has_lookaround, json_type, shown, summary, tuple_note
 
 __all__ = ["GEMINI_FORMATS", "MAX_UNROLL", "gemini_declaration"]
 
@@ -125,6 +127,8 @@ class _Renderer:
                 schema["minLength"] = node.min_length
             if node.max_length is not None:
                 schema["maxLength"] = node.max_length
+            if node.content_encoding is not None:
+                notes.append(f"{node.content_encoding}-encoded")
         elif isinstance(node, Integer):
             schema = {"type": "integer"}
             low = _max(
@@ -172,11 +176,13 @@ class _Renderer:
                 schema["maxItems"] = node.max_items
             if node.unique_items:
                 notes.append("items must be unique")
+            if node.prefix_items is not None:
+                notes.append(tuple_note(node.prefix_items))
         elif isinstance(node, Object):
             if node.properties:
                 schema = self.object(node.properties, path)
                 if node.additional is not True and node.additional is not False:
-                    notes.append(f"other keys allowed, each {_summary(node.additional)}")
+                    notes.append(f"other keys allowed, each {summary(node.additional)}")
             else:
                 schema = {"type": "object"}
                 if node.additional is False:
@@ -184,7 +190,7 @@ class _Renderer:
                 elif node.additional is True:
                     notes.append("a JSON object with any keys")
                 else:
-                    notes.append(f"a JSON object with any keys, each value {_summary(node.additional)}")
+                    notes.append(f"a JSON object with any keys, each value {summary(node.additional)}")
         elif isinstance(node, Union):
             options = [o for o in node.options if not isinstance(o, Null)]
             if len(options) == 1:
@@ -214,6 +220,12 @@ class _Renderer:
         # Cut: keep only what does not lead back into a recursive type.
         deeper = f"nested {MAX_UNROLL} levels deep"
         if isinstance(target, Object):
+            if any(p.required and _recurses(p.type) for p in target.properties):
+                raise SchemaError(
+                    f"Gemini cannot express the recursive type {node.name!r}: a required field "
+                    f"recurses, so it cannot be cut after {MAX_UNROLL} levels; make that field "
+                    "optional or a list that may be empty"
+                )
             kept = tuple(p for p in target.properties if not _recurses(p.type))
             cut = ", ".join(p.name for p in target.properties if _recurses(p.type))
             schema = self.object(kept, path) if kept else {"type": "object"}
@@ -223,7 +235,11 @@ class _Renderer:
             if rest:
                 body, notes = self.body(rest[0] if len(rest) == 1 else Union(options=rest), path)
                 return body, [*notes, f"{deeper}: only the non-recursive forms are allowed here"]
-        return {"type": "string"}, [f"{deeper}: cannot go deeper here"]
+        raise SchemaError(
+            f"Gemini cannot express the recursive type {node.name!r}: every form of it recurses, "
+            f"so it cannot be cut after {MAX_UNROLL} levels; give it a form that ends (an optional "
+            "field, a list that may be empty)"
+        )
 
 
 def _described(body: dict[str, Any], text: str | None, notes: list[str]) -> dict[str, Any]:
@@ -245,8 +261,8 @@ def _enum(values: tuple[Any, ...]) -> tuple[dict[str, Any], list[str]]:
             variants.append(({"type": "string", "enum": members}, []))
         else:
             # Gemini's enum holds non-empty strings only: keep the JSON type, list the values.
-            shown = ", ".join(_shown(v) for v in members)
-            variants.append(({"type": kind}, [f"one of: {shown}"]))
+            listed = ", ".join(shown(v) for v in members)
+            variants.append(({"type": kind}, [f"one of: {listed}"]))
     if not variants:  # only null
         return {"type": "string", "nullable": True}, ["always null"]
     if len(variants) == 1:
@@ -257,33 +273,6 @@ def _enum(values: tuple[Any, ...]) -> tuple[dict[str, Any], list[str]]:
     if nullable:
         schema = {**schema, "nullable": True}
     return schema, notes
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    return str(value)
-
-
-def _summary(node: TypeNode | bool) -> str:
-    """A few words for a type, for a description."""
-    if node is True or isinstance(node, AnyValue):
-        return "any JSON value"
-    if node is False:
-        return "nothing"
-    if isinstance(node, Union):
-        return " or ".join(_summary(o) for o in node.options)
-    if isinstance(node, Enum):
-        return "one of " + ", ".join(_shown(v) for v in node.values)
-    if isinstance(node, Array):
-        return f"a list of {_summary(node.items)}"
-    if isinstance(node, Object):
-        return node.name or "an object"
-    if isinstance(node, Ref):
-        return node.name
-    return type(node).__name__.lower()
 
 
 def _recurses(node: TypeNode | bool) -> bool:

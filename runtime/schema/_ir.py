@@ -38,12 +38,17 @@ class _Node(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
 
 
 class String(_Node, frozen=True, kw_only=True, tag="string"):
-    """A string, with its optional constraints."""
+    """A string, with its optional constraints.
+
+    `content_encoding` is "base64" for bytes; `format` names what the text holds
+    ("date-time", "date", "time", "duration", "uuid", ...).
+    """
 
     format: str | None = None
     pattern: str | None = None
     min_length: int | None = None
     max_length: int | None = None
+    content_encoding: str | None = None
 
 
 class Integer(_Node, frozen=True, kw_only=True, tag="integer"):
@@ -79,9 +84,14 @@ class AnyValue(_Node, frozen=True, kw_only=True, tag="any"):
 
 
 class Array(_Node, frozen=True, kw_only=True, tag="array"):
-    """A list whose items all have one type (a tuple's item types become a union)."""
+    """A list whose items all have one type, or a tuple with one type per position.
+
+    For a tuple, `prefix_items` holds the type of each position (the array has exactly that
+    many items) and `items` is the union of them, for readers that ignore positions.
+    """
 
     items: TypeNode = AnyValue()
+    prefix_items: tuple[TypeNode, ...] | None = None
     min_items: int | None = None
     max_items: int | None = None
     unique_items: bool = False
@@ -133,6 +143,8 @@ class ToolParameter(msgspec.Struct, frozen=True, kw_only=True):
         type: its type node.
         required: False when the model may omit it.
         default: the value used when omitted; `msgspec.UNSET` when there is none.
+        header: the HTTP header an MCP client mirrors this argument into (SEP-2243's
+            `x-mcp-header`; served in the MCP schema only, as `Mcp-Param-<header>`).
     """
 
     name: str
@@ -140,6 +152,7 @@ class ToolParameter(msgspec.Struct, frozen=True, kw_only=True):
     type: TypeNode = AnyValue()
     required: bool = True
     default: Any = msgspec.UNSET
+    header: str | None = None
 
     @property
     def has_default(self) -> bool:

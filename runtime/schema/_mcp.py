@@ -4,38 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._ir import Object, Ref, ToolDescriptor, TypeNode
-from ._to_jsonschema import node_schema, parameters_schema
+from ._ir import ToolDescriptor
+from ._to_jsonschema import document_schema, output_document
 
 __all__ = ["mcp_tool"]
 
 
 def mcp_tool(descriptor: ToolDescriptor, strict: bool = False) -> dict[str, Any]:
-    """The MCP Tool dict: `inputSchema` is the plain JSON Schema of the arguments.
+    """The MCP Tool dict: `inputSchema` is the arguments' JSON Schema 2020-12 document.
 
-    `outputSchema` is set when the tool's result type is an object (MCP requires an object
-    at its root); `annotations` (readOnlyHint, ...) pass through as given. `strict` is ignored.
+    `outputSchema` is set when the tool's result type is known: an object type as it is,
+    any other type wrapped as `{"result": value}` (MCP requires an object at its root; the
+    served results are wrapped the same way). `annotations` (readOnlyHint, ...) pass through
+    as given. `strict` is ignored.
     """
     tool: dict[str, Any] = {"name": descriptor.name}
     if descriptor.title:
         tool["title"] = descriptor.title
     if descriptor.description:
         tool["description"] = descriptor.description
-    tool["inputSchema"] = parameters_schema(descriptor)
-    output = _output_schema(descriptor.output, descriptor.definitions)
+    tool["inputSchema"] = schema = document_schema(descriptor)
+    for param in descriptor.parameters:  # SEP-2243: MCP clients mirror these into headers
+        if param.header is not None and param.name in schema.get("properties", {}):
+            schema["properties"][param.name]["x-mcp-header"] = param.header
+    output = output_document(descriptor)
     if output is not None:
-        tool["outputSchema"] = output
+        tool["outputSchema"] = output[0]
     if descriptor.annotations:
         tool["annotations"] = dict(descriptor.annotations)
     return tool
-
-
-def _output_schema(output: TypeNode | None, definitions: dict[str, TypeNode]) -> dict[str, Any] | None:
-    if isinstance(output, Ref):
-        output = definitions.get(output.name)
-    if not isinstance(output, Object):
-        return None
-    schema = node_schema(output)
-    if definitions:
-        schema["$defs"] = {name: node_schema(node) for name, node in definitions.items()}
-    return schema

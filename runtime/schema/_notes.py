@@ -10,9 +10,17 @@ from typing import Any
 
 import msgspec
 
-from ._ir import ToolParameter
+from ._ir import AnyValue, Array, Enum, Object, Ref, String, ToolParameter, TypeNode, Union
 
-__all__ = ["default_note", "describe", "has_lookaround", "json_type"]
+__all__ = [
+    "default_note",
+    "describe",
+    "has_lookaround",
+    "json_type",
+    "shown",
+    "summary",
+    "tuple_note",
+]
 
 _MAX_SHOWN = 120  # characters of a default shown in a description
 
@@ -56,3 +64,48 @@ def json_type(value: Any) -> str:
 def has_lookaround(pattern: str) -> bool:
     """True for a regex with lookahead or lookbehind, which RE2-style engines reject."""
     return any(token in pattern for token in _LOOKAROUND)
+
+
+def shown(value: Any) -> str:
+    """A JSON scalar as the model would write it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def summary(node: TypeNode | bool) -> str:
+    """A few words for a type, for a description."""
+    if node is True or isinstance(node, AnyValue):
+        return "any JSON value"
+    if node is False:
+        return "nothing"
+    if isinstance(node, Union):
+        return " or ".join(summary(o) for o in node.options)
+    if isinstance(node, Enum):
+        return "one of " + ", ".join(shown(v) for v in node.values)
+    if isinstance(node, Array):
+        if node.prefix_items is not None:
+            return "a list of " + ", ".join(summary(i) for i in node.prefix_items)
+        return f"a list of {summary(node.items)}"
+    if isinstance(node, Object):
+        return node.name or "an object"
+    if isinstance(node, Ref):
+        return node.name
+    if isinstance(node, String):
+        if node.content_encoding:
+            return f"{node.content_encoding} text"
+        if node.format:
+            return f"{node.format} text"
+    return type(node).__name__.lower()
+
+
+def tuple_note(prefix_items: tuple[TypeNode, ...]) -> str:
+    """The positions of a tuple in words, for dialects without `prefixItems`."""
+    if not prefix_items:
+        return "exactly 0 items"
+    positions = "; ".join(f"{i}: {summary(node)}" for i, node in enumerate(prefix_items, 1))
+    return f"exactly {len(prefix_items)} items, by position {positions}"

@@ -12,7 +12,8 @@ depth. The strict renderer meets that from the IR instead of patching a finished
   does an optional parameter without a known default (a TypedDict `NotRequired` key):
   the decoder would refuse null for it.
 - Keywords strict mode rejects (minLength, maxLength, uniqueItems, formats outside its
-  list, patterns with lookaround) move into the description; the decoder still enforces them.
+  list, patterns with lookaround, contentEncoding, a tuple's prefixItems) move into the
+  description; the decoder still enforces them.
 - `$ref` takes no siblings in strict mode: a described reference becomes `anyOf: [{$ref}]`.
 - Enums whose values have several JSON types become an `anyOf` of one enum per type.
 - What strict mode cannot describe at all (a value of any JSON type, an object with
@@ -41,7 +42,7 @@ from ._ir import (
     Union,
     is_nullable,
 )
-from ._notes import default_note, describe, has_lookaround, json_type
+from ._notes import default_note, describe, has_lookaround, json_type, tuple_note
 from ._to_jsonschema import node_schema, parameters_schema
 
 __all__ = [
@@ -185,6 +186,8 @@ def _body(node: TypeNode, path: str) -> tuple[dict[str, Any], list[str]]:
             notes.append(f"minLength: {node.min_length}")
         if node.max_length is not None:
             notes.append(f"maxLength: {node.max_length}")
+        if node.content_encoding is not None:
+            notes.append(f"{node.content_encoding}-encoded")
         return schema, notes
     if isinstance(node, Integer | Number | Boolean | Null):
         schema = node_schema(node)  # every numeric keyword is allowed in strict mode
@@ -200,6 +203,8 @@ def _body(node: TypeNode, path: str) -> tuple[dict[str, Any], list[str]]:
             schema["maxItems"] = node.max_items
         if node.unique_items:
             notes.append("items must be unique")
+        if node.prefix_items is not None:
+            notes.append(tuple_note(node.prefix_items))  # strict mode has no prefixItems
         return schema, notes
     if isinstance(node, Object):
         if node.additional is not True and node.additional is not False:

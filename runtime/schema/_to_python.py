@@ -9,7 +9,7 @@ leave the process:
 |---|---|
 | String / Integer / Number | `str` / `int` / `int | float`, with `msgspec.Meta` constraints |
 | Boolean, Null, AnyValue | `bool`, `None`, `Any` |
-| Array | `list[T]` (with its length bounds) |
+| Array | `list[T]` (with its length bounds); a tuple (`prefix_items`) `tuple[A, B]` |
 | Object with properties | a Struct from `defstruct`; closed objects forbid unknown fields |
 | Object without properties | `dict[str, V]` (`V` from `additional`) |
 | Union | `Union[...]`; options msgspec cannot tell apart (two object types) become one loose type |
@@ -111,6 +111,9 @@ class _Builder:
         if isinstance(node, AnyValue):
             return Any
         if isinstance(node, Array):
+            if node.prefix_items is not None:
+                positions = tuple(self.of(t, f"{path}_{i}") for i, t in enumerate(node.prefix_items))
+                return tuple[positions] if positions else tuple[()]  # type: ignore[valid-type]
             items = self.of(node.items, f"{path}_item")
             bounds = {"min_length": node.min_items, "max_length": node.max_items}
             return _constrained(list[items], {k: v for k, v in bounds.items() if v is not None})  # type: ignore[valid-type]

@@ -1,6 +1,21 @@
 """The authoring layer: functions and classes become tools."""
 
+from ..exceptions import CannotAsk as CannotAsk
 from ..exceptions import ToolRejected as ToolRejected
+from ._asking import Answer as Answer
+from ._asking import Asker as Asker
+from ._asking import Elicitation as Elicitation
+from ._asking import Elicited as Elicited
+from ._asking import ElicitHandler as ElicitHandler
+from ._asking import Root as Root
+from ._asking import RootsHandler as RootsHandler
+from ._asking import RootsRequest as RootsRequest
+from ._asking import Sampled as Sampled
+from ._asking import SampleHandler as SampleHandler
+from ._asking import Sampling as Sampling
+from ._asking import SamplingMessage as SamplingMessage
+from ._asking import asking as asking
+from ._asking import elicitation_schema as elicitation_schema
 from ._base import SimpleTool as SimpleTool
 from ._base import Tool as Tool
 from ._base import ToolBase as ToolBase

@@ -19,7 +19,10 @@ import msgspec
 
 from ..exceptions import ToolDefinitionError
 from ..messages import ContentPart, TextPart
-from ..schema import ToolDescriptor, descriptor_from_type, parse_docstring, without_null
+from ..schema import ToolDescriptor, parse_docstring
+from ..schema._annotations import normalize
+from ..schema._docstring import attribute_docs
+from ..schema._from_python import descriptor_from_fields
 from ._codec import ArgField, ArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
 from ._options import Loop, OnFull, ToolOptions
@@ -76,6 +79,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     setup_timeout: float | None = 30.0
     placement: Any = None
     loop: Loop = "trio"
+    requires_approval: Any = False
 
     tool_type: ClassVar[str] = "function"
     """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""
@@ -111,16 +115,18 @@ class ToolBase(Generic[ArgsT, ResultT]):
         cls.name = check_tool_name(name)
         own_doc = parse_docstring(cls.__dict__.get("__doc__"))
         args_doc = parse_docstring(getattr(args_type, "__doc__", None))
-        description = cls.__dict__.get("description") or own_doc.summary or cls.description
-        codec = _codec_for(args_type, cls.name)
+        description = cls.__dict__.get("description") or own_doc.description or cls.description
+        codec, fields = _codec_for(args_type, cls.name)
         cls.args_type = args_type
         cls.result_type = result_type
         cls._codec = codec
         cls.descriptor = describe(
-            codec,
+            fields,
             name=cls.name,
-            description=description or args_doc.summary,
+            description=description or args_doc.description,
             param_docs={**args_doc.params, **own_doc.params},
+            args_type=args_type,
+            result_type=result_type,
         )
 
     @property
@@ -208,25 +214,25 @@ class SimpleTool(Tool[ArgsT, str], dynamic=True):
 
 
 def describe(
-    codec: ArgsCodec, *, name: str, description: str, param_docs: Mapping[str, str] | None = None
+    fields: list[tuple[str, Any, Any]],
+    *,
+    name: str,
+    description: str,
+    param_docs: Mapping[str, str] | None = None,
+    args_type: Any = None,
+    result_type: Any = None,
 ) -> ToolDescriptor:
-    """The descriptor of a tool whose arguments decode through `codec`."""
-    descriptor = descriptor_from_type(
-        codec.struct_type, name=name, description=description, param_descriptions=param_docs
+    """The descriptor of a class tool whose arguments are `fields` (JSON name, type, default).
+
+    A field's own words (its `Annotated` metadata, then its attribute docstring, then the
+    args class's Attributes section) come before `param_docs` (the tool's docstring).
+    """
+    docs = dict(param_docs or {})
+    if isinstance(args_type, type):
+        docs.update(attribute_docs(args_type))
+    return descriptor_from_fields(
+        fields, name=name, description=description, param_descriptions=docs, output=result_type
     )
-    loosened = codec.loosened
-    if not loosened:
-        return descriptor
-    # The decoder accepts null for these (it means "the default"); the model is shown the declared type.
-    params = tuple(
-        msgspec.structs.replace(
-            p, type=without_null(p.type), description=p.description or without_null(p.type).description
-        )
-        if p.name in loosened
-        else p
-        for p in descriptor.parameters
-    )
-    return msgspec.structs.replace(descriptor, parameters=params)
 
 
 def _generic_args(cls: type) -> tuple[Any, Any] | None:
@@ -245,29 +251,40 @@ def _generic_args(cls: type) -> tuple[Any, Any] | None:
     return None
 
 
-def _codec_for(args_type: Any, tool_name: str) -> ArgsCodec:
+Described = list[tuple[str, Any, Any]]
+
+
+def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
+    """The codec of an args type, and its fields as the descriptor shows them (JSON name, type, default)."""
+    where = f"tool {tool_name!r}"
     if isinstance(args_type, type) and issubclass(args_type, msgspec.Struct):
         infos = msgspec.structs.fields(args_type)
         fields = [
             ArgField(
                 f.name,
-                f.type,
+                normalize(f.type, f"{where}: field {f.name!r}"),
                 f.default,
                 None if f.default_factory is msgspec.NODEFAULT else f.default_factory,
             )
             for f in infos
         ]
+        described = [(i.encode_name, f.type, _shown_default(f)) for i, f in zip(infos, fields, strict=True)]
         config = args_type.__struct_config__
-        direct = config.forbid_unknown_fields and all(f.required or accepts_none(f.type) for f in fields)
+        direct = (
+            config.forbid_unknown_fields
+            and all(f.required or accepts_none(f.type) for f in fields)
+            and all(f.type is i.type for f, i in zip(fields, infos, strict=True))
+        )
         if direct:
-            return ArgsCodec(args_type)
+            return ArgsCodec(args_type), described
         rename = {f.name: f.encode_name for f in infos if f.encode_name != f.name}
-        return ArgsCodec.for_fields(
+        codec = ArgsCodec.for_fields(
             args_type.__name__,
             fields,
             rename=rename,
             build=_kwargs_builder(args_type, [f.name for f in infos]),
         )
+        return codec, described
     if isinstance(args_type, type) and dataclasses.is_dataclass(args_type):
         hints = _hints(args_type, tool_name)
         fields = []
@@ -276,23 +293,37 @@ def _codec_for(args_type: Any, tool_name: str) -> ArgsCodec:
                 continue
             factory = f.default_factory if f.default_factory is not dataclasses.MISSING else None
             default = f.default if f.default is not dataclasses.MISSING else msgspec.NODEFAULT
-            fields.append(ArgField(f.name, hints[f.name], default, factory))
-        return ArgsCodec.for_fields(
+            tp = normalize(hints[f.name], f"{where}: field {f.name!r}")
+            fields.append(ArgField(f.name, tp, default, factory))
+        codec = ArgsCodec.for_fields(
             args_type.__name__, fields, build=_kwargs_builder(args_type, [f.name for f in fields])
         )
+        return codec, [(f.name, f.type, _shown_default(f)) for f in fields]
     if typing.is_typeddict(args_type):
         hints = _hints(args_type, tool_name)
         required = args_type.__required_keys__
-        fields = [ArgField(k, _strip_required(t)) for k, t in hints.items()]
+        fields = [
+            ArgField(k, normalize(_strip_required(t), f"{where}: field {k!r}")) for k, t in hints.items()
+        ]
         optional = [k for k in hints if k not in required]
-        return ArgsCodec.for_fields(
+        codec = ArgsCodec.for_fields(
             args_type.__name__, fields, unset_optional=optional, build=_typeddict_builder
         )
+        return codec, [
+            (f.name, f.type, msgspec.UNSET if f.name in optional else msgspec.NODEFAULT) for f in fields
+        ]
     raise ToolDefinitionError(
         f"tool {tool_name!r}: its args type must be an object (a msgspec Struct, a dataclass or a "
         f"TypedDict), not {args_type!r}; wrap a single value in one, e.g. "
         "`class Args(msgspec.Struct): value: int`"
     )
+
+
+def _shown_default(field: ArgField) -> Any:
+    """What the descriptor says of a field's default: NODEFAULT (required), UNSET (unknown) or the value."""
+    if field.default_factory is not None:
+        return msgspec.UNSET
+    return field.default
 
 
 def _kwargs_builder(target: Any, names: list[str]) -> Any:

@@ -16,14 +16,27 @@ import contextvars
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Final, NoReturn
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Final, NoReturn, TypeVar, overload
 
 import msgspec
 from opentelemetry import trace
 
 from ..exceptions import ToolRejected
 from ..messages import TERMINATE_TOOL, ToolCallMetadata
+from ._asking import (
+    Asker,
+    CannotAsk,
+    Elicitation,
+    Elicited,
+    Root,
+    RootsRequest,
+    Sampled,
+    Sampling,
+    SamplingMessage,
+    current_asker,
+    elicitation_schema,
+)
 
 __all__ = [
     "LOG_LEVELS",
@@ -40,6 +53,10 @@ __all__ = [
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 log = logging.getLogger("runtime.tools")
+
+T = TypeVar("T")
+_ARGUMENTS_SHOWN = 2000  # characters of a call's arguments shown in an approval question
+_schemas: dict[Any, dict[str, Any]] = {}  # elicitation schema per answer type, made once
 
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 """The levels of `ctx.log`, least severe first (MCP's, after RFC 5424)."""
@@ -137,6 +154,7 @@ class CallContext:
     """
 
     __slots__ = (
+        "_asking",
         "_log_bucket",
         "_progress_bucket",
         "_reporter",
@@ -156,6 +174,8 @@ class CallContext:
         metadata: ToolCallMetadata = ToolCallMetadata.EMPTY,
         deadline: float | None = None,
         tool: Any = None,
+        *,
+        asking: Asker | None = None,
     ) -> None:
         self.call_id = call_id
         self.tool = tool
@@ -167,6 +187,8 @@ class CallContext:
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
         self._progress_bucket: _Bucket | None = None
         self._log_bucket: _Bucket | None = None
+        own = current_asker()  # the caller's `asking(...)` block first, then the runtime's handlers
+        self._asking = own.over(asking) if own is not None else asking
 
     @property
     def hears_progress(self) -> bool:
@@ -252,11 +274,206 @@ class CallContext:
             except Exception:
                 log.exception("the log handler failed for call %s", self.call_id)
 
+    # -- asking back ------------------------------------------------------------------
+
+    @overload
+    async def elicit(self, message: str, answer_type: type[T], *, key: str | None = None) -> Elicited[T]: ...
+    @overload
+    async def elicit(
+        self, message: str, answer_type: None = None, *, key: str | None = None
+    ) -> Elicited[None]: ...
+    @overload
+    async def elicit(
+        self, message: str, answer_type: dict[str, Any], *, key: str | None = None
+    ) -> Elicited[dict[str, Any]]: ...
+
+    async def elicit(self, message: str, answer_type: Any = None, *, key: str | None = None) -> Elicited[Any]:
+        """Ask the user: returns `Elicited(action, value)`, `value` decoded into `answer_type`
+        when they accept (`answer_type=None`: a plain yes/no, `value` is None; a dict: that
+        JSON Schema is asked as it is, and `value` is the answer's dict).
+
+        `answer_type` is a msgspec Struct, dataclass or TypedDict of primitive fields (str,
+        int, float, bool, string enums and Literals, lists of those, dates); a field's default
+        is offered as the form's default. Served over MCP it is an `elicitation/create`
+        request to the client; locally it goes to `open_runtime(on_elicit=...)`.
+
+        Raises:
+            CannotAsk: no one can answer (no handler; the MCP client did not announce
+                elicitation); uncaught, the call fails UNAVAILABLE saying so.
+            ToolRejected: the accepted answer does not fit `answer_type`.
+            TypeError: `answer_type` cannot be asked for as a flat form.
+        """
+        schema: dict[str, Any]
+        if isinstance(answer_type, dict):  # a requestedSchema as given: the answer stays a dict
+            schema, answer_type = answer_type, dict[str, Any]
+        else:
+            cached = _schemas.get(answer_type)
+            if cached is None:
+                cached = _schemas[answer_type] = elicitation_schema(answer_type)
+            schema = cached
+        question = Elicitation(
+            message=message, schema=schema, tool_name=self.tool_name, call_id=self.call_id, key=key
+        )
+        answer = await self._ask_user(question, "asked the user")
+        if answer.action != "accept":
+            return Elicited(action=answer.action, reason=answer.reason)
+        if answer_type is None:
+            return Elicited(action="accept")
+        try:
+            value = msgspec.convert(answer.content or {}, answer_type, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ToolRejected(f"the answer to {message!r} does not fit the question: {exc}") from None
+        return Elicited(action="accept", value=value)
+
+    async def approve(self, arguments: Any) -> None:
+        """Ask whether this call may run (a `requires_approval` tool; the engine calls this).
+
+        Raises:
+            ToolRejected: the answer was no (the reason is in the message).
+            CannotAsk: no one can answer.
+        """
+        if not isinstance(arguments, str):
+            arguments = msgspec.json.encode(arguments, enc_hook=str).decode()
+        shown = arguments if len(arguments) <= _ARGUMENTS_SHOWN else arguments[:_ARGUMENTS_SHOWN] + "..."
+        question = Elicitation(
+            message=f"Allow the tool {self.tool_name!r} to run with the arguments {shown}?",
+            schema={"type": "object", "properties": {}},
+            tool_name=self.tool_name,
+            call_id=self.call_id,
+            approval=True,
+            arguments=arguments,
+        )
+        answer = await self._ask_user(question, "needs approval")
+        if answer.action != "accept":
+            how = "declined" if answer.action == "decline" else "cancelled"
+            because = f": {answer.reason}" if answer.reason else ""
+            raise ToolRejected(f"the user {how} running tool {self.tool_name!r}{because}; it did not run")
+
+    async def _ask_user(self, question: Elicitation, what: str) -> Any:
+        handler = self._asking.on_elicit if self._asking is not None else None
+        if handler is None:
+            raise CannotAsk(
+                f"it {what} and no one can answer: give open_runtime(on_elicit=...) a handler, or "
+                "serve it over MCP to a client that supports elicitation"
+            )
+        return await _answer(handler, question, "elicitation", self.tool_name)
+
+    async def sample(
+        self,
+        messages: str | Sequence[str | SamplingMessage | Mapping[str, Any]],
+        *,
+        max_tokens: int = 1000,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: Sequence[str] = (),
+        model_hints: Sequence[str] = (),
+        include_context: Any = None,
+        metadata: dict[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Sampled:
+        """Ask the caller's model for a completion: returns `Sampled(text, model, stop_reason)`.
+
+        `messages` is a prompt (one user message), or messages as `SamplingMessage`, dicts
+        `{"role": ..., "content": ...}` or strings (user messages). Served over MCP it is a
+        `sampling/createMessage` request to the client; locally it goes to
+        `open_runtime(on_sample=...)`.
+
+        Raises:
+            CannotAsk: no one can answer (no handler; the MCP client did not announce sampling).
+        """
+        handler = self._asking.on_sample if self._asking is not None else None
+        if handler is None:
+            raise CannotAsk(
+                "it asked for a completion from the caller's model (sampling) and no one can answer: "
+                "give open_runtime(on_sample=...) a handler, or serve it over MCP to a client that "
+                "supports sampling"
+            )
+        request = Sampling(
+            messages=_sampling_messages(messages),
+            max_tokens=max_tokens,
+            system_prompt=system_prompt,
+            temperature=temperature,
+            stop_sequences=tuple(stop_sequences),
+            model_hints=tuple(model_hints),
+            include_context=include_context,
+            metadata=metadata,
+            tool_name=self.tool_name,
+            call_id=self.call_id,
+            key=key,
+        )
+        result: Sampled = await _answer(handler, request, "sampling", self.tool_name)
+        return result
+
+    async def list_roots(self, *, key: str | None = None) -> list[Root]:
+        """The roots (workspace folders, `file://` URIs) the caller offers.
+
+        Served over MCP it is a `roots/list` request to the client; locally it goes to
+        `open_runtime(on_roots=...)`.
+
+        Raises:
+            CannotAsk: no one can answer (no handler; the MCP client did not announce roots).
+        """
+        handler = self._asking.on_roots if self._asking is not None else None
+        if handler is None:
+            raise CannotAsk(
+                "it asked for the caller's roots and no one can answer: give "
+                "open_runtime(on_roots=...) a handler, or serve it over MCP to a client that "
+                "supports roots"
+            )
+        roots = await _answer(
+            handler,
+            RootsRequest(tool_name=self.tool_name, call_id=self.call_id, key=key),
+            "roots",
+            self.tool_name,
+        )
+        return list(roots)
+
     def __repr__(self) -> str:
         return (
             f"CallContext(call_id={self.call_id!r}, tool_name={self.tool_name!r}, "
             f"metadata={self.metadata!r}, deadline={self.deadline!r})"
         )
+
+
+async def _answer(handler: Any, question: Any, kind: str, tool_name: str) -> Any:
+    """The handler's answer; a handler that fails is CannotAsk (its own CannotAsk as it is).
+
+    The question and its outcome are an event on the call's span (`tool.ask`): what was asked
+    and how it ended, never the answer's content (it may be sensitive).
+    """
+    span = trace.get_current_span()
+    outcome = "no answer (the call ended first)"
+    try:
+        answer = await handler(question)
+        action = getattr(answer, "action", None)
+        outcome = action if isinstance(action, str) else "answered"
+        return answer
+    except CannotAsk as exc:
+        outcome = f"cannot ask: {exc}"
+        raise
+    except Exception as exc:
+        outcome = f"failed: {type(exc).__name__}"
+        log.warning("the %s handler failed for tool %r", kind, tool_name, exc_info=True)
+        raise CannotAsk(f"it asked ({kind}) and the answer failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if span.is_recording():
+            span.add_event("tool.ask", {"tool.ask.kind": kind, "tool.ask.outcome": outcome})
+
+
+def _sampling_messages(
+    messages: str | Sequence[str | SamplingMessage | Mapping[str, Any]],
+) -> tuple[SamplingMessage, ...]:
+    if isinstance(messages, str):
+        return (SamplingMessage(role="user", content=messages),)
+    out: list[SamplingMessage] = []
+    for m in messages:
+        if isinstance(m, SamplingMessage):
+            out.append(m)
+        elif isinstance(m, str):
+            out.append(SamplingMessage(role="user", content=m))
+        else:
+            out.append(msgspec.convert(dict(m), SamplingMessage))
+    return tuple(out)
 
 
 def Description(text: str) -> msgspec.Meta:

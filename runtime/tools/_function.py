@@ -1,7 +1,7 @@
 """`@tool`: an ordinary function or method becomes a tool.
 
-The signature becomes a msgspec Struct once (`defstruct`, strict); the docstring's first
-paragraph the description; `Annotated[T, Description(...)]`, `msgspec.Meta(description=)` and
+The signature becomes a msgspec Struct once (`defstruct`, strict); the docstring's
+description part (all but its Args/Returns/Raises sections) the description; `Annotated[T, Description(...)]`, `msgspec.Meta(description=)` and
 the docstring's Args section the parameter descriptions. A parameter annotated
 `CallContext` is injected by the runtime and is not a field, so the model cannot set it.
 """
@@ -15,13 +15,15 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Unpack, overload
+from typing import Any, NamedTuple, Unpack, overload
 
 import msgspec
 
 from ..exceptions import ToolDefinitionError
-from ..schema import Docstring, descriptor_from_fields, parse_docstring
-from ._base import ToolBase, describe
+from ..schema import Docstring, parse_docstring
+from ..schema._annotations import normalize
+from ..schema._from_python import descriptor_from_fields
+from ._base import ToolBase
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
 from ._options import ToolOptions, ToolOptionsKw
@@ -85,18 +87,26 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         doc = parse_docstring(fn.__doc__)
         if _declared is not None:  # an override of a @tool method: the declaration fills the gaps
             base_doc = parse_docstring(_declared.fn.__doc__)
-            doc = Docstring(doc.summary or base_doc.summary, {**base_doc.params, **doc.params})
+            doc = Docstring(
+                doc.summary or base_doc.summary,
+                {**base_doc.params, **doc.params},
+                doc.description or base_doc.description,
+            )
             hints = {**_declared._hints, **self._resolve_hints(fn)}
         else:
             hints = self._resolve_hints(fn)
         self._hints = hints
-        self.description = description if description is not None else doc.summary
+        self.description = description if description is not None else doc.description
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
         fields = [(f.name, f.type, f.default) for f in self._fields]
         self.descriptor = descriptor_from_fields(
-            fields, name=self.name, description=self.description, param_descriptions=doc.params
-        ) or describe(codec, name=self.name, description=self.description, param_docs=doc.params)
+            fields,
+            name=self.name,
+            description=self.description,
+            param_descriptions=doc.params,
+            output=hints.get("return"),
+        )
         if title is not None or annotations is not None:
             self.descriptor = msgspec.structs.replace(
                 self.descriptor,
@@ -117,7 +127,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             ) from exc
 
     def _plan(self, fn: Callable[..., Any], hints: dict[str, Any]) -> ArgsCodec:
-        params = list(inspect.signature(fn).parameters.values())
+        params = _parameters(fn)
         if self._bind is not None:
             if not params:
                 raise ToolDefinitionError(f"tool {self.name!r} is a method without a self/cls parameter")
@@ -127,23 +137,26 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         keywords: list[str] = []
         ctx: tuple[str, int | str] | None = None
         for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                stars = "*" if p.kind is p.VAR_POSITIONAL else "**"
+            if p.kind in (_VAR_POSITIONAL, _VAR_KEYWORD):
+                stars = "*" if p.kind is _VAR_POSITIONAL else "**"
                 raise ToolDefinitionError(
                     f"tool {self.name!r}: {stars}{p.name} cannot be described to a model; name each parameter"
                 )
             hint = hints.get(p.name, inspect.Parameter.empty)
             if _is_context(hint):
-                ctx = ("kw", p.name) if p.kind is p.KEYWORD_ONLY else ("pos", positional)
+                ctx = ("kw", p.name) if p.kind is _KEYWORD_ONLY else ("pos", positional)
                 continue
             if hint is inspect.Parameter.empty:
                 raise ToolDefinitionError(
                     f"tool {self.name!r}: parameter {p.name!r} has no type annotation; "
                     f"annotate it (e.g. `{p.name}: str`) so the model knows what to send"
                 )
-            default = msgspec.NODEFAULT if p.default is p.empty else p.default
+            default = msgspec.NODEFAULT if p.default is _EMPTY else p.default
+            # Descriptions and constraints from other libraries' metadata become msgspec.Meta,
+            # so the decoder enforces what the schema shows.
+            hint = normalize(hint, f"tool {self.name!r}: parameter {p.name!r}")
             fields.append(ArgField(p.name, hint, default))
-            if p.kind is p.KEYWORD_ONLY:
+            if p.kind is _KEYWORD_ONLY:
                 keywords.append(p.name)
             else:
                 positional += 1
@@ -229,6 +242,57 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         )
 
 
+_EMPTY = inspect.Parameter.empty
+_KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+_VAR_POSITIONAL = inspect.Parameter.VAR_POSITIONAL
+_VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
+
+
+class _Param(NamedTuple):
+    name: str
+    kind: inspect._ParameterKind
+    default: Any
+
+
+def _parameters(fn: Callable[..., Any]) -> list[_Param]:
+    """The parameters of `fn`, read from its code object when it is a plain function.
+
+    `inspect.signature` does the same through Parameter objects it validates one by one: most
+    of a tool's build time for a small function (W3). Anything else (wrapped, partial,
+    a callable object, a custom `__signature__`) takes `inspect.signature`.
+    """
+    code = getattr(fn, "__code__", None)
+    if (
+        type(fn) is not types.FunctionType
+        or code is None
+        or hasattr(fn, "__wrapped__")
+        or hasattr(fn, "__signature__")
+    ):
+        return [_Param(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+    positional, keyword_only = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    defaults = fn.__defaults__ or ()
+    first_default = positional - len(defaults)
+    params: list[_Param] = []
+    for i in range(positional):
+        kind = (
+            inspect.Parameter.POSITIONAL_ONLY
+            if i < code.co_posonlyargcount
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        params.append(_Param(names[i], kind, defaults[i - first_default] if i >= first_default else _EMPTY))
+    at = positional + keyword_only
+    if code.co_flags & inspect.CO_VARARGS:
+        params.append(_Param(names[at], _VAR_POSITIONAL, _EMPTY))
+        at += 1
+    kwdefaults = fn.__kwdefaults__ or {}
+    for name in names[positional : positional + keyword_only]:
+        params.append(_Param(name, _KEYWORD_ONLY, kwdefaults.get(name, _EMPTY)))
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        params.append(_Param(names[at], _VAR_KEYWORD, _EMPTY))
+    return params
+
+
 @functools.lru_cache(maxsize=4096)
 def _compiled(annotation: str) -> types.CodeType:
     return compile(annotation, "<annotation>", "eval")
@@ -304,7 +368,8 @@ def tool(
 
     Args:
         name: the tool's name (default: the function's name).
-        description: what the model reads (default: the docstring's first paragraph).
+        description: what the model reads (default: the docstring without its Args,
+            Returns and Raises sections).
         timeout: seconds a call may take before it fails with TIMEOUT.
         max_concurrency: calls served at once (default: no limit for async tools; sync
             tools share the runtime's thread limiter).
@@ -314,6 +379,8 @@ def tool(
         restart_on: exceptions after which the tool's actor is restarted (teardown, setup).
         setup_timeout: unused by function tools (they have no setup); accepted for symmetry.
         placement: where the tool runs (default: in this process); see `runtime.placement`.
+        requires_approval: ask (through `on_elicit` / the MCP client) before each call runs, or
+            before the calls whose arguments a predicate `(args) -> bool` picks.
         title: a human-readable title (shown by MCP clients).
         annotations: behaviour hints for MCP clients, passed through as given
             (`{"readOnlyHint": True, "openWorldHint": False}`).

@@ -8,6 +8,7 @@ names the tool, never a surprise in the middle of a call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
 import msgspec
@@ -40,6 +41,10 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
             then runs on the host's asyncio loop, which needs a runtime embedded in one
             (`runtime.embed.open_asyncio_runtime`); opening any other runtime with such a
             tool is a ToolDefinitionError.
+        requires_approval: ask before each call runs (True), or before the calls whose decoded
+            arguments a predicate `(args) -> bool` picks; the question goes through the same path
+            as `ctx.elicit` (the `on_elicit` handler, or the MCP client). Denied: REJECTED with
+            the reason, and the tool does not run.
     """
 
     timeout: float | None = None
@@ -51,6 +56,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
     setup_timeout: float | None = 30.0
     placement: Any = None
     loop: Loop = "trio"
+    requires_approval: Any = False
 
     @classmethod
     def build(cls, what: str, values: Any) -> ToolOptions:
@@ -104,6 +110,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.loop not in ("trio", "asyncio"):
             raise ToolDefinitionError(f"{what}: loop must be 'trio' or 'asyncio', not {self.loop!r}")
+        approval = self.requires_approval
+        if not isinstance(approval, bool) and not callable(approval):
+            raise ToolDefinitionError(
+                f"{what}: requires_approval must be True, False or a predicate (args) -> bool, "
+                f"not {approval!r}"
+            )
         placement = self.placement
         if placement is not None and not isinstance(placement, Placement):
             raise ToolDefinitionError(
@@ -134,3 +146,4 @@ class ToolOptionsKw(TypedDict, total=False):
     setup_timeout: float | None
     placement: Any
     loop: Loop
+    requires_approval: bool | Callable[[Any], bool]
