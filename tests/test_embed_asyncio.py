@@ -19,7 +19,18 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runtime import FailureKind, RuntimeClosed, ToolCall, ToolDefinitionError, open_runtime, tool
+from runtime import (
+    Answer,
+    CallContext,
+    Elicitation,
+    FailureKind,
+    RuntimeClosed,
+    ToolCall,
+    ToolDefinitionError,
+    asking,
+    open_runtime,
+    tool,
+)
 from runtime.embed import AsyncioRuntime, RuntimeThread, open_asyncio_runtime
 from runtime.tracing import Tracing
 
@@ -378,3 +389,29 @@ def test_the_callers_span_is_the_parent_through_runtime_thread(
     parents = _parents(exporter)
     assert sorted(parents["execute_tool add"]) == ["asyncio acall", "asyncio acall_many", "thread call_many"]
     assert sorted(parents["execute_tool add_sync"]) == ["asyncio acall_many", "thread call"]
+
+
+@tool
+async def confirm_step(ctx: CallContext, step: str) -> str:
+    answer = await ctx.elicit(f"Run {step}?", None)
+    return f"{step}: {answer.action}"
+
+
+def test_a_per_request_answerer_set_in_asyncio_code_reaches_the_tools_question() -> None:
+    # runtime.asking is a context variable of the caller: it crosses into the call like the span.
+    async def main() -> list[str]:
+        async def approve(q: Elicitation) -> Answer:
+            return Answer.accept()
+
+        async def refuse(q: Elicitation) -> Answer:
+            return Answer.decline("not in this request")
+
+        async with open_asyncio_runtime([confirm_step], tracing=False) as rt:
+
+            async def request(handler: Any, step: str) -> str:
+                with asking(on_elicit=handler):
+                    return (await rt.call(call("confirm_step", {"step": step}))).content
+
+            return list(await asyncio.gather(request(approve, "a"), request(refuse, "b")))
+
+    assert asyncio.run(main()) == ["a: accept", "b: decline"]
