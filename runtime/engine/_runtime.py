@@ -56,7 +56,6 @@ class Runtime:
         self._closing = False
         self._unknown = 0
         self._ids = itertools.count(1)
-        self._problems: dict[int, _Problem] = {}  # malformed calls between `_route` and `_admit`
         self._asking: Asker | None = None  # open_runtime(on_elicit=..., on_sample=..., on_roots=...)
 
     # -- introspection ---------------------------------------------------------------
@@ -147,9 +146,9 @@ class Runtime:
         if self._dormant:
             self._wake()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        call, ctx, actor = self._route(call, metadata)
+        call, ctx, actor, problem = self._route(call, metadata)
         env = CallEnvelope(call, ctx, deadline, timeout)
-        actor = self._admit(env, actor)
+        actor = self._admit(env, actor, problem)
         try:
             if self._pipeline is not None:  # a hook may await: a cancel there must still finish the call
                 await self._pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
@@ -253,14 +252,14 @@ class Runtime:
 
     def _route(
         self, call: ToolCall, metadata: Mapping[str, Any] | None
-    ) -> tuple[ToolCall, CallContext | None, ToolActor | None]:
-        """The call (made safe to echo if the model sent odd fields), its context and its actor."""
+    ) -> tuple[ToolCall, CallContext | None, ToolActor | None, _Problem | None]:
+        """The call (made safe to echo if the model sent odd fields), its context, its actor,
+        and what is wrong with the call itself, if anything."""
         name = call.name
+        problem: _Problem | None = None
         if type(name) is not str or type(call.id) is not str or len(name) > ECHO_LIMIT:
             call, problem = _sanitized(call)
             name = call.name
-            if problem is not None:
-                self._problems[id(call)] = problem
         actor = self._routing.routes.get(name)
         tool = actor.tool if actor is not None else None
         if (
@@ -269,18 +268,16 @@ class Runtime:
             or (actor is not None and actor.asks)
         ):
             merged = self._config.pipeline.merge_metadata(call, tool, metadata)
-            return call, CallContext(call.id, name, merged, None, tool, asking=self._asking), actor
-        return call, None, actor
+            return call, CallContext(call.id, name, merged, None, tool, asking=self._asking), actor, problem
+        return call, None, actor, problem
 
-    def _admit(self, env: Envelope, actor: ToolActor | None) -> ToolActor | None:
+    def _admit(self, env: Envelope, actor: ToolActor | None, problem: _Problem | None) -> ToolActor | None:
         """`actor` if it may serve `env`, else None with `env` settled (unknown tool, malformed,
         shutting down, a call that would wait on itself)."""
         call = env.call
-        if self._problems:
-            problem = self._problems.pop(id(call), None)
-            if problem is not None:
-                env.fail(*problem)
-                return None
+        if problem is not None:
+            env.fail(*problem)
+            return None
         if actor is None:
             self._unknown += 1
             env.fail(FailureKind.UNKNOWN_TOOL, self._routing.registry.missing_message(call.name))
@@ -345,10 +342,10 @@ class Runtime:
         envs: list[BatchEnvelope] = []
         actors: list[ToolActor | None] = []
         for i, c in enumerate(calls):
-            routed, ctx, actor = self._route(c, metadata)
+            routed, ctx, actor, problem = self._route(c, metadata)
             env = BatchEnvelope(routed, ctx, deadline, timeout, batch, i)
             envs.append(env)
-            actor = self._admit(env, actor)
+            actor = self._admit(env, actor, problem)
             actors.append(actor)
             if actor is not None and not actor.untimed:
                 batch.timed = True

@@ -20,6 +20,7 @@ from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 
 from ..exceptions import InvalidArguments, SchemaError
 from ..schema import ToolDescriptor, descriptor_from_json_schema
+from ..schema._notes import json_type
 from ..tools import CallContext, ToolBase, check_tool_name
 
 __all__ = ["JsonSchemaTool", "schema_descriptor", "schema_validator"]
@@ -136,24 +137,8 @@ def _invalid(error: Any) -> InvalidArguments:
     if error.validator == "type":
         expected = error.validator_value
         names = " | ".join(expected) if isinstance(expected, list) else expected
-        return InvalidArguments(f"Expected `{names}`, got `{_json_type(error.instance)}`", path)
+        return InvalidArguments(f"Expected `{names}`, got `{json_type(error.instance)}`", path)
     return InvalidArguments(error.message, path)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 class JsonSchemaTool(ToolBase[dict[str, Any], Any], dynamic=True):

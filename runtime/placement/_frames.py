@@ -11,6 +11,31 @@ from ._protocol import MAX_FRAME
 __all__ = ["FdFrames", "FrameReader"]
 
 
+def _take_frame(buffer: bytearray) -> bytes | None:
+    """The first whole frame's body, taken off `buffer`; None while it is incomplete.
+
+    Raises:
+        ValueError: the length is past MAX_FRAME (the stream is corrupt).
+    """
+    if len(buffer) < 4:
+        return None
+    size = int.from_bytes(buffer[:4], "big")
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes: the stream is corrupt")
+    end = 4 + size
+    if len(buffer) < end:
+        return None
+    body = bytes(buffer[4:end])
+    del buffer[:end]
+    return body
+
+
+def _ended(buffer: bytearray) -> None:
+    """The stream ended: fine between frames, corrupt in the middle of one."""
+    if buffer:
+        raise ValueError("the stream ended in the middle of a frame")
+
+
 class FrameReader:
     """Reads whole frames from a trio receive stream."""
 
@@ -28,19 +53,12 @@ class FrameReader:
         """
         buffer = self._buffer
         while True:
-            if len(buffer) >= 4:
-                size = int.from_bytes(buffer[:4], "big")
-                if size > MAX_FRAME:
-                    raise ValueError(f"frame of {size} bytes: the stream is corrupt")
-                end = 4 + size
-                if len(buffer) >= end:
-                    body = bytes(buffer[4:end])
-                    del buffer[:end]
-                    return body
+            body = _take_frame(buffer)
+            if body is not None:
+                return body
             chunk = await self._stream.receive_some(1 << 16)
             if not chunk:
-                if buffer:
-                    raise ValueError("the stream ended in the middle of a frame")
+                _ended(buffer)
                 return None
             buffer += chunk
 
@@ -76,22 +94,15 @@ class FdFrames:
         """
         buffer = self._buffer
         while True:
-            if len(buffer) >= 4:
-                size = int.from_bytes(buffer[:4], "big")
-                if size > MAX_FRAME:
-                    raise ValueError(f"frame of {size} bytes: the stream is corrupt")
-                end = 4 + size
-                if len(buffer) >= end:
-                    body = bytes(buffer[4:end])
-                    del buffer[:end]
-                    return body
+            body = _take_frame(buffer)
+            if body is not None:
+                return body
             try:
                 chunk = os.read(self._in, 1 << 16)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(self._in)
                 continue
             if not chunk:
-                if buffer:
-                    raise ValueError("the stream ended in the middle of a frame")
+                _ended(buffer)
                 return None
             buffer += chunk

@@ -49,7 +49,7 @@ def default_note(param: ToolParameter) -> str | None:
 
 
 def json_type(value: Any) -> str:
-    """The JSON Schema type name of a scalar value."""
+    """The JSON Schema type name of a JSON value (anything else counts as a string)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -58,6 +58,10 @@ def json_type(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
     return "string"
 
 
