@@ -243,6 +243,7 @@ class ToolActor:
                 self._nursery = nursery
                 self.pool.start(nursery)
         finally:
+            self.pool.eager = False
             self._nursery = None
             self.pool.placed = None
             await self._teardown()
@@ -298,6 +299,7 @@ class ToolActor:
     def _crash_now(self, reason: str) -> None:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
         self._crash = _Crash(reason)
+        self.pool.eager = False
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -314,6 +316,7 @@ class ToolActor:
 
     def _go_down(self, reason: str) -> None:
         self.state = ActorState.DOWN
+        self.pool.eager = False
         self.down_reason = reason
         log.error("tool %r is down: %s", self.name, reason)
         self.config.pipeline.supervisor_event(self.name, "down", reason)
@@ -332,6 +335,7 @@ class ToolActor:
         """Stop taking calls; queued calls fail, running ones may finish (graceful)."""
         self._stopping = True
         self.pool.stopping = True
+        self.pool.eager = False
         self._send.close()
         self._fail_queued(self._unavailable())  # now, not once a busy worker gets to them
         if self._stop_scope is not None:

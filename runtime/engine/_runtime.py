@@ -39,6 +39,7 @@ log = logging.getLogger("runtime.engine")
 _CANCELLED = "the call was cancelled by its caller"
 _HOOK_GRACE = 1.0  # seconds the shielded failure hooks of a cancelled call may take
 _HOST_GRACE = 1.0  # seconds the host's last tasks may take to end once everything has stopped
+_EAGER_RUN = 128  # calls a batch runs in its caller's task between two checkpoints
 
 
 class Runtime:
@@ -152,8 +153,14 @@ class Runtime:
         try:
             if self._pipeline is not None:  # a hook may await: a cancel there must still finish the call
                 await self._pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
+            if actor is not None and env.state == QUEUED and actor.pool.eager:
+                # A call that cannot suspend runs here, after a checkpoint (trio's rule), unless
+                # the actor stopped serving meanwhile.
+                await trio.lowlevel.checkpoint()
             if actor is not None and env.state == QUEUED:
-                if deadline == math.inf and actor.untimed:  # no deadline anywhere: no scope to enter
+                if actor.pool.eager:
+                    actor.pool.serve_now(env)
+                elif deadline == math.inf and actor.untimed:  # no deadline anywhere: no scope to enter
                     if not actor.submit_nowait(env):
                         await actor.submit(env)
                     if env.state != DONE:
@@ -356,8 +363,17 @@ class Runtime:
                 for env in envs:
                     await pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
             with trio.move_on_at(deadline):
+                await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller runs nothing
+                ran = 0
                 for env, actor in zip(envs, actors, strict=True):
-                    if env.state == QUEUED and actor is not None and not actor.submit_nowait(env):
+                    if env.state != QUEUED or actor is None:
+                        continue
+                    if actor.pool.eager:  # a call that cannot suspend: run it now (see `call`)
+                        actor.pool.serve_now(env)
+                        ran += 1
+                        if ran % _EAGER_RUN == 0:
+                            await trio.lowlevel.checkpoint()  # a long batch lets others run too
+                    elif not actor.submit_nowait(env):
                         await actor.submit(env)  # a full mailbox: wait for room (backpressure)
             while finished < len(envs):
                 while not batch.done:

@@ -14,8 +14,11 @@ that call's result, and the worker goes on to the next call.
 from __future__ import annotations
 
 import contextvars
+import dis
+import inspect
 import logging
 import math
+import types
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -31,7 +34,7 @@ from ._envelope import QUEUED, RUNNING, Envelope
 from ._outcome import describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
 
-__all__ = ["WorkerPool", "call_chain", "escapes"]
+__all__ = ["WorkerPool", "call_chain", "eager_code", "escapes"]
 
 log = logging.getLogger("runtime.engine")
 
@@ -53,6 +56,21 @@ _encode = result_encoder.encode
 def _default_text(value: Any) -> str:
     """`ToolBase.result_to_text` of a tool that overrides neither it nor `encode_result`."""
     return value if type(value) is str else _encode(value).decode()
+
+
+def eager_code(tool: ToolBase[Any, Any]) -> types.CodeType | None:
+    """The code of an async tool's coroutine if it can never suspend (no `await` in it), else None.
+
+    A coroutine suspends only at a YIELD_VALUE of its own frame (`await`, `async for`,
+    `async with`, async comprehensions all compile to one), so code without one runs from
+    start to end in a single step.
+    """
+    code = tool.dispatch_code()
+    if code is None or not code.co_flags & inspect.CO_COROUTINE:
+        return None
+    if any(instruction.opname == "YIELD_VALUE" for instruction in dis.get_instructions(code)):
+        return None
+    return code
 
 
 def escapes(exc: BaseException) -> bool:
@@ -142,6 +160,14 @@ class WorkerPool:
         self._max_bytes = config.max_argument_bytes
         self._max_depth = config.max_argument_depth
         self._max_chars = config.max_result_chars
+        self._eager_code = eager_code(tool) if self._mode == _ASYNC else None
+        self._can_run_now = (
+            (self._mode == _INLINE or self._eager_code is not None)
+            and not self._chained
+            and self._approval is False
+        )
+        self.eager = False
+        """True while the pool serves and its calls may run in their callers' tasks (`serve_now`)."""
 
     def use_pipeline(self, pipeline: Any) -> None:
         """The features changed (one turned on after the runtime opened)."""
@@ -154,6 +180,7 @@ class WorkerPool:
         self._nursery = nursery
         self._workers = self._idle = 0
         self.crash_reason = None
+        self.eager = self._can_run_now and not self.stopping
         self._spawn()
 
     def _spawn(self) -> None:
@@ -257,6 +284,63 @@ class WorkerPool:
                     if scope.cancel_called:
                         break  # a call was cancelled or timed out: take a fresh scope
 
+    # -- a call in its caller's task -----------------------------------------------------
+
+    def serve_now(self, env: Envelope) -> None:
+        """Serve `env` here and now, in the caller's task, and settle it (only while `eager`).
+
+        For tools whose calls cannot suspend: an `async def` whose code has no `await`
+        (checked in its bytecode), or an `inline=True` sync tool. Such a call runs to its end
+        in one step wherever it runs, so it cannot be cancelled, time out or wait on anything
+        in a worker either; running it here saves the two task switches of the mailbox hop.
+        The call sees a copy of its caller's contextvars. The caller has passed a checkpoint
+        first (trio's rule: every call of an async API function is one).
+        """
+        raw = env.call.arguments
+        try:
+            if (
+                type(raw) is not str
+                or (size := len(raw)) * 4 > self._max_bytes
+                or (size > self._max_depth and raw.count("[") + raw.count("{") > self._max_depth)
+            ):
+                check_arguments(raw, self._max_bytes, self._max_depth)
+            args = self._decode(raw)
+        except Exception as exc:
+            env.settle(self._input_failure(env, raw, exc))
+            return
+        ctx = env.ctx
+        if ctx is not None and not (self._untimed and env.deadline == math.inf):
+            ctx.deadline = self._deadline(env)  # for the tool to read: nothing can interrupt it
+        step = self._run_inline if self._mode == _INLINE else self._run_to_end
+        try:
+            if self._around is not None and ctx is not None:
+                with self._around.around(ctx):
+                    value = contextvars.copy_context().run(step, args, ctx)
+            else:
+                value = contextvars.copy_context().run(step, args, ctx)
+        except BaseException as exc:  # KeyboardInterrupt too: the tool's own (nothing here awaits)
+            result = self._failed(env, exc)
+        else:
+            result = self._success(env, value)
+        env.settle(result)
+
+    def _run_inline(self, args: Any, ctx: Any) -> Any:
+        return self._tool_dispatch(args, ctx)
+
+    def _run_to_end(self, args: Any, ctx: Any) -> Any:
+        coro = self._tool_dispatch(args, ctx)
+        if getattr(coro, "cr_code", None) is not self._eager_code:  # a function replaced since
+            self.eager = self._can_run_now = False
+            if hasattr(coro, "close"):
+                coro.close()  # never started: nothing of it ran
+            raise RuntimeError(f"tool {self.name!r} changed its code while the runtime served it; call again")
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            return stop.value
+        coro.close()  # unreachable: code without `await` cannot suspend
+        raise RuntimeError(f"tool {self.name!r} suspended where it cannot")
+
     # -- one call --------------------------------------------------------------------
 
     async def _chain(self, env: Envelope, args: Any) -> Any:
@@ -350,8 +434,8 @@ class WorkerPool:
             raise
         return task.result()
 
-    def _arm(self, env: Envelope, scope: trio.CancelScope) -> bool:
-        """Put the call's deadline on the worker's scope (and its caller's); True if there is one."""
+    def _deadline(self, env: Envelope) -> float:
+        """The call's deadline, starting now (inf: none); sets `env.limit` if the tool's is sooner."""
         deadline = env.deadline
         # The tool's own limit and the caller's both hold (the smaller wins); the runtime's
         # default is only for a call that neither limits.
@@ -363,6 +447,11 @@ class WorkerPool:
             if own < deadline:
                 deadline = own
                 env.limit = limit
+        return deadline
+
+    def _arm(self, env: Envelope, scope: trio.CancelScope) -> bool:
+        """Put the call's deadline on the worker's scope (and its caller's); True if there is one."""
+        deadline = self._deadline(env)
         if deadline == math.inf:
             return False
         scope.deadline = deadline
@@ -379,6 +468,10 @@ class WorkerPool:
             # Not this call's cancellation: an outer one (a sibling's crash, shutdown) is
             # re-raised here; otherwise the tool raised a Cancelled that is not its own.
             await trio.lowlevel.checkpoint_if_cancelled()
+        return self._failed(env, exc)
+
+    def _failed(self, env: Envelope, exc: BaseException) -> ToolResult:
+        """The result of a call whose tool raised `exc` (not a cancellation of this call's)."""
         if isinstance(exc, _Overloaded):
             return failure(env.call, FailureKind.OVERLOADED, str(exc))
         if isinstance(exc, _Unplaced):

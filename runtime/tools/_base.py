@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import types
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
@@ -142,6 +143,16 @@ class ToolBase(Generic[ArgsT, ResultT]):
         """Start `execute`; an awaitable when `is_async`, else the result. Called by the engine."""
         return self.execute(args, ctx)  # type: ignore[arg-type]
 
+    def dispatch_code(self) -> types.CodeType | None:
+        """The code object every `dispatch` runs: its coroutine's code for an async tool.
+
+        None when that is not one known plain function (`dispatch` overridden, `execute` not a
+        plain function). The engine reads it to find async tools that never suspend.
+        """
+        if type(self).dispatch not in _PLAIN_DISPATCH:
+            return None
+        return function_code(type(self).execute)
+
     # -- codec hooks -----------------------------------------------------------------
 
     def decode_args(self, raw: str | bytes | Mapping[str, Any]) -> ArgsT:
@@ -201,6 +212,16 @@ class Tool(ToolBase[ArgsT, ResultT], dynamic=True):
 
     def dispatch(self, args: ArgsT, ctx: CallContext | None) -> Any:
         return self.execute(args)
+
+
+_PLAIN_DISPATCH = (ToolBase.dispatch, Tool.dispatch)
+
+
+def function_code(fn: object) -> types.CodeType | None:
+    """The code object of a plain function or of a method bound to one, else None."""
+    if type(fn) is types.MethodType:
+        fn = fn.__func__
+    return fn.__code__ if type(fn) is types.FunctionType else None
 
 
 class SimpleTool(Tool[ArgsT, str], dynamic=True):

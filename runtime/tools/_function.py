@@ -23,7 +23,7 @@ from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, parse_docstring
 from ..schema._annotations import normalize
 from ..schema._from_python import descriptor_from_fields
-from ._base import ToolBase
+from ._base import ToolBase, function_code
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
 from ._options import ToolOptions, ToolOptionsKw
@@ -185,6 +185,11 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             else:
                 keywords[str(slot)] = ctx
         return self.fn(*positional, **keywords)
+
+    def dispatch_code(self) -> types.CodeType | None:
+        if type(self).dispatch is not FunctionTool.dispatch:
+            return None
+        return function_code(self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function itself (no runtime, no validation): handy in tests."""

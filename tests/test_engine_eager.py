@@ -1,0 +1,337 @@
+"""Calls that cannot suspend run in their caller's task (the eager path, issue 14's speed).
+
+An `async def` tool with no `await` in its code, or an `inline=True` sync tool, runs to its
+end in one step wherever it runs; the runtime serves such a call in the caller's task after a
+checkpoint, instead of through the mailbox. Everything else about the call stays the same:
+one result, the failure mapping, supervision, spans, cancellation before it starts.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from runtime import CallContext, FailureKind, RestartPolicy, Tool, ToolCall, ToolSuccess, open_runtime, tool
+from runtime.tracing import Tracing
+
+seen: list[Any] = []  # what the tools saw: the task that ran them
+
+
+class NoArgs(msgspec.Struct):
+    pass
+
+
+def _current() -> object:
+    return trio.lowlevel.current_task()
+
+
+@tool
+async def quick(n: int) -> int:
+    seen.append(_current())
+    return n + 1
+
+
+@tool
+async def pausing(n: int) -> int:
+    seen.append(_current())
+    await trio.lowlevel.checkpoint()
+    return n + 1
+
+
+@tool(inline=True)
+def inline_add(n: int) -> int:
+    seen.append(_current())
+    return n + 1
+
+
+@tool
+def threaded(n: int) -> int:
+    return n + 1
+
+
+@tool(max_concurrency=2)
+async def limited(n: int) -> int:
+    seen.append(_current())
+    return n + 1
+
+
+@tool(requires_approval=True)
+async def guarded(n: int) -> int:
+    seen.append(_current())
+    return n + 1
+
+
+@tool
+async def with_context(n: int, ctx: CallContext) -> float | None:
+    seen.append(_current())
+    return ctx.deadline
+
+
+class QuickClass(Tool[NoArgs, int]):
+    """A class tool whose execute does not await."""
+
+    name = "quick_class"
+
+    async def execute(self, args: NoArgs) -> int:
+        seen.append(_current())
+        return 7
+
+
+class CustomDispatch(Tool[NoArgs, int]):
+    """dispatch overridden: the engine cannot know what it runs, so it takes the mailbox."""
+
+    name = "custom_dispatch"
+
+    async def execute(self, args: NoArgs) -> int:
+        seen.append(_current())
+        return 8
+
+    def dispatch(self, args: NoArgs, ctx: CallContext | None) -> Any:
+        return self.execute(args)
+
+
+def _call(name: str, arguments: str = '{"n": 1}', call_id: str = "c1") -> ToolCall:
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "here"),
+    [
+        ("quick", '{"n": 1}', True),
+        ("inline_add", '{"n": 1}', True),
+        ("quick_class", "{}", True),
+        ("with_context", '{"n": 1}', True),
+        ("pausing", '{"n": 1}', False),  # it awaits: a worker serves it
+        ("limited", '{"n": 1}', False),  # max_concurrency is kept by the actor
+        ("custom_dispatch", "{}", False),
+    ],
+)
+async def test_only_calls_that_cannot_suspend_run_in_the_callers_task(
+    name: str, arguments: str, here: bool
+) -> None:
+    seen.clear()
+    async with open_runtime(
+        [quick, pausing, inline_add, limited, with_context, QuickClass(), CustomDispatch()]
+    ) as rt:
+        result = await rt.call(_call(name, arguments))
+        assert result.ok, result
+        assert (seen == [_current()]) is here
+
+
+async def test_an_approved_call_is_asked_first_and_not_run_eagerly() -> None:
+    from runtime import Answer
+
+    seen.clear()
+
+    async def yes(question: Any) -> Answer:
+        return Answer(action="accept", content={})
+
+    async with open_runtime([guarded], on_elicit=yes) as rt:
+        result = await rt.call(_call("guarded"))
+    assert result.ok, result
+    assert seen
+    assert seen[0] is not _current()
+
+
+async def test_a_call_with_a_deadline_tells_the_tool_its_deadline(autojump_clock: trio.abc.Clock) -> None:
+    async with open_runtime([with_context]) as rt:
+        result = await rt.call(_call("with_context"), timeout=5)
+        assert isinstance(result, ToolSuccess)
+        assert result.value == pytest.approx(trio.current_time() + 5)
+        untimed = await rt.call(_call("with_context"))
+        assert isinstance(untimed, ToolSuccess)
+        assert untimed.value is None
+
+
+async def test_a_cancelled_caller_runs_nothing_and_its_calls_are_cancelled() -> None:
+    seen.clear()
+    async with open_runtime([quick]) as rt:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await rt.call(_call("quick"))
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await rt.call_many([_call("quick", call_id=f"b{i}") for i in range(3)])
+        stats = rt.statistics().tools["quick"]
+    assert seen == []
+    assert stats.calls == 4
+    assert stats.failures == {FailureKind.CANCELLED.value: 4}
+
+
+async def test_every_call_gets_its_own_result_through_call_many_and_as_completed() -> None:
+    calls = [_call("quick", f'{{"n": {i}}}', f"q{i}") for i in range(300)]
+    calls += [_call("pausing", f'{{"n": {i}}}', f"p{i}") for i in range(300)]
+    calls.insert(7, _call("quick", '{"n": "seven"}', "bad"))
+    async with open_runtime([quick, pausing]) as rt:
+        results = await rt.call_many(calls)
+        assert [r.call_id for r in results] == [c.id for c in calls]
+        assert results[7].kind is FailureKind.INVALID_ARGUMENTS  # type: ignore[union-attr]
+        assert all(r.ok for i, r in enumerate(results) if i != 7)
+        completed = [r.call_id async for r in rt.as_completed(calls)]
+        assert sorted(completed) == sorted(c.id for c in calls)
+
+
+async def test_sequential_calls_let_other_tasks_run() -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with open_runtime([quick]) as rt, trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()
+        start = ticks
+        for _ in range(500):
+            await rt.call(_call("quick"))
+        assert ticks - start >= 250  # a checkpoint per call: the ticker ran between them
+        start = ticks
+        await rt.call_many([_call("quick", call_id=f"m{i}") for i in range(2000)])
+        assert ticks - start >= 5  # a long batch checkpoints as it goes
+        nursery.cancel_scope.cancel()
+
+
+marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+
+@tool
+async def reads_and_sets() -> str:
+    seen_value = marker.get()
+    marker.set("set by the tool")
+    return seen_value
+
+
+async def test_the_tool_sees_its_callers_contextvars_and_cannot_change_them() -> None:
+    async with open_runtime([reads_and_sets]) as rt:
+        marker.set("caller")  # after opening: the runtime's own tasks do not have it
+        result = await rt.call(_call("reads_and_sets", "{}"))
+    assert isinstance(result, ToolSuccess)
+    assert result.value == "caller"
+    assert marker.get() == "caller"
+
+
+class Flaky(Tool[NoArgs, int]):
+    """Raises its restart_on exception on its first call."""
+
+    name = "flaky"
+    restart_on = (ConnectionError,)
+
+    def __init__(self) -> None:
+        self.setups = 0
+        self.calls = 0
+
+    async def setup(self) -> None:
+        self.setups += 1
+
+    async def execute(self, args: NoArgs) -> int:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("lost the connection")
+        return self.setups
+
+
+async def test_a_restart_on_exception_restarts_the_actor(autojump_clock: trio.abc.Clock) -> None:
+    flaky = Flaky()
+    async with open_runtime([flaky], restart=RestartPolicy(backoff=0.1)) as rt:
+        first = await rt.call(_call("flaky", "{}"))
+        assert first.kind is FailureKind.ERROR  # type: ignore[union-attr]
+        second = await rt.call(_call("flaky", "{}"))  # waits in the mailbox for the new incarnation
+        assert isinstance(second, ToolSuccess)
+        assert second.value == 2
+        assert rt.statistics().tools["flaky"].restarts == 1
+
+
+@tool
+async def raises_anything(kind: str) -> str:
+    if kind == "cancelled":
+        raise trio.Cancelled._create()  # type: ignore[attr-defined]
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    raise ValueError("bad value")
+
+
+@pytest.mark.parametrize("kind", ["cancelled", "interrupt", "value"])
+async def test_whatever_an_eager_tool_raises_is_that_calls_error(kind: str) -> None:
+    async with open_runtime([raises_anything, quick]) as rt:
+        result = await rt.call(_call("raises_anything", f'{{"kind": "{kind}"}}'))
+        assert result.kind is FailureKind.ERROR  # type: ignore[union-attr]
+        assert (await rt.call(_call("quick"))).ok
+
+
+async def test_a_function_whose_code_changes_is_served_by_its_actor_from_then_on() -> None:
+    async def replace(n: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return n * 100
+
+    async def original(n: int) -> int:
+        return n
+
+    changing = tool(original)
+    async with open_runtime([changing]) as rt:
+        assert (await rt.call(_call("original", '{"n": 3}'))).value == 3  # type: ignore[union-attr]
+        original.__code__ = replace.__code__
+        refused = await rt.call(_call("original", '{"n": 3}'))
+        assert refused.kind is FailureKind.ERROR
+        assert "changed its code" in refused.content
+        assert (await rt.call(_call("original", '{"n": 3}'))).value == 300  # type: ignore[union-attr]
+
+
+async def test_eager_calls_are_traced_under_the_callers_span() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    async with open_runtime([quick, raises_anything], tracing=Tracing(tracer_provider=provider)) as rt:
+        with tracer.start_as_current_span("agent turn") as parent:
+            assert (await rt.call(_call("quick"))).ok
+            await rt.call(_call("raises_anything", '{"kind": "value"}'))
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    ok, failed = spans["execute_tool quick"], spans["execute_tool raises_anything"]
+    for span in (ok, failed):
+        assert span.parent is not None
+        assert span.parent.span_id == parent.get_span_context().span_id
+    assert ok.status.status_code is not StatusCode.ERROR
+    assert failed.status.status_code is StatusCode.ERROR
+
+
+async def test_calls_during_shutdown_are_unavailable_not_run() -> None:
+    seen.clear()
+    async with open_runtime([quick]) as rt:
+        actor = rt._routing.routes["quick"]
+        actor.begin_stop()
+        result = await rt.call(_call("quick"))
+    assert result.kind is FailureKind.UNAVAILABLE  # type: ignore[union-attr]
+    assert seen == []
+
+
+async def test_many_cancelled_and_finished_calls_leave_no_task_behind() -> None:
+    def live() -> int:
+        count, stack = 0, [trio.lowlevel.current_root_task()]
+        while stack:
+            task = stack.pop()
+            count += 1
+            for nursery in task.child_nurseries:  # type: ignore[union-attr]
+                stack.extend(nursery.child_tasks)
+        return count
+
+    async with open_runtime([quick, pausing]) as rt:
+        await rt.call(_call("pausing"))
+        baseline = live()
+        for i in range(200):
+            with trio.CancelScope() as scope:
+                if i % 2:
+                    scope.cancel()
+                await rt.call_many([_call("quick", call_id=f"a{i}"), _call("pausing", call_id=f"b{i}")])
+        for _ in range(10):
+            await trio.lowlevel.checkpoint()
+        assert live() <= baseline + 4  # the async pool keeps at most a few idle workers
