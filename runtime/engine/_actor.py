@@ -191,6 +191,8 @@ class ToolActor:
                     await trio.sleep(policy.delay(len(recent)))
                 self._stop_scope = None
         finally:
+            if self.pool.threads is not None:
+                self.pool.threads.close()
             self.ready.set()
             if self.state is not ActorState.DOWN:
                 self.state = ActorState.STOPPED

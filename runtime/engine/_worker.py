@@ -33,6 +33,7 @@ from ._config import EngineConfig
 from ._envelope import QUEUED, RUNNING, Envelope
 from ._outcome import describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
+from ._threads import KeptThreads
 
 __all__ = ["WorkerPool", "call_chain", "eager_code", "escapes"]
 
@@ -129,6 +130,7 @@ class WorkerPool:
         self.capacity = options.max_concurrency if options.max_concurrency is not None else math.inf
         self.limiter: trio.CapacityLimiter | None = None
         self.placed: PlacedTool | None = None  # set by the actor for each incarnation
+        self.threads: KeptThreads | None = None  # a sync tool's own threads
         placement = options.placement
         if placement is not None and not placement.in_process:
             # Another process runs the tool: as many workers here as it can serve at once,
@@ -141,6 +143,7 @@ class WorkerPool:
             budget = options.max_concurrency or config.thread_limit
             self.limiter = trio.CapacityLimiter(budget)
             self.capacity = budget
+            self.threads = KeptThreads(tool.name, self.limiter, self._thread_abandoned)
         self._timeout = options.timeout
         self._default_timeout = config.default_timeout
         self._untimed = self._timeout is None and self._default_timeout is None
@@ -380,20 +383,19 @@ class WorkerPool:
                 "that timed out or were cancelled (they are blocked and cannot be interrupted); "
                 "try again later"
             )
+        assert self.threads is not None
         self._threads_busy += 1
         try:
-            return await trio.to_thread.run_sync(
-                self._tool_dispatch, args, env.ctx, limiter=limiter, abandon_on_cancel=True
-            )
-        except trio.Cancelled:
-            # The thread runs on (no thread can be interrupted) and keeps its slot of the
-            # tool's budget until it ends; `stuck_threads` counts it meanwhile.
-            self.counters.abandoned_threads += 1
-            if env.ctx is not None:
-                env.ctx.abandoned = True
-            raise
+            return await self.threads.run(env, self._tool_dispatch, args, env.ctx)
         finally:
             self._threads_busy -= 1
+
+    def _thread_abandoned(self, env: Envelope) -> None:
+        # Its caller stopped waiting: the thread runs on (no thread can be interrupted) and
+        # keeps its slot of the tool's budget until it ends; `stuck_threads` counts it meanwhile.
+        self.counters.abandoned_threads += 1
+        if env.ctx is not None:
+            env.ctx.abandoned = True
 
     async def _placed_call(self, env: Envelope) -> ToolSuccess:
         """Serve the call where the tool's placement runs it (the arguments are checked already)."""

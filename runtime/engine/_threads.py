@@ -1,0 +1,170 @@
+"""The worker threads of one sync tool, kept between its calls.
+
+`trio.to_thread.run_sync` hands each call to trio's process-wide thread cache: an async
+limiter acquire, a fresh thread name set through ctypes, thread-local state for
+`trio.from_thread`, and a result sent back through several layers. A sync tool's calls pay
+that on every call. Here each sync tool keeps its own threads: a call takes an idle one (or
+starts one, within the tool's budget), hands it the job through the thread's own lock, and
+parks; the thread runs the function in a copy of the worker's context (its span is current
+there) and reschedules the parked task through the trio token. Fewer steps that release the
+GIL in the thread also matter under load, where each one may wait for the loop's thread.
+
+The tool's `CapacityLimiter` stays the budget: a thread holds one token from the moment it
+takes a job until the function returns, even if its caller gave up (the call is then
+abandoned, counted by the caller, and its result dropped). Idle threads exit after
+`IDLE_SECONDS`, and all of them once the tool stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import outcome
+import trio
+
+__all__ = ["IDLE_SECONDS", "KeptThreads"]
+
+IDLE_SECONDS = 10.0
+"""An idle thread exits after this long without a call (trio's own thread cache does the same)."""
+
+
+class _Job:
+    __slots__ = ("args", "context", "fn", "task", "token")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], token: trio.lowlevel.TrioToken) -> None:
+        self.fn = fn
+        self.args = args
+        self.context = contextvars.copy_context()
+        self.token = token
+        self.task: trio.lowlevel.Task | None = None  # None once its caller stopped waiting
+
+
+class KeptThreads:
+    """The threads of one sync tool.
+
+    Args:
+        name: the tool's name (the threads are named after it).
+        limiter: the tool's thread budget.
+        abandoned: called (on the trio thread) with a job's `owner` when its caller stops
+            waiting for it while it runs.
+    """
+
+    def __init__(self, name: str, limiter: trio.CapacityLimiter, abandoned: Callable[[Any], None]) -> None:
+        self.name = name
+        self.limiter = limiter
+        self._abandoned = abandoned
+        self._lock = threading.Lock()  # guards `_idle` and `_closed` between the trio thread and the threads
+        self._idle: dict[_Thread, None] = {}  # insertion order: the most recently idle last
+        self._closed = False
+        self._started = 0
+
+    async def run(self, owner: object, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in one of the tool's threads; its value, or its exception raised here.
+
+        Cancelled while waiting for a token of the budget: nothing runs. Cancelled while the
+        thread runs it: the thread runs on (no thread can be interrupted) and keeps its token
+        until it returns; `abandoned` is called and Cancelled is raised at once.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        job = _Job(fn, args, trio.lowlevel.current_trio_token())
+        limiter = self.limiter
+        try:
+            limiter.acquire_on_behalf_of_nowait(job)
+        except trio.WouldBlock:
+            await limiter.acquire_on_behalf_of(job)  # every thread of the budget is busy: wait
+        try:
+            with self._lock:
+                thread = self._idle.popitem()[0] if self._idle else None
+            if thread is None:
+                self._started += 1
+                thread = _Thread(self, f"tool {self.name} thread {self._started}")
+        except BaseException:
+            limiter.release_on_behalf_of(job)
+            raise
+        job.task = trio.lowlevel.current_task()
+        thread.give(job)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            job.task = None  # what the thread returns is dropped
+            self._abandoned(owner)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def close(self) -> None:
+        """Let every thread exit: idle ones now, busy ones when their function returns."""
+        with self._lock:
+            self._closed = True
+            idle = list(self._idle)
+            self._idle.clear()
+        for thread in idle:
+            thread.give(None)
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    # -- called by the threads -------------------------------------------------------
+
+    def _done(self, job: _Job, result: outcome.Outcome[Any]) -> None:
+        """On the trio thread: the job's function returned (or raised)."""
+        self.limiter.release_on_behalf_of(job)
+        task = job.task
+        if task is not None:
+            job.task = None
+            trio.lowlevel.reschedule(task, result)
+
+    def _park(self, thread: _Thread) -> bool:
+        """The thread is free: keep it (True), or let it exit if the tool stopped (False)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._idle[thread] = None
+            return True
+
+    def _retire(self, thread: _Thread) -> bool:
+        """An idle thread timed out: True if it may exit (no job is being handed to it)."""
+        with self._lock:
+            return self._idle.pop(thread, False) is None
+
+
+class _Thread:
+    """One kept thread: it waits on its own lock for the next job."""
+
+    __slots__ = ("_go", "_job", "_pool")
+
+    def __init__(self, pool: KeptThreads, name: str) -> None:
+        self._pool = pool
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._job: _Job | None = None
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def give(self, job: _Job | None) -> None:
+        """Hand over the next job (None: exit)."""
+        self._job = job
+        self._go.release()
+
+    def _serve(self) -> None:
+        pool = self._pool
+        while True:
+            if not self._go.acquire(timeout=IDLE_SECONDS):
+                if pool._retire(self):
+                    return
+                self._go.acquire()  # a job is being handed over right now
+            job = self._job
+            self._job = None
+            if job is None:
+                return
+            result = outcome.capture(job.context.run, job.fn, *job.args)
+            job.fn = job.args = None  # type: ignore[assignment]  # drop references before waiting again
+            keep = pool._park(self)
+            with contextlib.suppress(trio.RunFinishedError):  # the run ended meanwhile: nobody waits
+                job.token.run_sync_soon(pool._done, job, result)
+            del job, result
+            if not keep:
+                return
