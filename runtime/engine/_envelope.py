@@ -12,6 +12,7 @@ grace after its deadline (its work is then "abandoned" and counted).
 from __future__ import annotations
 
 import collections
+import contextvars
 import math
 
 import trio
@@ -46,6 +47,7 @@ class Envelope:
     __slots__ = (
         "call",
         "cancelled",
+        "context",
         "counters",
         "ctx",
         "deadline",
@@ -61,6 +63,7 @@ class Envelope:
 
     call: ToolCall
     ctx: CallContext | None
+    context: contextvars.Context  # a copy of the caller's contextvars: the tool's code runs in it
     deadline: float
     expires: float
     limit: float | None
@@ -164,6 +167,7 @@ class CallEnvelope(Envelope):
         # Each subclass sets every slot itself (no shared __init__): one call less per call.
         self.call = call
         self.ctx = ctx
+        self.context = contextvars.copy_context()
         self.deadline = deadline
         self.expires = deadline
         self.limit = limit
@@ -260,6 +264,7 @@ class BatchEnvelope(Envelope):
         # Each subclass sets every slot itself (no shared __init__): one call less per call.
         self.call = call
         self.ctx = ctx
+        self.context = contextvars.copy_context()
         self.deadline = deadline
         self.expires = deadline
         self.limit = limit

@@ -5,8 +5,8 @@ limiter acquire, a fresh thread name set through ctypes, thread-local state for
 `trio.from_thread`, and a result sent back through several layers. A sync tool's calls pay
 that on every call. Here each sync tool keeps its own threads: a call takes an idle one (or
 starts one, within the tool's budget), hands it the job through the thread's own lock, and
-parks; the thread runs the function in a copy of the worker's context (its span is current
-there) and reschedules the parked task through the trio token. Fewer steps that release the
+parks; the thread runs the function in the call's context (a copy of its caller's; the
+call's span is made current there) and reschedules the parked task through the trio token. Fewer steps that release the
 GIL in the thread also matter under load, where each one may wait for the loop's thread.
 
 The tool's `CapacityLimiter` stays the budget: a thread holds one token from the moment it
@@ -35,10 +35,16 @@ IDLE_SECONDS = 10.0
 class _Job:
     __slots__ = ("args", "context", "fn", "task", "token")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], token: trio.lowlevel.TrioToken) -> None:
+    def __init__(
+        self,
+        context: contextvars.Context,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        token: trio.lowlevel.TrioToken,
+    ) -> None:
         self.fn = fn
         self.args = args
-        self.context = contextvars.copy_context()
+        self.context = context
         self.token = token
         self.task: trio.lowlevel.Task | None = None  # None once its caller stopped waiting
 
@@ -62,15 +68,19 @@ class KeptThreads:
         self._closed = False
         self._started = 0
 
-    async def run(self, owner: object, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)` in one of the tool's threads; its value, or its exception raised here.
+    async def run(
+        self, owner: object, context: contextvars.Context, fn: Callable[..., Any], *args: Any
+    ) -> Any:
+        """`context.run(fn, *args)` in one of the tool's threads; its value, or its exception raised here.
+
+        `context` must not be entered anywhere else while the thread runs (a call's own copy).
 
         Cancelled while waiting for a token of the budget: nothing runs. Cancelled while the
         thread runs it: the thread runs on (no thread can be interrupted) and keeps its token
         until it returns; `abandoned` is called and Cancelled is raised at once.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        job = _Job(fn, args, trio.lowlevel.current_trio_token())
+        job = _Job(context, fn, args, trio.lowlevel.current_trio_token())
         limiter = self.limiter
         try:
             limiter.acquire_on_behalf_of_nowait(job)

@@ -19,7 +19,7 @@ import inspect
 import logging
 import math
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from typing import Any
 
@@ -27,7 +27,7 @@ import trio
 
 from ..exceptions import RemoteToolError
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
-from ..tools import PlacedTool, ToolBase, ToolOptions, result_encoder
+from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, result_encoder
 from ._arguments import check_arguments, not_unicode
 from ._config import EngineConfig
 from ._envelope import QUEUED, RUNNING, Envelope
@@ -72,6 +72,27 @@ def eager_code(tool: ToolBase[Any, Any]) -> types.CodeType | None:
     if any(instruction.opname == "YIELD_VALUE" for instruction in dis.get_instructions(code)):
         return None
     return code
+
+
+@types.coroutine
+def _run_in(context: contextvars.Context, coro: Any) -> Generator[Any, Any, Any]:
+    """Await `coro` with each of its steps run in `context` (what asyncio does for a task).
+
+    A call's code runs in a copy of its caller's contextvars on every path, not in the
+    worker's: the caller's OpenTelemetry context, request ids and the like reach the tool,
+    and what the tool sets stays in its call.
+    """
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            trap = context.run(coro.send, value) if error is None else context.run(coro.throw, error)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            value, error = (yield trap), None
+        except BaseException as exc:  # trio's answer to the trap (Cancelled...) goes into the tool
+            value, error = None, exc
 
 
 def escapes(exc: BaseException) -> bool:
@@ -250,12 +271,15 @@ class WorkerPool:
                                             if self._approval is not False:
                                                 await self._approve(env, args)
                                             if self._chained:
-                                                value = await self._chain(env, args)
-                                            elif self._around is not None and env.ctx is not None:
-                                                with self._around.around(env.ctx):
-                                                    value = await self._dispatch(env, args)
-                                            elif self._mode == _ASYNC:
-                                                value = await self._tool_dispatch(args, env.ctx)
+                                                self._chain(env)
+                                            if self._mode == _ASYNC:  # the tool's code runs in env.context
+                                                context = env.context
+                                                value = await _run_in(
+                                                    context,
+                                                    context.run(self._tool_dispatch, args, env.ctx)
+                                                    if self._around is None or env.ctx is None
+                                                    else self._async_call(args, env.ctx),
+                                                )
                                             else:
                                                 value = await self._dispatch(env, args)
                                         except BaseException as exc:  # KeyboardInterrupt too: the tool's own
@@ -296,8 +320,8 @@ class WorkerPool:
         (checked in its bytecode), or an `inline=True` sync tool. Such a call runs to its end
         in one step wherever it runs, so it cannot be cancelled, time out or wait on anything
         in a worker either; running it here saves the two task switches of the mailbox hop.
-        The call sees a copy of its caller's contextvars. The caller has passed a checkpoint
-        first (trio's rule: every call of an async API function is one).
+        Like every call it runs in `env.context`, a copy of its caller's contextvars. The
+        caller has passed a checkpoint first (trio's rule: every call of an async API function is one).
         """
         raw = env.call.arguments
         try:
@@ -314,23 +338,22 @@ class WorkerPool:
         ctx = env.ctx
         if ctx is not None and not (self._untimed and env.deadline == math.inf):
             ctx.deadline = self._deadline(env)  # for the tool to read: nothing can interrupt it
-        step = self._run_inline if self._mode == _INLINE else self._run_to_end
+        step = self._sync_call if self._mode == _INLINE else self._run_to_end
         try:
-            if self._around is not None and ctx is not None:
-                with self._around.around(ctx):
-                    value = contextvars.copy_context().run(step, args, ctx)
-            else:
-                value = contextvars.copy_context().run(step, args, ctx)
+            value = env.context.run(step, args, ctx)
         except BaseException as exc:  # KeyboardInterrupt too: the tool's own (nothing here awaits)
             result = self._failed(env, exc)
         else:
             result = self._success(env, value)
         env.settle(result)
 
-    def _run_inline(self, args: Any, ctx: Any) -> Any:
-        return self._tool_dispatch(args, ctx)
+    def _run_to_end(self, args: Any, ctx: CallContext | None) -> Any:
+        if self._around is not None and ctx is not None:
+            with self._around.around(ctx):
+                return self._step(args, ctx)
+        return self._step(args, ctx)
 
-    def _run_to_end(self, args: Any, ctx: Any) -> Any:
+    def _step(self, args: Any, ctx: CallContext | None) -> Any:
         coro = self._tool_dispatch(args, ctx)
         if getattr(coro, "cr_code", None) is not self._eager_code:  # a function replaced since
             self.eager = self._can_run_now = False
@@ -346,15 +369,23 @@ class WorkerPool:
 
     # -- one call --------------------------------------------------------------------
 
-    async def _chain(self, env: Envelope, args: Any) -> Any:
-        token = call_chain.set((*call_chain.get(), self.counters))
-        try:
-            if self._around is not None and env.ctx is not None:
-                with self._around.around(env.ctx):
-                    return await self._dispatch(env, args)
-            return await self._dispatch(env, args)
-        finally:
-            call_chain.reset(token)
+    def _chain(self, env: Envelope) -> None:
+        """The call's context records that this tool runs (its own copy: nothing to reset)."""
+        env.context.run(call_chain.set, (*env.context.get(call_chain, ()), self.counters))
+
+    def _sync_call(self, args: Any, ctx: CallContext | None) -> Any:
+        """A sync tool's call, under the features' `around_call` (in the call's context)."""
+        if self._around is not None and ctx is not None:
+            with self._around.around(ctx):
+                return self._tool_dispatch(args, ctx)
+        return self._tool_dispatch(args, ctx)
+
+    async def _async_call(self, args: Any, ctx: CallContext | None) -> Any:
+        """An async tool's call, under the features' `around_call` (in the call's context)."""
+        if self._around is not None and ctx is not None:
+            with self._around.around(ctx):
+                return await self._tool_dispatch(args, ctx)
+        return await self._tool_dispatch(args, ctx)
 
     async def _approve(self, env: Envelope, args: Any) -> None:
         """Ask before the tool runs (`requires_approval`); raises ToolRejected when denied."""
@@ -366,11 +397,13 @@ class WorkerPool:
         await ctx.approve(env.call.arguments)
 
     async def _dispatch(self, env: Envelope, args: Any) -> Any:
-        if self._mode == _ASYNC:
-            return await self._tool_dispatch(args, env.ctx)
+        """A call of a tool that is not a plain async one (those run in `_worker`)."""
         if self._mode == _INLINE:
-            return self._tool_dispatch(args, env.ctx)
+            return env.context.run(self._sync_call, args, env.ctx)
         if self._mode == _PLACED:
+            if self._around is not None and env.ctx is not None:
+                with self._around.around(env.ctx):  # the span is current for its progress and logs
+                    return await self._placed_call(env)
             return await self._placed_call(env)
         if self._mode == _ASYNCIO:
             return await self._on_asyncio(env, args)
@@ -386,7 +419,7 @@ class WorkerPool:
         assert self.threads is not None
         self._threads_busy += 1
         try:
-            return await self.threads.run(env, self._tool_dispatch, args, env.ctx)
+            return await self.threads.run(env, env.context, self._sync_call, args, env.ctx)
         finally:
             self._threads_busy -= 1
 
@@ -422,7 +455,7 @@ class WorkerPool:
         there); cancelling this call (its deadline, its caller) cancels the task.
         """
         loop = self._loop
-        task = loop.create_task(self._tool_dispatch(args, env.ctx), context=contextvars.copy_context())
+        task = loop.create_task(self._async_call(args, env.ctx), context=env.context)
         done = trio.Event()
         task.add_done_callback(lambda _: done.set())  # on the host thread, inside the guest run
         try:
