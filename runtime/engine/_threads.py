@@ -67,6 +67,8 @@ class KeptThreads:
         self._idle: dict[_Thread, None] = {}  # insertion order: the most recently idle last
         self._closed = False
         self._started = 0
+        self._finished: list[tuple[_Job, outcome.Outcome[Any]]] = []  # guarded by `_lock`
+        self._wake_pending = False  # a `_deliver` is on its way to the trio thread
 
     async def run(
         self, owner: object, context: contextvars.Context, fn: Callable[..., Any], *args: Any
@@ -120,13 +122,31 @@ class KeptThreads:
 
     # -- called by the threads -------------------------------------------------------
 
-    def _done(self, job: _Job, result: outcome.Outcome[Any]) -> None:
-        """On the trio thread: the job's function returned (or raised)."""
-        self.limiter.release_on_behalf_of(job)
-        task = job.task
-        if task is not None:
-            job.task = None
-            trio.lowlevel.reschedule(task, result)
+    def _finish(self, job: _Job, result: outcome.Outcome[Any]) -> None:
+        """In the thread: queue the result; wake the trio thread unless a wake is on its way.
+
+        Under load many results share one `run_sync_soon` (one write to trio's wakeup socket,
+        one trip through its lock), instead of one each.
+        """
+        with self._lock:
+            self._finished.append((job, result))
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        with contextlib.suppress(trio.RunFinishedError):  # the run ended meanwhile: nobody waits
+            job.token.run_sync_soon(self._deliver)
+
+    def _deliver(self) -> None:
+        """On the trio thread: hand every finished job's result to its caller."""
+        with self._lock:
+            finished, self._finished = self._finished, []
+            self._wake_pending = False
+        for job, result in finished:
+            self.limiter.release_on_behalf_of(job)
+            task = job.task
+            if task is not None:
+                job.task = None
+                trio.lowlevel.reschedule(task, result)
 
     def _park(self, thread: _Thread) -> bool:
         """The thread is free: keep it (True), or let it exit if the tool stopped (False)."""
@@ -173,8 +193,7 @@ class _Thread:
             result = outcome.capture(job.context.run, job.fn, *job.args)
             job.fn = job.args = None  # type: ignore[assignment]  # drop references before waiting again
             keep = pool._park(self)
-            with contextlib.suppress(trio.RunFinishedError):  # the run ended meanwhile: nobody waits
-                job.token.run_sync_soon(pool._done, job, result)
+            pool._finish(job, result)
             del job, result
             if not keep:
                 return
