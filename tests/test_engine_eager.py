@@ -151,6 +151,16 @@ async def test_a_call_with_a_deadline_tells_the_tool_its_deadline(autojump_clock
         assert untimed.value is None
 
 
+async def test_a_call_whose_deadline_passed_before_it_ran_times_out_without_running() -> None:
+    seen.clear()
+    async with open_runtime([quick]) as rt:
+        result = await rt.call(_call("quick"), timeout=0)
+        assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+        results = await rt.call_many([_call("quick", call_id=f"t{i}") for i in range(3)], timeout=0)
+        assert [r.kind for r in results] == [FailureKind.TIMEOUT] * 3  # type: ignore[union-attr]
+    assert seen == []
+
+
 async def test_a_cancelled_caller_runs_nothing_and_its_calls_are_cancelled() -> None:
     seen.clear()
     async with open_runtime([quick]) as rt:
