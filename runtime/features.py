@@ -19,7 +19,8 @@ from typing import Any
 import trio
 
 from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
-from .tools import CallContext, ToolBase
+from .tools import CallContext, ToolBase, cannot_suspend, run_to_end
+from .tools._base import function_code
 
 __all__ = ["CALL_ID_KEY", "TOOL_NAME_KEY", "Feature", "FeaturePipeline"]
 
@@ -131,6 +132,7 @@ class FeaturePipeline:
         "_supervision",
         "dormant",
         "features",
+        "hooks_cannot_suspend",
     )
 
     def __init__(self, features: Iterable[Feature] = ()) -> None:
@@ -155,6 +157,16 @@ class FeaturePipeline:
         self._starting = tuple(f for f in self.features if _overrides(f, "on_call_starting"))
         self._completed = tuple(f for f in self.features if _overrides(f, "on_call_completed"))
         self._failed = tuple(f for f in self.features if _overrides(f, "on_call_failed"))
+        self.hooks_cannot_suspend = all(
+            cannot_suspend(function_code(getattr(type(f), hook)))
+            for hook, overriders in (
+                ("on_call_starting", self._starting),
+                ("on_call_completed", self._completed),
+                ("on_call_failed", self._failed),
+            )
+            for f in overriders
+        )
+        """True when no feature's start or finish hook can suspend: `starting_now`/`finished_now` work."""
 
     def wake(self) -> bool:
         """Re-read `enabled` of the dormant features; True if one turned on (the hooks changed)."""
@@ -229,6 +241,26 @@ class FeaturePipeline:
                 except BaseException:
                     await self._finish_cancelled(self._failed[i + 1 :], call, result, ctx)
                     raise
+
+    def starting_now(self, call: ToolCall, ctx: CallContext) -> None:
+        """`starting`, run to its end here (only when `hooks_cannot_suspend`)."""
+        for f in self._starting:
+            try:
+                run_to_end(f.on_call_starting(call, ctx))
+            except Exception:
+                log.exception("feature %r failed in on_call_starting for call %s", f, call.id)
+
+    def finished_now(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> None:
+        """`finished`, run to its end here (only when `hooks_cannot_suspend`)."""
+        ok = isinstance(result, ToolSuccess)
+        for f in self._completed if ok else self._failed:
+            try:
+                if ok:
+                    run_to_end(f.on_call_completed(call, result, ctx))  # type: ignore[arg-type]
+                else:
+                    run_to_end(f.on_call_failed(call, result, ctx))  # type: ignore[arg-type]
+            except Exception:
+                log.exception("feature %r failed in finishing call %s", f, call.id)
 
     async def _finish_cancelled(
         self, rest: tuple[Feature, ...], call: ToolCall, result: ToolResult, ctx: CallContext

@@ -85,6 +85,10 @@ class AsyncioRuntime:
         self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> ToolResult:
         """Run one tool call; always returns its result (`Runtime.call`)."""
+        self._check()
+        result = self._rt.call_now(call, metadata=metadata, timeout=timeout)
+        if result is not None:  # nothing in it could wait: no trio task, no wakeup of trio
+            return result
         return await self._run(self._rt.call, call, metadata=metadata, timeout=timeout)
 
     async def call_many(
@@ -94,8 +98,20 @@ class AsyncioRuntime:
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> list[ToolResult]:
-        """Run calls concurrently; results in the order of `calls`, one per call."""
-        return await self._run(self._rt.call_many, list(calls), metadata=metadata, timeout=timeout)
+        """Run calls concurrently; results in the order of `calls`, one per call.
+
+        Calls that cannot wait on anything are served at once, here; the others go to trio
+        together, as one `Runtime.call_many`.
+        """
+        self._check()
+        batch = list(calls)
+        now = self._rt.call_now
+        results = [now(c, metadata=metadata, timeout=timeout) for c in batch]
+        if all(r is not None for r in results):
+            return results  # type: ignore[return-value]  # none is None
+        rest = [c for c, r in zip(batch, results, strict=True) if r is None]
+        served = iter(await self._run(self._rt.call_many, rest, metadata=metadata, timeout=timeout))
+        return [r if r is not None else next(served) for r in results]
 
     async def invoke(
         self,
@@ -122,7 +138,15 @@ class AsyncioRuntime:
         (`contextlib.aclosing`), as with `Runtime.as_completed`.
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        batch = list(calls)
+        self._check()
+        ready: list[ToolResult] = []  # calls that could not wait on anything: done already
+        batch: list[ToolCall] = []
+        for c in calls:
+            result = self._rt.call_now(c, metadata=metadata, timeout=timeout)
+            if result is None:
+                batch.append(c)
+            else:
+                ready.append(result)
 
         async def pump() -> None:
             results = cast(
@@ -133,9 +157,11 @@ class AsyncioRuntime:
                 async for result in results:
                     queue.put_nowait(result)
 
-        handle = self._spawn(pump)
+        handle = self._spawn(pump) if batch else None  # started before any is yielded
         try:
-            while True:
+            for result in ready:
+                yield result
+            while handle is not None:
                 getter = asyncio.ensure_future(queue.get())
                 await asyncio.wait((getter, handle.ended), return_when=asyncio.FIRST_COMPLETED)
                 if getter.done():
@@ -147,7 +173,7 @@ class AsyncioRuntime:
                 handle.ended.result().unwrap()  # RuntimeClosed, if that is how it ended
                 return
         finally:
-            if not handle.ended.done():
+            if handle is not None and not handle.ended.done():
                 handle.cancel()
                 await asyncio.shield(handle.ended)
 

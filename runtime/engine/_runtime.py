@@ -177,6 +177,44 @@ class Runtime:
             await self._finish(env)
         return env.result  # type: ignore[return-value]  # settled: DONE
 
+    def call_now(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult | None:
+        """Serve `call` here and now if nothing in it can wait; None if it must go through `call`.
+
+        For callers on the runtime's thread that are not trio tasks (`open_asyncio_runtime`'s
+        asyncio code, between trio's ticks): a call of a tool that cannot suspend (see
+        `WorkerPool.serve_now`), or one answered at once (an unknown tool, a malformed call),
+        with features whose start and finish hooks cannot suspend either (tracing's cannot),
+        needs no trio task and no wakeup of trio. The result is the one `call` would give;
+        nothing here awaits, so this is not a checkpoint.
+        """
+        if self._closed:
+            self._check_open()
+        if self._dormant:
+            self._wake()
+        pipeline = self._pipeline
+        if pipeline is not None and not pipeline.hooks_cannot_suspend:
+            return None
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        routed, ctx, actor, problem = self._route(call, metadata)
+        if problem is None and actor is not None and not actor.pool.eager:
+            return None
+        env = CallEnvelope(routed, ctx, deadline, timeout)
+        actor = self._admit(env, actor, problem)
+        if pipeline is not None:
+            pipeline.starting_now(env.call, ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
+        if actor is not None and env.state == QUEUED:
+            actor.pool.serve_now(env)
+        result = env.result
+        assert result is not None  # settled: served, or refused by `_admit`
+        env.reported = True
+        if env.counters is not None:
+            env.counters.record(result)
+        if pipeline is not None:
+            pipeline.finished_now(env.call, result, ctx)  # type: ignore[arg-type]
+        return result
+
     async def call_many(
         self,
         calls: Iterable[ToolCall],

@@ -14,8 +14,6 @@ that call's result, and the worker goes on to the next call.
 from __future__ import annotations
 
 import contextvars
-import dis
-import inspect
 import logging
 import math
 import types
@@ -27,7 +25,7 @@ import trio
 
 from ..exceptions import RemoteToolError
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
-from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, result_encoder
+from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, cannot_suspend, result_encoder, run_to_end
 from ._arguments import check_arguments, not_unicode
 from ._config import EngineConfig
 from ._envelope import QUEUED, RUNNING, Envelope
@@ -60,18 +58,9 @@ def _default_text(value: Any) -> str:
 
 
 def eager_code(tool: ToolBase[Any, Any]) -> types.CodeType | None:
-    """The code of an async tool's coroutine if it can never suspend (no `await` in it), else None.
-
-    A coroutine suspends only at a YIELD_VALUE of its own frame (`await`, `async for`,
-    `async with`, async comprehensions all compile to one), so code without one runs from
-    start to end in a single step.
-    """
+    """The code of an async tool's coroutine if it can never suspend (no `await` in it), else None."""
     code = tool.dispatch_code()
-    if code is None or not code.co_flags & inspect.CO_COROUTINE:
-        return None
-    if any(instruction.opname == "YIELD_VALUE" for instruction in dis.get_instructions(code)):
-        return None
-    return code
+    return code if cannot_suspend(code) else None
 
 
 class _InContext(Generator[Any, Any, Any]):
@@ -380,12 +369,7 @@ class WorkerPool:
             if hasattr(coro, "close"):
                 coro.close()  # never started: nothing of it ran
             raise RuntimeError(f"tool {self.name!r} changed its code while the runtime served it; call again")
-        try:
-            coro.send(None)
-        except StopIteration as stop:
-            return stop.value
-        coro.close()  # unreachable: code without `await` cannot suspend
-        raise RuntimeError(f"tool {self.name!r} suspended where it cannot")
+        return run_to_end(coro)
 
     # -- one call --------------------------------------------------------------------
 

@@ -19,7 +19,9 @@ from ._asking import elicitation_schema as elicitation_schema
 from ._base import SimpleTool as SimpleTool
 from ._base import Tool as Tool
 from ._base import ToolBase as ToolBase
+from ._base import cannot_suspend as cannot_suspend
 from ._base import result_encoder as result_encoder
+from ._base import run_to_end as run_to_end
 from ._codec import ArgField as ArgField
 from ._codec import ArgsCodec as ArgsCodec
 from ._context import LOG_LEVELS as LOG_LEVELS

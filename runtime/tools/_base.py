@@ -9,6 +9,7 @@ defined, and the codec and descriptor are built once, there.
 from __future__ import annotations
 
 import dataclasses
+import dis
 import inspect
 import re
 import types
@@ -34,8 +35,10 @@ __all__ = [
     "SimpleTool",
     "Tool",
     "ToolBase",
+    "cannot_suspend",
     "describe",
     "result_encoder",
+    "run_to_end",
 ]
 
 ArgsT = TypeVar("ArgsT")
@@ -215,6 +218,28 @@ class Tool(ToolBase[ArgsT, ResultT], dynamic=True):
 
 
 _PLAIN_DISPATCH = (ToolBase.dispatch, Tool.dispatch)
+
+
+def cannot_suspend(code: types.CodeType | None) -> bool:
+    """True for the code of an `async def` that can never suspend (no `await` in it).
+
+    A coroutine suspends only at a YIELD_VALUE of its own frame (`await`, `async for`,
+    `async with` and async comprehensions all compile to one), so code without one runs from
+    start to end in a single `send(None)`.
+    """
+    if code is None or not code.co_flags & inspect.CO_COROUTINE:
+        return False
+    return not any(instruction.opname == "YIELD_VALUE" for instruction in dis.get_instructions(code))
+
+
+def run_to_end(coro: Any) -> Any:
+    """Run a coroutine that `cannot_suspend` to its end, synchronously; its value or exception."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()  # unreachable for code checked by `cannot_suspend`
+    raise RuntimeError(f"{coro!r} suspended where it cannot")
 
 
 def function_code(fn: object) -> types.CodeType | None:

@@ -1,0 +1,150 @@
+"""open_asyncio_runtime serves calls that cannot wait on anything right in the asyncio task.
+
+A call of a tool that cannot suspend (or one answered at once: an unknown tool, malformed
+arguments) needs no trio task and no wakeup of trio's guest run; with features whose hooks
+cannot suspend either (tracing's), it is served by `Runtime.call_now` in the caller's asyncio
+task. Everything else goes through trio as before, in the same batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from runtime import FailureKind, Feature, ToolCall, ToolSuccess, tool
+from runtime.embed import open_asyncio_runtime
+from runtime.tracing import Tracing
+
+where: list[Any] = []
+
+
+@tool
+async def quick(n: int) -> int:
+    where.append(asyncio.current_task())
+    return n + 1
+
+
+@tool
+async def waits(n: int) -> int:
+    await trio.lowlevel.checkpoint()
+    return n * 10
+
+
+@tool
+def threaded(n: int) -> int:
+    return -n
+
+
+def _call(name: str, arguments: str = '{"n": 1}', call_id: str = "c1") -> ToolCall:
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def test_a_call_that_cannot_wait_runs_in_the_asyncio_task_that_makes_it() -> None:
+    async def main() -> None:
+        where.clear()
+        async with open_asyncio_runtime([quick], tracing=False) as rt:
+            result = await rt.call(_call("quick"))
+            assert isinstance(result, ToolSuccess) and result.value == 2  # noqa: PT018
+            assert where == [asyncio.current_task()]
+            assert rt.statistics().tools["quick"].calls == 1
+
+    asyncio.run(main())
+
+
+def test_a_mixed_batch_keeps_its_order_and_one_result_per_call() -> None:
+    calls = [
+        _call("waits", call_id="w"),
+        _call("quick", call_id="q"),
+        _call("nope", call_id="unknown"),
+        _call("quick", '{"n": "x"}', "bad"),
+        _call("threaded", call_id="t"),
+        _call("quick", '{"n": 5}', "q5"),
+    ]
+
+    async def main() -> None:
+        async with open_asyncio_runtime([quick, waits, threaded], tracing=False) as rt:
+            results = await rt.call_many(calls)
+            assert [r.call_id for r in results] == [c.id for c in calls]
+            assert [r.value if isinstance(r, ToolSuccess) else r.kind for r in results] == [  # type: ignore[union-attr]
+                10,
+                2,
+                FailureKind.UNKNOWN_TOOL,
+                FailureKind.INVALID_ARGUMENTS,
+                -1,
+                6,
+            ]
+            done = [r.call_id async for r in rt.as_completed(calls)]
+            assert sorted(done) == sorted(c.id for c in calls)
+            assert set(done[:4]) == {"q", "unknown", "bad", "q5"}  # answered at once: first
+            stats = rt.statistics()
+            assert stats.tools["quick"].calls == 6
+            assert stats.tools["waits"].calls == stats.tools["threaded"].calls == 2
+
+    asyncio.run(main())
+
+
+def test_a_deadline_that_passed_times_out_and_runs_nothing() -> None:
+    async def main() -> None:
+        where.clear()
+        async with open_asyncio_runtime([quick], tracing=False) as rt:
+            result = await rt.call(_call("quick"), timeout=0)
+            assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+        assert where == []
+
+    asyncio.run(main())
+
+
+def test_traced_calls_served_directly_are_children_of_the_asyncio_callers_span() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+
+    async def main() -> None:
+        where.clear()
+        async with open_asyncio_runtime([quick, waits], tracing=Tracing(tracer_provider=provider)) as rt:
+            with tracer.start_as_current_span("request") as parent:
+                results = await rt.call_many([_call("quick", call_id="a"), _call("waits", call_id="b")])
+            assert all(r.ok for r in results)
+            assert where == [asyncio.current_task()]  # tracing's hooks cannot suspend: served here
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        for name in ("execute_tool quick", "execute_tool waits"):
+            assert spans[name].parent is not None
+            assert spans[name].parent.span_id == parent.get_span_context().span_id
+
+    asyncio.run(main())
+
+
+class Slow(Feature):
+    """A feature whose start hook awaits: calls must go through trio."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    async def on_call_starting(self, call: ToolCall, ctx: Any) -> None:
+        await trio.lowlevel.checkpoint()
+        self.started.append(call.id)
+
+
+@pytest.mark.parametrize("method", ["call", "call_many"])
+def test_a_feature_that_may_suspend_sends_every_call_through_trio(method: str) -> None:
+    async def main() -> None:
+        where.clear()
+        slow = Slow()
+        async with open_asyncio_runtime([quick], features=[slow], tracing=False) as rt:
+            if method == "call":
+                result = await rt.call(_call("quick"))
+            else:
+                (result,) = await rt.call_many([_call("quick")])
+            assert result.ok
+        assert slow.started == ["c1"]
+        assert where == [None]  # run in trio (a callback of the loop), not in this asyncio task
+
+    asyncio.run(main())
