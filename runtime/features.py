@@ -170,10 +170,11 @@ class FeaturePipeline:
 
     def wake(self) -> bool:
         """Re-read `enabled` of the dormant features; True if one turned on (the hooks changed)."""
-        if not any(f.enabled for f in self.dormant):
-            return False
-        self._resolve()
-        return True
+        for f in self.dormant:  # a loop, not any(...): this runs before every call while dormant
+            if f.enabled:
+                self._resolve()
+                return True
+        return False
 
     @property
     def active(self) -> bool:

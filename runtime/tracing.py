@@ -111,7 +111,16 @@ class Tracing(Feature):
     def enabled(self) -> bool:
         if self._tracer_provider is not None or self._meter_provider is not None:
             return True
-        if _global_providers_unset():  # the common untraced case, checked before every call
+        # The common untraced case, checked before every call while dormant, so it reads the
+        # API's module globals (a tenth of a microsecond): neither global provider set yet.
+        # `get_tracer_provider()` looks at the environment each time (microseconds). Where
+        # those globals are missing (another API version), the public functions decide. A
+        # provider named in the environment (OTEL_PYTHON_TRACER_PROVIDER) is loaded by the
+        # first `get_tracer_provider()`, which `Tracing()` itself makes, so it is never missed.
+        if (
+            getattr(trace, "_TRACER_PROVIDER", False) is None
+            and getattr(_metrics_api, "_METER_PROVIDER", False) is None
+        ):
             return False
         return _configured(trace.get_tracer_provider()) or _configured(metrics.get_meter_provider())
 
@@ -225,21 +234,6 @@ class _Current:
 
 def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
-
-
-def _global_providers_unset() -> bool:
-    """True while neither global provider has been set: a check cheap enough for every call.
-
-    Reads the API's module globals (a tenth of a microsecond); `get_tracer_provider()`
-    looks at the environment each time (microseconds). Where those globals are missing
-    (another API version), this says False and `enabled` asks the public functions. A
-    provider named in the environment (OTEL_PYTHON_TRACER_PROVIDER) is loaded by the first
-    `get_tracer_provider()`, which `Tracing()` itself makes, so it is never missed.
-    """
-    return (
-        getattr(trace, "_TRACER_PROVIDER", False) is None
-        and getattr(_metrics_api, "_METER_PROVIDER", False) is None
-    )
 
 
 def _configured(provider: object) -> bool:
