@@ -326,14 +326,20 @@ if __name__ == "__main__":
 # -- the two asyncio embeddings, call by call --------------------------------------------------
 
 
-async def _embedded_us(kind: str, n: int, batch: int) -> float:
-    """Microseconds per `call_many` of `batch` calls from an asyncio task, sequentially."""
+EMBEDDED_TOOLS = {
+    "risky": '{"n": 1}',  # async, cannot suspend: guest mode serves it in the asyncio task
+    "lookup": '{"key": "k1"}',  # sync: a worker thread, reached through trio
+}
+
+
+async def _embedded_us(kind: str, n: int, batch: int, name: str = "risky") -> float:
+    """Microseconds per `call_many` of `batch` calls of `name` from an asyncio task, sequentially."""
     from runtime import ToolCall
     from runtime.embed import RuntimeThread, open_asyncio_runtime
 
     from .w5_app import REGISTRY
 
-    calls = [ToolCall(id=f"c{i}", name="risky", arguments='{"n": 1}') for i in range(batch)]
+    calls = [ToolCall(id=f"c{i}", name=name, arguments=EMBEDDED_TOOLS[name]) for i in range(batch)]
     if kind == "guest":
         async with open_asyncio_runtime(REGISTRY, tracing=False) as rt:
             await rt.call_many(calls)
@@ -361,14 +367,18 @@ def embedding_rows(quick: bool = False) -> list[dict[str, Any]]:
         loops["uvloop"] = uvloop.run
     rows = []
     for loop_name, run in loops.items():
-        for batch in (1, 4):
-            times: dict[str, list[float]] = {"guest": [], "thread": []}
-            for _ in range(3):
-                for kind in times:
-                    times[kind].append(run(_embedded_us(kind, n, batch)))
-            guest, thread = (statistics.median(times[k]) for k in ("guest", "thread"))
-            rows.append({"loop": loop_name, "batch": batch, "guest_us": guest, "thread_us": thread})
-            print(
-                f"embedding {loop_name} call_many({batch}): guest {guest:.0f} us, RuntimeThread {thread:.0f} us"
-            )
+        for name in EMBEDDED_TOOLS:
+            for batch in (1, 4):
+                times: dict[str, list[float]] = {"guest": [], "thread": []}
+                for _ in range(3):
+                    for kind in times:
+                        times[kind].append(run(_embedded_us(kind, n, batch, name)))
+                guest, thread = (statistics.median(times[k]) for k in ("guest", "thread"))
+                rows.append(
+                    {"loop": loop_name, "tool": name, "batch": batch, "guest_us": guest, "thread_us": thread}
+                )
+                print(
+                    f"embedding {loop_name} {name} call_many({batch}): "
+                    f"guest {guest:.0f} us, RuntimeThread {thread:.0f} us"
+                )
     return rows

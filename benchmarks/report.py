@@ -163,14 +163,17 @@ def write() -> Path:
             lines += [
                 "### The two asyncio embeddings, one request at a time",
                 "",
-                "Sequential `call_many` round trips from an asyncio task (`risky(n=1)`, an async tool):",
+                "Sequential `call_many` round trips from an asyncio task: `risky(n=1)`, an async tool",
+                "that cannot suspend (served in the asyncio task in guest mode), and `lookup`, a sync",
+                "tool (a worker thread, reached through trio):",
                 "",
-                "| loop | calls per call_many | open_asyncio_runtime (guest) us | RuntimeThread us |",
-                "|---|---:|---:|---:|",
+                "| loop | tool | calls per call_many | open_asyncio_runtime (guest) us | RuntimeThread us |",
+                "|---|---|---:|---:|---:|",
             ]
             for row in w5["embedding"]:
                 lines.append(
-                    f"| {row['loop']} | {row['batch']} | {row['guest_us']:.0f} | {row['thread_us']:.0f} |"
+                    f"| {row['loop']} | {row.get('tool', 'risky')} | {row['batch']} | {row['guest_us']:.0f} | "
+                    f"{row['thread_us']:.0f} |"
                 )
             lines.append("")
     if peers:
