@@ -9,6 +9,7 @@ task. Everything else goes through trio as before, in the same batch.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -146,5 +147,75 @@ def test_a_feature_that_may_suspend_sends_every_call_through_trio(method: str) -
             assert result.ok
         assert slow.started == ["c1"]
         assert where == [None]  # run in trio (a callback of the loop), not in this asyncio task
+
+    asyncio.run(main())
+
+
+class Counting(Feature):
+    """Counts its metadata collections (a feature with a side effect per call)."""
+
+    def __init__(self) -> None:
+        self.collected: list[str] = []
+
+    def collect_metadata(self, call: ToolCall, tool: Any) -> dict[str, Any]:
+        self.collected.append(call.id)
+        return {}
+
+
+def test_a_call_handed_to_trio_collects_its_metadata_once() -> None:
+    async def main() -> None:
+        counting = Counting()
+        async with open_asyncio_runtime([quick, waits], features=[counting], tracing=False) as rt:
+            await rt.call(_call("waits", call_id="one"))
+            await rt.call_many([_call("waits", call_id="a"), _call("quick", call_id="b")])
+        assert sorted(counting.collected) == ["a", "b", "one"]
+
+    asyncio.run(main())
+
+
+@tool(inline=True)
+def blocks_the_loop(seconds: float) -> str:
+    time.sleep(seconds)
+    return "done"
+
+
+@tool
+async def naps(seconds: float) -> str:
+    await trio.sleep(seconds)
+    return "woke"
+
+
+def test_a_batch_timeout_counts_the_time_spent_on_calls_served_directly() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([blocks_the_loop, naps], tracing=False) as rt:
+            results = await rt.call_many(
+                [_call("blocks_the_loop", '{"seconds": 0.3}', "a"), _call("naps", '{"seconds": 0.25}', "b")],
+                timeout=0.4,
+            )
+            assert results[0].ok
+            assert results[1].kind is FailureKind.TIMEOUT  # type: ignore[union-attr]  # 0.3 + 0.25 > 0.4
+
+    asyncio.run(main())
+
+
+def test_direct_calls_give_the_loops_other_tasks_a_turn() -> None:
+    async def main() -> None:
+        turns = 0
+
+        async def other() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        async with open_asyncio_runtime([quick], tracing=False) as rt:
+            task = asyncio.ensure_future(other())
+            await asyncio.sleep(0)
+            start = turns
+            for _ in range(100):
+                await rt.call(_call("quick"))
+                await rt.call_many([_call("quick")])
+            assert turns - start >= 100
+            task.cancel()
 
     asyncio.run(main())

@@ -8,6 +8,7 @@ one result, the failure mapping, supervision, spans, cancellation before it star
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from typing import Any
 
@@ -278,22 +279,61 @@ async def test_whatever_an_eager_tool_raises_is_that_calls_error(kind: str) -> N
         assert (await rt.call(_call("quick"))).ok
 
 
-async def test_a_function_whose_code_changes_is_served_by_its_actor_from_then_on() -> None:
-    async def replace(n: int) -> int:
+async def test_a_function_replaced_after_opening_is_served_by_its_actor_and_crashes_nothing() -> None:
+    async def replacement(n: int) -> int:
         await trio.lowlevel.checkpoint()
         return n * 100
 
     async def original(n: int) -> int:
         return n
 
-    changing = tool(original)
+    changing = tool(original, restart_on=(RuntimeError,))  # an engine error here would restart it
     async with open_runtime([changing]) as rt:
         assert (await rt.call(_call("original", '{"n": 3}'))).value == 3  # type: ignore[union-attr]
-        original.__code__ = replace.__code__
-        refused = await rt.call(_call("original", '{"n": 3}'))
-        assert refused.kind is FailureKind.ERROR
-        assert "changed its code" in refused.content
+        changing.fn = replacement  # as a test patching the tool would
         assert (await rt.call(_call("original", '{"n": 3}'))).value == 300  # type: ignore[union-attr]
+        batch = await rt.call_many([_call("original", '{"n": 4}', "b")])
+        assert batch[0].value == 400  # type: ignore[union-attr]
+        assert rt.statistics().tools["original"].restarts == 0
+
+
+async def test_a_call_served_in_the_callers_task_counts_as_in_flight_while_it_runs() -> None:
+    @tool(inline=True)
+    def count_myself() -> int:
+        return rt.statistics().tools["count_myself"].in_flight
+
+    async with open_runtime([count_myself]) as rt:
+        result = await rt.call(_call("count_myself", "{}"))
+        assert isinstance(result, ToolSuccess)
+        assert result.value == 1
+        assert rt.statistics().tools["count_myself"].in_flight == 0
+
+
+async def test_small_batches_are_checkpoints_too() -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with open_runtime([quick]) as rt, trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()
+        start = ticks
+        calls = [_call("quick", call_id=f"s{i}") for i in range(3)]
+        for _ in range(200):
+            await rt.call_many(calls)
+        async with contextlib.aclosing(rt.as_completed(calls)) as results:
+            async for _ in results:
+                pass
+        assert ticks - start >= 100  # the ticker ran between the batches
+        with trio.move_on_after(0.2) as scope:  # a deadline is noticed by a loop of batches
+            for _ in range(1_000_000):
+                await rt.call_many(calls)
+        assert scope.cancelled_caught
+        nursery.cancel_scope.cancel()
 
 
 async def test_eager_calls_are_traced_under_the_callers_span() -> None:

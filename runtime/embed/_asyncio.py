@@ -86,6 +86,7 @@ class AsyncioRuntime:
     ) -> ToolResult:
         """Run one tool call; always returns its result (`Runtime.call`)."""
         self._check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         result = self._rt.call_now(call, metadata=metadata, timeout=timeout)
         if result is not None:  # nothing in it could wait: no trio task, no wakeup of trio
             return result
@@ -104,13 +105,16 @@ class AsyncioRuntime:
         together, as one `Runtime.call_many`.
         """
         self._check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         batch = list(calls)
+        started = self._loop.time()
         now = self._rt.call_now
         results = [now(c, metadata=metadata, timeout=timeout) for c in batch]
         if all(r is not None for r in results):
             return results  # type: ignore[return-value]  # none is None
         rest = [c for c, r in zip(batch, results, strict=True) if r is None]
-        served = iter(await self._run(self._rt.call_many, rest, metadata=metadata, timeout=timeout))
+        left = _left(timeout, started, self._loop.time())
+        served = iter(await self._run(self._rt.call_many, rest, metadata=metadata, timeout=left))
         return [r if r is not None else next(served) for r in results]
 
     async def invoke(
@@ -139,6 +143,8 @@ class AsyncioRuntime:
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
+        started = self._loop.time()
         ready: list[ToolResult] = []  # calls that could not wait on anything: done already
         batch: list[ToolCall] = []
         for c in calls:
@@ -148,10 +154,12 @@ class AsyncioRuntime:
             else:
                 ready.append(result)
 
+        left = _left(timeout, started, self._loop.time())
+
         async def pump() -> None:
             results = cast(
                 AsyncGenerator[ToolResult, None],
-                self._rt.as_completed(batch, metadata=metadata, timeout=timeout),
+                self._rt.as_completed(batch, metadata=metadata, timeout=left),
             )
             async with contextlib.aclosing(results):
                 async for result in results:
@@ -242,6 +250,11 @@ class AsyncioRuntime:
     def _close(self) -> None:
         self._closing = True
         self._stop.set()
+
+
+def _left(timeout: float | None, started: float, now: float) -> float | None:
+    """What is left of a batch's `timeout` for its calls sent to trio after some were served here."""
+    return None if timeout is None else max(0.0, timeout - (now - started))
 
 
 class _Handle:

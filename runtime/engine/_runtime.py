@@ -157,10 +157,12 @@ class Runtime:
                 # A call that cannot suspend runs here, after a checkpoint (trio's rule), unless
                 # the actor stopped serving meanwhile.
                 await trio.lowlevel.checkpoint()
-            if actor is not None and env.state == QUEUED:
-                if actor.pool.eager:
-                    actor.pool.serve_now(env)
-                elif deadline == math.inf and actor.untimed:  # no deadline anywhere: no scope to enter
+            if (
+                actor is not None
+                and env.state == QUEUED
+                and not (actor.pool.eager and actor.pool.serve_now(env))
+            ):
+                if deadline == math.inf and actor.untimed:  # no deadline anywhere: no scope to enter
                     if not actor.submit_nowait(env):
                         await actor.submit(env)
                     if env.state != DONE:
@@ -196,16 +198,20 @@ class Runtime:
         pipeline = self._pipeline
         if pipeline is not None and not pipeline.hooks_cannot_suspend:
             return None
+        name = call.name
+        target = self._routing.routes.get(name) if type(name) is str else None
+        if target is not None and not target.pool.eager:
+            return None  # before `_route`: its metadata is collected once, by `call`
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         routed, ctx, actor, problem = self._route(call, metadata)
-        if problem is None and actor is not None and not actor.pool.eager:
-            return None
         env = CallEnvelope(routed, ctx, deadline, timeout)
         actor = self._admit(env, actor, problem)
         if pipeline is not None:
             pipeline.starting_now(env.call, ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
-        if actor is not None and env.state == QUEUED:
-            actor.pool.serve_now(env)
+        if actor is not None and env.state == QUEUED and not actor.pool.serve_now(env):
+            env.fail(
+                FailureKind.UNAVAILABLE, f"tool {env.call.name!r} changed its code while served; call again"
+            )
         result = env.result
         assert result is not None  # settled: served, or refused by `_admit`
         env.reported = True
@@ -401,13 +407,12 @@ class Runtime:
                 for env in envs:
                     await pipeline.starting(env.call, env.ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
             with trio.move_on_at(deadline):
-                await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller runs nothing
+                await trio.lowlevel.checkpoint()  # trio's rule; and a cancelled caller runs nothing
                 ran = 0
                 for env, actor in zip(envs, actors, strict=True):
                     if env.state != QUEUED or actor is None:
                         continue
-                    if actor.pool.eager:  # a call that cannot suspend: run it now (see `call`)
-                        actor.pool.serve_now(env)
+                    if actor.pool.eager and actor.pool.serve_now(env):  # cannot suspend: run now
                         ran += 1
                         if ran % _EAGER_RUN == 0:
                             await trio.lowlevel.checkpoint()  # a long batch lets others run too

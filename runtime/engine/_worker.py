@@ -319,8 +319,12 @@ class WorkerPool:
 
     # -- a call in its caller's task -----------------------------------------------------
 
-    def serve_now(self, env: Envelope) -> None:
+    def serve_now(self, env: Envelope) -> bool:
         """Serve `env` here and now, in the caller's task, and settle it (only while `eager`).
+
+        False (and `env` untouched, the pool no longer eager) in the one case it cannot: the
+        tool's function was replaced by one whose code was not checked (a test patching
+        `tool.fn`); the caller then sends the call to the mailbox as usual.
 
         For tools whose calls cannot suspend: an `async def` whose code has no `await`
         (checked in its bytecode), or an `inline=True` sync tool. Such a call runs to its end
@@ -331,7 +335,7 @@ class WorkerPool:
         """
         if env.deadline != math.inf and env.deadline <= trio.current_time():
             env.fail(FailureKind.TIMEOUT, env.timeout_message())  # as it would in the mailbox
-            return
+            return True
         raw = env.call.arguments
         try:
             if (
@@ -343,18 +347,25 @@ class WorkerPool:
             args = self._decode(raw)
         except Exception as exc:
             env.settle(self._input_failure(env, raw, exc))
-            return
+            return True
         ctx = env.ctx
         if ctx is not None and not (self._untimed and env.deadline == math.inf):
             ctx.deadline = self._deadline(env)  # for the tool to read: nothing can interrupt it
         step = self._sync_call if self._mode == _INLINE else self._run_to_end
+        counters = self.counters
+        counters.in_flight += 1
         try:
             value = env.context.run(step, args, ctx)
+        except _NotHere:
+            return False
         except BaseException as exc:  # KeyboardInterrupt too: the tool's own (nothing here awaits)
             result = self._failed(env, exc)
         else:
             result = self._success(env, value)
+        finally:
+            counters.in_flight -= 1
         env.settle(result)
+        return True
 
     def _run_to_end(self, args: Any, ctx: CallContext | None) -> Any:
         if self._around is not None and ctx is not None:
@@ -368,7 +379,7 @@ class WorkerPool:
             self.eager = self._can_run_now = False
             if hasattr(coro, "close"):
                 coro.close()  # never started: nothing of it ran
-            raise RuntimeError(f"tool {self.name!r} changed its code while the runtime served it; call again")
+            raise _NotHere
         return run_to_end(coro)
 
     # -- one call --------------------------------------------------------------------
@@ -589,6 +600,10 @@ class WorkerPool:
                 now - env.settled_at,
                 "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
             )
+
+
+class _NotHere(Exception):
+    """`serve_now` cannot run this call (its tool's code changed): the mailbox must."""
 
 
 class _Overloaded(Exception):
