@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -190,26 +191,37 @@ async def test_every_call_gets_its_own_result_through_call_many_and_as_completed
         assert sorted(completed) == sorted(c.id for c in calls)
 
 
-async def test_sequential_calls_let_other_tasks_run() -> None:
-    ticks = 0
+class Ticker:
+    """Another task that counts its turns: how often a caller let others run."""
 
-    async def ticker() -> None:
-        nonlocal ticks
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    async def run(self) -> None:
         while True:
             await trio.lowlevel.checkpoint()
-            ticks += 1
+            self.ticks += 1
 
-    async with open_runtime([quick]) as rt, trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
+
+@contextlib.asynccontextmanager
+async def ticking() -> AsyncIterator[Ticker]:
+    ticker = Ticker()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker.run)
         await trio.lowlevel.checkpoint()
-        start = ticks
+        yield ticker
+        nursery.cancel_scope.cancel()
+
+
+async def test_sequential_calls_let_other_tasks_run() -> None:
+    async with open_runtime([quick]) as rt, ticking() as ticker:
+        start = ticker.ticks
         for _ in range(500):
             await rt.call(_call("quick"))
-        assert ticks - start >= 250  # a checkpoint per call: the ticker ran between them
-        start = ticks
+        assert ticker.ticks - start >= 250  # a checkpoint per call: the ticker ran between them
+        start = ticker.ticks
         await rt.call_many([_call("quick", call_id=f"m{i}") for i in range(2000)])
-        assert ticks - start >= 5  # a long batch checkpoints as it goes
-        nursery.cancel_scope.cancel()
+        assert ticker.ticks - start >= 5  # a long batch checkpoints as it goes
 
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
@@ -310,30 +322,19 @@ async def test_a_call_served_in_the_callers_task_counts_as_in_flight_while_it_ru
 
 
 async def test_small_batches_are_checkpoints_too() -> None:
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await trio.lowlevel.checkpoint()
-            ticks += 1
-
-    async with open_runtime([quick]) as rt, trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        await trio.lowlevel.checkpoint()
-        start = ticks
+    async with open_runtime([quick]) as rt, ticking() as ticker:
+        start = ticker.ticks
         calls = [_call("quick", call_id=f"s{i}") for i in range(3)]
         for _ in range(200):
             await rt.call_many(calls)
         async with contextlib.aclosing(rt.as_completed(calls)) as results:
             async for _ in results:
                 pass
-        assert ticks - start >= 100  # the ticker ran between the batches
+        assert ticker.ticks - start >= 100  # the ticker ran between the batches
         with trio.move_on_after(0.2) as scope:  # a deadline is noticed by a loop of batches
             for _ in range(1_000_000):
                 await rt.call_many(calls)
         assert scope.cancelled_caught
-        nursery.cancel_scope.cancel()
 
 
 async def test_eager_calls_are_traced_under_the_callers_span() -> None:
