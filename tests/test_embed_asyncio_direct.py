@@ -9,6 +9,7 @@ task. Everything else goes through trio as before, in the same batch.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -217,5 +218,108 @@ def test_direct_calls_give_the_loops_other_tasks_a_turn() -> None:
                 await rt.call_many([_call("quick")])
             assert turns - start >= 100
             task.cancel()
+
+    asyncio.run(main())
+
+
+# -- sync tools from asyncio: their threads report to the loop, not to trio ------------------
+
+gate = threading.Event()
+
+
+@tool
+def where_sync(n: int) -> str:
+    return threading.current_thread().name
+
+
+@tool(timeout=0.2)
+def held(n: int) -> int:
+    gate.wait(5)
+    return n
+
+
+@tool(max_concurrency=1)
+def single(n: int) -> int:
+    gate.wait(5)
+    return n
+
+
+@tool
+def sync_raises(n: int) -> int:
+    raise ValueError(f"bad {n}")
+
+
+def test_a_sync_tool_called_from_asyncio_runs_in_its_thread_and_answers_without_trio() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([where_sync, sync_raises], tracing=False) as rt:
+            result = await rt.call(_call("where_sync"))
+            assert isinstance(result, ToolSuccess)
+            assert str(result.value).startswith("tool where_sync thread")
+            failed = await rt.call(_call("sync_raises", '{"n": 3}'))
+            assert failed.kind is FailureKind.ERROR  # type: ignore[union-attr]
+            assert "bad 3" in failed.content  # type: ignore[union-attr]
+            bad = await rt.call(_call("where_sync", '{"n": "x"}'))
+            assert bad.kind is FailureKind.INVALID_ARGUMENTS  # type: ignore[union-attr]
+            stats = rt.statistics().tools
+            assert (stats["where_sync"].calls, stats["where_sync"].in_flight) == (2, 0)
+            assert stats["sync_raises"].failures == {"error": 1}
+
+    asyncio.run(main())
+
+
+def test_a_sync_tool_past_its_deadline_is_answered_and_its_thread_counted_abandoned() -> None:
+    async def main() -> None:
+        gate.clear()
+        async with open_asyncio_runtime([held], tracing=False) as rt:
+            started = time.monotonic()
+            result = await rt.call(_call("held"))
+            assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+            assert time.monotonic() - started < 2
+            stats = rt.statistics().tools["held"]
+            assert (stats.abandoned, stats.abandoned_running, stats.threads, stats.in_flight) == (1, 1, 1, 0)
+            gate.set()
+            for _ in range(500):
+                if rt.statistics().tools["held"].threads == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert rt.statistics().tools["held"].abandoned_running == 0
+            again = await rt.call(_call("held", '{"n": 2}'))
+            assert again.ok
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_asyncio_caller_gets_its_sync_calls_cancelled_and_counted() -> None:
+    async def main() -> None:
+        gate.clear()
+        async with open_asyncio_runtime([held, where_sync, waits], tracing=False) as rt:
+            task = asyncio.ensure_future(
+                rt.call_many(
+                    [_call("held", call_id="h"), _call("waits", call_id="w"), _call("held", call_id="h2")]
+                )
+            )
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            stats = rt.statistics().tools["held"]
+            assert stats.failures == {"cancelled": 2}
+            assert stats.in_flight == 0
+            gate.set()
+
+    asyncio.run(main())
+
+
+def test_a_sync_tool_with_no_free_thread_waits_through_trio_in_order() -> None:
+    async def main() -> None:
+        gate.clear()
+        async with open_asyncio_runtime([single], tracing=False) as rt:
+            calls = [_call("single", f'{{"n": {i}}}', f"s{i}") for i in range(3)]
+            task = asyncio.ensure_future(rt.call_many(calls))
+            await asyncio.sleep(0.05)
+            gate.set()
+            results = await task
+            assert [r.value for r in results] == [0, 1, 2]  # type: ignore[union-attr]
+            assert rt.statistics().tools["single"].calls == 3
 
     asyncio.run(main())

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -35,6 +36,7 @@ import outcome
 import trio
 
 from ..engine import Runtime, RuntimeStatistics, open_runtime
+from ..engine._envelope import DONE, HostEnvelope
 from ..exceptions import RuntimeClosed
 from ..features import Feature
 from ..messages import ToolCall, ToolResult
@@ -90,6 +92,9 @@ class AsyncioRuntime:
         result = self._rt.call_now(call, metadata=metadata, timeout=timeout)
         if result is not None:  # nothing in it could wait: no trio task, no wakeup of trio
             return result
+        env = self._start_on_host(call, metadata, timeout)
+        if env is not None:  # a sync tool: its thread reports to this loop
+            return await self._on_host(env)
         return await self._run(self._rt.call, call, metadata=metadata, timeout=timeout)
 
     async def call_many(
@@ -109,13 +114,37 @@ class AsyncioRuntime:
         batch = list(calls)
         started = self._loop.time()
         now = self._rt.call_now
-        results = [now(c, metadata=metadata, timeout=timeout) for c in batch]
-        if all(r is not None for r in results):
-            return results  # type: ignore[return-value]  # none is None
+        results: list[ToolResult | HostEnvelope | None] = [
+            now(c, metadata=metadata, timeout=timeout) for c in batch
+        ]
+        for i, r in enumerate(results):
+            if r is None:  # a sync tool's call may start here, its thread reporting to this loop
+                results[i] = self._start_on_host(batch[i], metadata, timeout)
         rest = [c for c, r in zip(batch, results, strict=True) if r is None]
-        left = _left(timeout, started, self._loop.time())
-        served = iter(await self._run(self._rt.call_many, rest, metadata=metadata, timeout=left))
-        return [r if r is not None else next(served) for r in results]
+        handle = None
+        if rest:  # the others go to trio together, within what is left of the timeout
+            left = _left(timeout, started, self._loop.time())
+            handle = self._spawn(lambda: self._rt.call_many(rest, metadata=metadata, timeout=left))
+        hosted = [r for r in results if isinstance(r, HostEnvelope)]
+        waited = 0
+        try:
+            for env in hosted:
+                await self._on_host(env)
+                waited += 1
+        except asyncio.CancelledError:
+            for env in hosted[waited + 1 :]:  # the caller gave up: every call still running ends CANCELLED
+                self._rt.give_up_on_host(env, cancelled=True)
+                self._rt.finish_now(env)
+            if handle is not None:
+                handle.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(handle.ended)
+            raise
+        served = iter(await self._ended(handle) if handle is not None else ())
+        return [
+            r.result if isinstance(r, HostEnvelope) else r if r is not None else next(served)  # type: ignore[misc]
+            for r in results
+        ]
 
     async def invoke(
         self,
@@ -232,7 +261,11 @@ class AsyncioRuntime:
         return handle
 
     async def _run(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
-        handle = self._spawn(lambda: fn(*args, **kwargs))
+        value: T = await self._ended(self._spawn(lambda: fn(*args, **kwargs)))
+        return value
+
+    async def _ended(self, handle: _Handle) -> Any:
+        """The value of a spawned trio call, once it has ended there."""
         try:
             ended = await asyncio.shield(handle.ended)
         except asyncio.CancelledError:
@@ -244,8 +277,35 @@ class AsyncioRuntime:
             raise
         if ended is None:
             raise RuntimeClosed("the asyncio runtime closed while this call was running")
-        value: T = ended.unwrap()
-        return value
+        return ended.unwrap()
+
+    def _start_on_host(
+        self, call: ToolCall, metadata: Mapping[str, Any] | None, timeout: float | None
+    ) -> HostEnvelope | None:
+        return self._rt.start_on_host(
+            call, self._loop.create_future(), self._loop, metadata=metadata, timeout=timeout
+        )
+
+    async def _on_host(self, env: HostEnvelope) -> ToolResult:
+        """Wait for a sync tool's call started from this loop (`Runtime.start_on_host`), no longer
+        than its deadline; its thread reports here, not to trio."""
+        rt = self._rt
+        try:
+            if env.state != DONE:
+                if env.expires == math.inf:
+                    await asyncio.shield(env.future)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        left = max(0.0, env.expires - trio.current_time())
+                        await asyncio.wait_for(asyncio.shield(env.future), left)
+                    rt.give_up_on_host(env, cancelled=False)  # nothing if it finished in time
+        except asyncio.CancelledError:
+            rt.give_up_on_host(env, cancelled=True)
+            rt.finish_now(env)
+            raise
+        rt.finish_now(env)
+        assert env.result is not None
+        return env.result
 
     def _close(self) -> None:
         self._closing = True

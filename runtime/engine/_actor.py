@@ -245,7 +245,7 @@ class ToolActor:
                 self._nursery = nursery
                 self.pool.start(nursery)
         finally:
-            self.pool.eager = False
+            self.pool.stop_fast_paths()
             self._nursery = None
             self.pool.placed = None
             await self._teardown()
@@ -301,7 +301,7 @@ class ToolActor:
     def _crash_now(self, reason: str) -> None:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
         self._crash = _Crash(reason)
-        self.pool.eager = False
+        self.pool.stop_fast_paths()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -318,7 +318,7 @@ class ToolActor:
 
     def _go_down(self, reason: str) -> None:
         self.state = ActorState.DOWN
-        self.pool.eager = False
+        self.pool.stop_fast_paths()
         self.down_reason = reason
         log.error("tool %r is down: %s", self.name, reason)
         self.config.pipeline.supervisor_event(self.name, "down", reason)
@@ -337,7 +337,7 @@ class ToolActor:
         """Stop taking calls; queued calls fail, running ones may finish (graceful)."""
         self._stopping = True
         self.pool.stopping = True
-        self.pool.eager = False
+        self.pool.stop_fast_paths()
         self._send.close()
         self._fail_queued(self._unavailable())  # now, not once a busy worker gets to them
         if self._stop_scope is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import math
+from typing import Any
 
 import trio
 
@@ -22,7 +23,17 @@ from ..tools import CallContext
 from ._outcome import failure
 from ._stats import ToolCounters
 
-__all__ = ["ABANDON_GRACE", "DONE", "QUEUED", "RUNNING", "Batch", "BatchEnvelope", "CallEnvelope", "Envelope"]
+__all__ = [
+    "ABANDON_GRACE",
+    "DONE",
+    "QUEUED",
+    "RUNNING",
+    "Batch",
+    "BatchEnvelope",
+    "CallEnvelope",
+    "Envelope",
+    "HostEnvelope",
+]
 
 QUEUED, RUNNING, DONE = 0, 1, 2
 
@@ -286,3 +297,44 @@ class BatchEnvelope(Envelope):
         if when < self.expires:
             self.expires = when
             self.batch.expire_at(when)
+
+
+class HostEnvelope(Envelope):
+    """The envelope of a sync tool's call made from the host asyncio loop (`Runtime.start_on_host`).
+
+    Its tool runs in one of its threads and reports to the loop, not to trio; settling it
+    resolves `future` (on the loop's thread, which is the guest run's).
+
+    Attributes:
+        future: an asyncio future, done once the envelope is settled.
+        job: the thread's job while it runs (what `WorkerPool.drop_host` drops).
+        pool: the pool serving it.
+    """
+
+    __slots__ = ("future", "job", "pool")
+
+    def __init__(
+        self, call: ToolCall, ctx: CallContext | None, deadline: float, limit: float | None, future: Any
+    ) -> None:
+        # Each subclass sets every slot itself (no shared __init__): one call less per call.
+        self.call = call
+        self.ctx = ctx
+        self.context = contextvars.copy_context()
+        self.deadline = deadline
+        self.expires = deadline
+        self.limit = limit
+        self.counters = None
+        self.result = None
+        self.state = QUEUED
+        self.scope = None
+        self.cancelled = False
+        self.interrupted = False
+        self.reported = False
+        self.settled_at = math.inf
+        self.future = future
+        self.job: Any = None
+        self.pool: Any = None
+
+    def _notify(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)

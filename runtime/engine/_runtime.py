@@ -25,7 +25,7 @@ from ..registry import ToolLike, ToolRegistry
 from ..tools import Asker, CallContext, ElicitHandler, RootsHandler, SampleHandler, ToolBase
 from ._actor import ToolActor
 from ._config import EngineConfig, RestartPolicy
-from ._envelope import DONE, QUEUED, Batch, BatchEnvelope, CallEnvelope, Envelope
+from ._envelope import DONE, QUEUED, Batch, BatchEnvelope, CallEnvelope, Envelope, HostEnvelope
 from ._routing import RegistryActor
 from ._source import ToolSource
 from ._stats import RuntimeStatistics, ToolStatistics
@@ -220,6 +220,69 @@ class Runtime:
         if pipeline is not None:
             pipeline.finished_now(env.call, result, ctx)  # type: ignore[arg-type]
         return result
+
+    def start_on_host(
+        self,
+        call: ToolCall,
+        future: Any,
+        loop: Any,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> HostEnvelope | None:
+        """Start a sync tool's call for a caller on the host asyncio `loop` (trio its guest).
+
+        Its thread reports to the loop, so neither the call nor its result wakes trio; the
+        caller waits on `future` until the envelope's `expires` and then calls `give_up_on_host`,
+        and finally `finish_now`. None: the call must go through `call` (not a sync tool, its
+        budget is used up now, features whose hooks may suspend, ...): nothing happened yet.
+        """
+        if self._closed:
+            self._check_open()
+        if self._dormant:
+            self._wake()
+        pipeline = self._pipeline
+        if pipeline is not None and not pipeline.hooks_cannot_suspend:
+            return None
+        name = call.name
+        target = self._routing.routes.get(name) if type(name) is str else None
+        if target is None or not target.pool.host_ready:
+            return None
+        limiter = target.pool.limiter
+        if limiter is None or limiter.borrowed_tokens >= limiter.total_tokens:
+            return None  # checked before routing: metadata is collected once, by whichever path
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        routed, ctx, actor, problem = self._route(call, metadata)
+        env = HostEnvelope(routed, ctx, deadline, timeout, future)
+        actor = self._admit(env, actor, problem)
+        if pipeline is not None:
+            pipeline.starting_now(env.call, ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
+        if actor is not None and env.state == QUEUED and not actor.pool.start_on_host(env, loop):
+            env.fail(FailureKind.OVERLOADED, f"tool {env.call.name!r} has no free thread now; try again")
+        return env
+
+    def give_up_on_host(self, env: HostEnvelope, cancelled: bool) -> None:
+        """The caller of `start_on_host` stops waiting: its deadline passed, or it was cancelled."""
+        if env.state == DONE:
+            return
+        kind = FailureKind.CANCELLED if cancelled else FailureKind.TIMEOUT
+        message = _CANCELLED if cancelled else env.timeout_message()
+        if env.pool is not None:
+            env.pool.drop_host(env, kind, message)
+        else:
+            env.fail(kind, message)
+
+    def finish_now(self, env: Envelope) -> None:
+        """Count a settled call and run the finishing hooks (which cannot suspend), once."""
+        if env.reported:
+            return
+        env.reported = True
+        result = env.result
+        assert result is not None
+        if env.counters is not None:
+            env.counters.record(result)
+        if self._pipeline is not None:
+            self._pipeline.finished_now(env.call, result, env.ctx)  # type: ignore[arg-type]
 
     async def call_many(
         self,

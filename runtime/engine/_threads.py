@@ -33,20 +33,22 @@ IDLE_SECONDS = 10.0
 
 
 class _Job:
-    __slots__ = ("args", "context", "fn", "task", "token")
+    __slots__ = ("args", "context", "done", "fn", "loop", "task", "token")
 
     def __init__(
         self,
         context: contextvars.Context,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
-        token: trio.lowlevel.TrioToken,
+        token: trio.lowlevel.TrioToken | None,
     ) -> None:
         self.fn = fn
         self.args = args
         self.context = context
         self.token = token
         self.task: trio.lowlevel.Task | None = None  # None once its caller stopped waiting
+        self.loop: Any = None  # a host loop's job (`start`): its result goes back through the loop
+        self.done: Callable[[outcome.Outcome[Any]], None] | None = None  # None: dropped
 
 
 class KeptThreads:
@@ -69,6 +71,8 @@ class KeptThreads:
         self._started = 0
         self._finished: list[tuple[_Job, outcome.Outcome[Any]]] = []  # guarded by `_lock`
         self._wake_pending = False  # a `_deliver` is on its way to the trio thread
+        self._host_finished: list[tuple[_Job, outcome.Outcome[Any]]] = []  # guarded by `_lock`
+        self._host_wake_pending = False  # a `_deliver_host` is on its way to the host loop
 
     async def run(
         self, owner: object, context: contextvars.Context, fn: Callable[..., Any], *args: Any
@@ -88,15 +92,7 @@ class KeptThreads:
             limiter.acquire_on_behalf_of_nowait(job)
         except trio.WouldBlock:
             await limiter.acquire_on_behalf_of(job)  # every thread of the budget is busy: wait
-        try:
-            with self._lock:
-                thread = self._idle.popitem()[0] if self._idle else None
-            if thread is None:
-                self._started += 1
-                thread = _Thread(self, f"tool {self.name} thread {self._started}")
-        except BaseException:
-            limiter.release_on_behalf_of(job)
-            raise
+        thread = self._thread(job)
         job.task = trio.lowlevel.current_task()
         thread.give(job)
 
@@ -106,6 +102,49 @@ class KeptThreads:
             return trio.lowlevel.Abort.SUCCEEDED
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def start(
+        self,
+        context: contextvars.Context,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        loop: Any,
+        done: Callable[[outcome.Outcome[Any]], None],
+    ) -> _Job | None:
+        """Start `context.run(fn, *args)` for a caller on the host asyncio `loop` (the runtime
+        is its trio guest), if a token of the budget is free now; None if none is.
+
+        `done(result)` is called on the loop's thread, reached with `loop.call_soon_threadsafe`
+        rather than through trio (no wakeup of trio's guest run), unless `drop` came first.
+        """
+        job = _Job(context, fn, args, None)
+        job.loop = loop
+        job.done = done
+        try:
+            self.limiter.acquire_on_behalf_of_nowait(job)
+        except trio.WouldBlock:
+            return None
+        self._thread(job).give(job)
+        return job
+
+    @staticmethod
+    def drop(job: _Job) -> None:
+        """The caller of a `start`ed job stopped waiting: its result is dropped (the thread runs
+        on and keeps its token until it returns)."""
+        job.done = None
+
+    def _thread(self, job: _Job) -> _Thread:
+        """An idle thread, or a new one; the job's token is given back if none can start."""
+        try:
+            with self._lock:
+                thread = self._idle.popitem()[0] if self._idle else None
+            if thread is None:
+                self._started += 1
+                thread = _Thread(self, f"tool {self.name} thread {self._started}")
+        except BaseException:
+            self.limiter.release_on_behalf_of(job)
+            raise
+        return thread
 
     def close(self) -> None:
         """Let every thread exit: idle ones now, busy ones when their function returns."""
@@ -128,11 +167,21 @@ class KeptThreads:
         Under load many results share one `run_sync_soon` (one write to trio's wakeup socket,
         one trip through its lock), instead of one each.
         """
+        if job.loop is not None:
+            with self._lock:
+                self._host_finished.append((job, result))
+                if self._host_wake_pending:
+                    return
+                self._host_wake_pending = True
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                job.loop.call_soon_threadsafe(self._deliver_host)
+            return
         with self._lock:
             self._finished.append((job, result))
             if self._wake_pending:
                 return
             self._wake_pending = True
+        assert job.token is not None
         with contextlib.suppress(trio.RunFinishedError):  # the run ended meanwhile: nobody waits
             job.token.run_sync_soon(self._deliver)
 
@@ -147,6 +196,18 @@ class KeptThreads:
             if task is not None:
                 job.task = None
                 trio.lowlevel.reschedule(task, result)
+
+    def _deliver_host(self) -> None:
+        """On the host loop's thread (inside the guest run): hand back the `start`ed jobs' results."""
+        with self._lock:
+            finished, self._host_finished = self._host_finished, []
+            self._host_wake_pending = False
+        for job, result in finished:
+            self.limiter.release_on_behalf_of(job)
+            done = job.done
+            if done is not None:
+                job.done = None
+                done(result)
 
     def _park(self, thread: _Thread) -> bool:
         """The thread is free: keep it (True), or let it exit if the tool stopped (False)."""

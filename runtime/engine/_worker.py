@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from typing import Any
 
+import outcome
 import trio
 
 from ..exceptions import RemoteToolError
@@ -28,7 +29,7 @@ from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, cannot_suspend, result_encoder, run_to_end
 from ._arguments import check_arguments, not_unicode
 from ._config import EngineConfig
-from ._envelope import QUEUED, RUNNING, Envelope
+from ._envelope import QUEUED, RUNNING, Envelope, HostEnvelope
 from ._outcome import describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
 from ._threads import KeptThreads
@@ -198,6 +199,19 @@ class WorkerPool:
         )
         self.eager = False
         """True while the pool serves and its calls may run in their callers' tasks (`serve_now`)."""
+        self._can_host = (
+            self._mode == _THREAD
+            and not self._chained
+            and self._approval is False
+            and cls.teardown is ToolBase.teardown  # an actor's stop waits for its workers' calls only
+        )
+        self.host_ready = False
+        """True while a sync tool's calls may start from the host loop (`start_on_host`)."""
+
+    def stop_fast_paths(self) -> None:
+        """The actor stops serving (stopping, crashed, down): every call takes the mailbox."""
+        self.eager = False
+        self.host_ready = False
 
     def use_pipeline(self, pipeline: Any) -> None:
         """The features changed (one turned on after the runtime opened)."""
@@ -211,6 +225,7 @@ class WorkerPool:
         self._workers = self._idle = 0
         self.crash_reason = None
         self.eager = self._can_run_now and not self.stopping
+        self.host_ready = self._can_host and not self.stopping
         self._spawn()
 
     def _spawn(self) -> None:
@@ -381,6 +396,81 @@ class WorkerPool:
                 coro.close()  # never started: nothing of it ran
             raise _NotHere
         return run_to_end(coro)
+
+    # -- a sync tool's call from the host asyncio loop ------------------------------------
+
+    def start_on_host(self, env: HostEnvelope, loop: Any) -> bool:
+        """Start a sync tool's call for an asyncio caller in the runtime's host loop: its thread
+        reports to the loop (as `asyncio.to_thread` does), so neither the call nor its result
+        wakes trio. True: started or settled; False: not now (no free thread in the tool's
+        budget, or every thread stuck), and `env` is untouched: the caller takes trio's path.
+        """
+        limiter = self.limiter
+        threads = self.threads
+        if limiter is None or threads is None or not self.host_ready:
+            return False
+        if limiter.borrowed_tokens >= limiter.total_tokens:
+            return False
+        if env.deadline != math.inf and env.deadline <= trio.current_time():
+            env.fail(FailureKind.TIMEOUT, env.timeout_message())
+            return True
+        raw = env.call.arguments
+        try:
+            if (
+                type(raw) is not str
+                or (size := len(raw)) * 4 > self._max_bytes
+                or (size > self._max_depth and raw.count("[") + raw.count("{") > self._max_depth)
+            ):
+                check_arguments(raw, self._max_bytes, self._max_depth)
+            args = self._decode(raw)
+        except Exception as exc:
+            env.settle(self._input_failure(env, raw, exc))
+            return True
+        ctx = env.ctx
+        job = threads.start(
+            env.context, self._sync_call, (args, ctx), loop, lambda result: self._host_done(env, result)
+        )
+        if job is None:
+            return False
+        env.job = job
+        env.pool = self
+        env.state = RUNNING
+        self.counters.in_flight += 1
+        self.running.add(env)
+        self._threads_busy += 1
+        deadline = self._deadline(env)
+        if deadline != math.inf:
+            env.expire_at(deadline)
+            if ctx is not None:
+                ctx.deadline = deadline
+        return True
+
+    def _host_done(self, env: HostEnvelope, result: outcome.Outcome[Any]) -> None:
+        """The thread of a `start_on_host` call returned (on the loop's thread)."""
+        self._left_host(env)
+        if isinstance(result, outcome.Value):
+            answer = self._success(env, result.value)
+        else:
+            answer = self._failed(env, result.error)  # type: ignore[attr-defined]  # an Error
+        if not env.settle(answer):
+            self._late(env, answer)
+
+    def drop_host(self, env: HostEnvelope, kind: FailureKind, message: str) -> None:
+        """The asyncio caller stopped waiting (its deadline, its cancellation): answer the call
+        now; its thread runs on, abandoned and counted, and keeps its slot until it returns."""
+        if env.state != RUNNING or env.job is None:
+            env.fail(kind, message)
+            return
+        KeptThreads.drop(env.job)
+        self._left_host(env)
+        self._thread_abandoned(env)
+        env.fail(kind, message)
+
+    def _left_host(self, env: HostEnvelope) -> None:
+        env.job = None
+        self._threads_busy -= 1
+        self.counters.in_flight -= 1
+        self.running.discard(env)
 
     # -- one call --------------------------------------------------------------------
 
