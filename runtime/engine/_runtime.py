@@ -191,17 +191,10 @@ class Runtime:
         needs no trio task and no wakeup of trio. The result is the one `call` would give;
         nothing here awaits, so this is not a checkpoint.
         """
-        if self._closed:
-            self._check_open()
-        if self._dormant:
-            self._wake()
-        pipeline = self._pipeline
-        if pipeline is not None and not pipeline.hooks_cannot_suspend:
-            return None
-        name = call.name
-        target = self._routing.routes.get(name) if type(name) is str else None
-        if target is not None and not target.pool.eager:
+        direct, target = self._direct(call)
+        if not direct or (target is not None and not target.pool.eager):
             return None  # before `_route`: its metadata is collected once, by `call`
+        pipeline = self._pipeline
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         routed, ctx, actor, problem = self._route(call, metadata)
         env = CallEnvelope(routed, ctx, deadline, timeout)
@@ -212,14 +205,8 @@ class Runtime:
             env.fail(
                 FailureKind.UNAVAILABLE, f"tool {env.call.name!r} changed its code while served; call again"
             )
-        result = env.result
-        assert result is not None  # settled: served, or refused by `_admit`
-        env.reported = True
-        if env.counters is not None:
-            env.counters.record(result)
-        if pipeline is not None:
-            pipeline.finished_now(env.call, result, ctx)  # type: ignore[arg-type]
-        return result
+        self.finish_now(env)
+        return env.result
 
     def start_on_host(
         self,
@@ -237,17 +224,10 @@ class Runtime:
         and finally `finish_now`. None: the call must go through `call` (not a sync tool, its
         budget is used up now, features whose hooks may suspend, ...): nothing happened yet.
         """
-        if self._closed:
-            self._check_open()
-        if self._dormant:
-            self._wake()
+        direct, target = self._direct(call)
+        if not direct or target is None or not target.pool.host_ready:
+            return None
         pipeline = self._pipeline
-        if pipeline is not None and not pipeline.hooks_cannot_suspend:
-            return None
-        name = call.name
-        target = self._routing.routes.get(name) if type(name) is str else None
-        if target is None or not target.pool.host_ready:
-            return None
         limiter = target.pool.limiter
         if limiter is None or limiter.borrowed_tokens >= limiter.total_tokens:
             return None  # checked before routing: metadata is collected once, by whichever path
@@ -260,6 +240,19 @@ class Runtime:
         if actor is not None and env.state == QUEUED and not actor.pool.start_on_host(env, loop):
             env.fail(FailureKind.OVERLOADED, f"tool {env.call.name!r} has no free thread now; try again")
         return env
+
+    def _direct(self, call: ToolCall) -> tuple[bool, ToolActor | None]:
+        """For the direct paths: whether one may serve `call` (False: features' hooks may
+        suspend), and the actor its name routes to (None: unknown, or not a string)."""
+        if self._closed:
+            self._check_open()
+        if self._dormant:
+            self._wake()
+        pipeline = self._pipeline
+        if pipeline is not None and not pipeline.hooks_cannot_suspend:
+            return False, None
+        name = call.name
+        return True, self._routing.routes.get(name) if type(name) is str else None
 
     def give_up_on_host(self, env: HostEnvelope, cancelled: bool) -> None:
         """The caller of `start_on_host` stops waiting: its deadline passed, or it was cancelled."""

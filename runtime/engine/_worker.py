@@ -41,6 +41,7 @@ log = logging.getLogger("runtime.engine")
 _KEEP_IDLE = 4  # idle workers an async tool keeps between bursts
 _STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)  # only `_interrupted` makes these in a worker
 _ASYNC, _INLINE, _THREAD, _PLACED, _ASYNCIO = 0, 1, 2, 3, 4  # how a tool's dispatch runs
+_SETTLED = object()  # `_arguments_now`: the call is answered already
 _ASYNCIO_GRACE = 0.05  # seconds a cancelled asyncio tool gets to end before the worker moves on
 
 call_chain: ContextVar[tuple[ToolCounters, ...]] = ContextVar("runtime_call_chain", default=())
@@ -348,20 +349,8 @@ class WorkerPool:
         Like every call it runs in `env.context`, a copy of its caller's contextvars. The
         caller has passed a checkpoint first (trio's rule: every call of an async API function is one).
         """
-        if env.deadline != math.inf and env.deadline <= trio.current_time():
-            env.fail(FailureKind.TIMEOUT, env.timeout_message())  # as it would in the mailbox
-            return True
-        raw = env.call.arguments
-        try:
-            if (
-                type(raw) is not str
-                or (size := len(raw)) * 4 > self._max_bytes
-                or (size > self._max_depth and raw.count("[") + raw.count("{") > self._max_depth)
-            ):
-                check_arguments(raw, self._max_bytes, self._max_depth)
-            args = self._decode(raw)
-        except Exception as exc:
-            env.settle(self._input_failure(env, raw, exc))
+        args = self._arguments_now(env)
+        if args is _SETTLED:
             return True
         ctx = env.ctx
         if ctx is not None and not (self._untimed and env.deadline == math.inf):
@@ -381,6 +370,26 @@ class WorkerPool:
             counters.in_flight -= 1
         env.settle(result)
         return True
+
+    def _arguments_now(self, env: Envelope) -> Any:
+        """The call's decoded arguments for a direct path, or `_SETTLED` with `env` answered:
+        its deadline passed before it could start (TIMEOUT, as in the mailbox), or its
+        arguments are bad (the worker's checks, the same failures)."""
+        if env.deadline != math.inf and env.deadline <= trio.current_time():
+            env.fail(FailureKind.TIMEOUT, env.timeout_message())
+            return _SETTLED
+        raw = env.call.arguments
+        try:
+            if (
+                type(raw) is not str
+                or (size := len(raw)) * 4 > self._max_bytes
+                or (size > self._max_depth and raw.count("[") + raw.count("{") > self._max_depth)
+            ):
+                check_arguments(raw, self._max_bytes, self._max_depth)
+            return self._decode(raw)
+        except Exception as exc:
+            env.settle(self._input_failure(env, raw, exc))
+            return _SETTLED
 
     def _run_to_end(self, args: Any, ctx: CallContext | None) -> Any:
         if self._around is not None and ctx is not None:
@@ -411,20 +420,8 @@ class WorkerPool:
             return False
         if limiter.borrowed_tokens >= limiter.total_tokens:
             return False
-        if env.deadline != math.inf and env.deadline <= trio.current_time():
-            env.fail(FailureKind.TIMEOUT, env.timeout_message())
-            return True
-        raw = env.call.arguments
-        try:
-            if (
-                type(raw) is not str
-                or (size := len(raw)) * 4 > self._max_bytes
-                or (size > self._max_depth and raw.count("[") + raw.count("{") > self._max_depth)
-            ):
-                check_arguments(raw, self._max_bytes, self._max_depth)
-            args = self._decode(raw)
-        except Exception as exc:
-            env.settle(self._input_failure(env, raw, exc))
+        args = self._arguments_now(env)
+        if args is _SETTLED:
             return True
         ctx = env.ctx
         job = threads.start(
