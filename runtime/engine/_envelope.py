@@ -299,11 +299,12 @@ class BatchEnvelope(Envelope):
             self.batch.expire_at(when)
 
 
-class HostEnvelope(Envelope):
+class HostEnvelope(CallEnvelope):
     """The envelope of a sync tool's call made from the host asyncio loop (`Runtime.start_on_host`).
 
     Its tool runs in one of its threads and reports to the loop, not to trio; settling it
-    resolves `future` (on the loop's thread, which is the guest run's).
+    resolves `future` (on the loop's thread, which is the guest run's). No trio task parks
+    on it.
 
     Attributes:
         future: an asyncio future, done once the envelope is settled.
@@ -316,21 +317,7 @@ class HostEnvelope(Envelope):
     def __init__(
         self, call: ToolCall, ctx: CallContext | None, deadline: float, limit: float | None, future: Any
     ) -> None:
-        # Each subclass sets every slot itself (no shared __init__): one call less per call.
-        self.call = call
-        self.ctx = ctx
-        self.context = contextvars.copy_context()
-        self.deadline = deadline
-        self.expires = deadline
-        self.limit = limit
-        self.counters = None
-        self.result = None
-        self.state = QUEUED
-        self.scope = None
-        self.cancelled = False
-        self.interrupted = False
-        self.reported = False
-        self.settled_at = math.inf
+        super().__init__(call, ctx, deadline, limit)  # not a hot path: a thread hop follows
         self.future = future
         self.job: Any = None
         self.pool: Any = None
