@@ -323,3 +323,74 @@ def test_a_sync_tool_with_no_free_thread_waits_through_trio_in_order() -> None:
             assert rt.statistics().tools["single"].calls == 3
 
     asyncio.run(main())
+
+
+# -- asyncio tools from asyncio: their coroutine becomes a task of the loop, no trio -------------
+
+
+@tool(loop="asyncio")
+async def aio_sleep(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+@tool(loop="asyncio", timeout=0.1)
+async def aio_stubborn() -> str:
+    try:
+        await asyncio.sleep(5)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.5)  # ignores its cancellation for a while
+    return "late"
+
+
+@tool(loop="asyncio")
+async def aio_raises(kind: str) -> str:
+    await asyncio.sleep(0)
+    if kind == "cancelled":
+        raise asyncio.CancelledError
+    raise KeyError(kind)
+
+
+def test_an_asyncio_tool_from_asyncio_needs_no_trio_task() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([aio_sleep], tracing=False) as rt:
+            spawned: list[object] = []
+            spawn = rt._spawn
+            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
+            result = await rt.call(_call("aio_sleep", '{"seconds": 0}'))
+            assert isinstance(result, ToolSuccess) and result.value == "slept"  # noqa: PT018
+            results = await rt.call_many([_call("aio_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)])
+            assert [r.value for r in results] == ["slept"] * 5  # type: ignore[union-attr]
+            assert spawned == []
+            timed = await rt.call(_call("aio_sleep", '{"seconds": 5}'), timeout=0.05)
+            assert timed.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+            stats = rt.statistics().tools["aio_sleep"]
+            assert (stats.calls, stats.in_flight, stats.failures) == (7, 0, {"timeout": 1})
+
+    asyncio.run(main())
+
+
+def test_an_asyncio_tool_that_ignores_its_cancellation_is_answered_a_grace_after_its_deadline() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([aio_stubborn], tracing=False) as rt:
+            started = time.monotonic()
+            result = await rt.call(_call("aio_stubborn", "{}"))
+            took = time.monotonic() - started
+            assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+            assert "did not stop when cancelled" in result.content  # type: ignore[union-attr]
+            assert took < 0.4  # 0.1 s deadline + 0.05 s grace, not the 0.5 s it insists on
+            await asyncio.sleep(0.6)
+            assert rt.statistics().tools["aio_stubborn"].in_flight == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["cancelled", "key"])
+def test_whatever_an_asyncio_tool_raises_is_that_calls_error(kind: str) -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([aio_raises, aio_sleep], tracing=False) as rt:
+            result = await rt.call(_call("aio_raises", f'{{"kind": "{kind}"}}'))
+            assert result.kind is FailureKind.ERROR  # type: ignore[union-attr]
+            assert (await rt.call(_call("aio_sleep", '{"seconds": 0}'))).ok
+
+    asyncio.run(main())

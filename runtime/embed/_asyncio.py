@@ -36,7 +36,7 @@ import outcome
 import trio
 
 from ..engine import Runtime, RuntimeStatistics, open_runtime
-from ..engine._envelope import DONE, HostEnvelope
+from ..engine._envelope import ABANDON_GRACE, DONE, HostEnvelope
 from ..exceptions import RuntimeClosed
 from ..features import Feature
 from ..messages import ToolCall, ToolResult
@@ -93,7 +93,7 @@ class AsyncioRuntime:
         if result is not None:  # nothing in it could wait: no trio task, no wakeup of trio
             return result
         env = self._start_on_host(call, metadata, timeout)
-        if env is not None:  # a sync tool: its thread reports to this loop
+        if env is not None:  # a sync or asyncio tool: it reports to this loop, not to trio
             return await self._on_host(env)
         return await self._run(self._rt.call, call, metadata=metadata, timeout=timeout)
 
@@ -286,6 +286,13 @@ class AsyncioRuntime:
             call, self._loop.create_future(), self._loop, metadata=metadata, timeout=timeout
         )
 
+    async def _grace(self, env: HostEnvelope) -> None:
+        """An asyncio tool's task was cancelled: let it end (and settle its call) for a grace,
+        then answer the call anyway (the task runs on, abandoned)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(env.future), ABANDON_GRACE)
+        self._rt.abandon_on_host(env)
+
     async def _on_host(self, env: HostEnvelope) -> ToolResult:
         """Wait for a sync tool's call started from this loop (`Runtime.start_on_host`), no longer
         than its deadline; its thread reports here, not to trio."""
@@ -298,9 +305,12 @@ class AsyncioRuntime:
                     with contextlib.suppress(TimeoutError):
                         left = max(0.0, env.expires - trio.current_time())
                         await asyncio.wait_for(asyncio.shield(env.future), left)
-                    rt.give_up_on_host(env, cancelled=False)  # nothing if it finished in time
+                    if rt.give_up_on_host(env, cancelled=False):  # nothing if it finished in time
+                        await self._grace(env)
         except asyncio.CancelledError:
-            rt.give_up_on_host(env, cancelled=True)
+            if rt.give_up_on_host(env, cancelled=True):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._grace(env)
             rt.finish_now(env)
             raise
         rt.finish_now(env)

@@ -217,19 +217,19 @@ class Runtime:
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> HostEnvelope | None:
-        """Start a sync tool's call for a caller on the host asyncio `loop` (trio its guest).
-
-        Its thread reports to the loop, so neither the call nor its result wakes trio; the
+        """Start a sync or asyncio tool's call for a caller on the host asyncio `loop` (trio its
+        guest): a sync tool's thread reports to the loop, an asyncio tool's coroutine becomes a
+        task of the loop, so neither the call nor its result wakes trio; the
         caller waits on `future` until the envelope's `expires` and then calls `give_up_on_host`,
-        and finally `finish_now`. None: the call must go through `call` (not a sync tool, its
-        budget is used up now, features whose hooks may suspend, ...): nothing happened yet.
+        and finally `finish_now`. None: the call must go through `call` (a trio tool, a sync
+        tool's budget used up now, features whose hooks may suspend, ...): nothing happened yet.
         """
         direct, target = self._direct(call)
         if not direct or target is None or not target.pool.host_ready:
             return None
         pipeline = self._pipeline
-        limiter = target.pool.limiter
-        if limiter is None or limiter.borrowed_tokens >= limiter.total_tokens:
+        limiter = target.pool.limiter  # a sync tool's budget (an asyncio tool has none)
+        if limiter is not None and limiter.borrowed_tokens >= limiter.total_tokens:
             return None  # checked before routing: metadata is collected once, by whichever path
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         routed, ctx, actor, problem = self._route(call, metadata)
@@ -254,16 +254,33 @@ class Runtime:
         name = call.name
         return True, self._routing.routes.get(name) if type(name) is str else None
 
-    def give_up_on_host(self, env: HostEnvelope, cancelled: bool) -> None:
-        """The caller of `start_on_host` stops waiting: its deadline passed, or it was cancelled."""
+    def give_up_on_host(self, env: HostEnvelope, cancelled: bool) -> bool:
+        """The caller of `start_on_host` stops waiting: its deadline passed, or it was cancelled.
+
+        A sync tool's call is answered now (its thread runs on, abandoned). An asyncio tool's
+        task is cancelled, and True says so: the caller waits up to `ABANDON_GRACE` for it to
+        end, then calls `abandon_on_host`.
+        """
         if env.state == DONE:
-            return
+            return False
         kind = FailureKind.CANCELLED if cancelled else FailureKind.TIMEOUT
         message = _CANCELLED if cancelled else env.timeout_message()
-        if env.pool is not None:
-            env.pool.drop_host(env, kind, message)
-        else:
+        if env.pool is None:
             env.fail(kind, message)
+        elif isinstance(env.job, asyncio.Future):
+            env.pool.interrupt_task(env, cancelled)
+            return True
+        else:
+            env.pool.drop_host(env, kind, message)
+        return False
+
+    def abandon_on_host(self, env: HostEnvelope) -> None:
+        """An asyncio tool's task did not end within the grace after its cancellation."""
+        if env.state == DONE:
+            return
+        kind = FailureKind.CANCELLED if env.cancelled else FailureKind.TIMEOUT
+        message = _CANCELLED if env.cancelled else env.timeout_message()
+        env.give_up(kind, f"{message}; it did not stop when cancelled and was abandoned")
 
     def finish_now(self, env: Envelope) -> None:
         """Count a settled call and run the finishing hooks (which cannot suspend), once."""

@@ -13,6 +13,7 @@ that call's result, and the worker goes on to the next call.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import math
@@ -201,7 +202,7 @@ class WorkerPool:
         self.eager = False
         """True while the pool serves and its calls may run in their callers' tasks (`serve_now`)."""
         self._can_host = (
-            self._mode == _THREAD
+            self._mode in (_THREAD, _ASYNCIO)
             and not self._chained
             and self._approval is False
             and cls.teardown is ToolBase.teardown  # an actor's stop waits for its workers' calls only
@@ -414,11 +415,13 @@ class WorkerPool:
         wakes trio. True: started or settled; False: not now (no free thread in the tool's
         budget, or every thread stuck), and `env` is untouched: the caller takes trio's path.
         """
+        if not self.host_ready:
+            return False
+        if self._mode == _ASYNCIO:
+            return self._task_on_host(env, loop)
         limiter = self.limiter
         threads = self.threads
-        if limiter is None or threads is None or not self.host_ready:
-            return False
-        if limiter.borrowed_tokens >= limiter.total_tokens:
+        if limiter is None or threads is None or limiter.borrowed_tokens >= limiter.total_tokens:
             return False
         args = self._arguments_now(env)
         if args is _SETTLED:
@@ -441,6 +444,53 @@ class WorkerPool:
             if ctx is not None:
                 ctx.deadline = deadline
         return True
+
+    def _task_on_host(self, env: HostEnvelope, loop: Any) -> bool:
+        """An asyncio tool's call from its host loop: its coroutine becomes a task of the loop
+        right here (in the call's context), and its end settles the call; trio is not involved."""
+        args = self._arguments_now(env)
+        if args is _SETTLED:
+            return True
+        ctx = env.ctx
+        task = loop.create_task(self._async_call(args, ctx), context=env.context)
+        env.job = task
+        env.pool = self
+        env.state = RUNNING
+        self.counters.in_flight += 1
+        self.running.add(env)
+        deadline = self._deadline(env)
+        if deadline != math.inf:
+            env.expire_at(deadline)
+            if ctx is not None:
+                ctx.deadline = deadline
+        task.add_done_callback(lambda done: self._task_done(env, done))
+        return True
+
+    def _task_done(self, env: HostEnvelope, task: Any) -> None:
+        """An asyncio tool's task from `_task_on_host` ended (on the loop)."""
+        env.job = None
+        self.counters.in_flight -= 1
+        self.running.discard(env)
+        if task.cancelled():
+            if env.interrupted:  # cancelled by its deadline or its caller (`interrupt_task`)
+                answer: ToolResult = self._interrupted(env)
+            else:
+                answer = self._failed(env, asyncio.CancelledError())
+        elif (exc := task.exception()) is not None:
+            answer = self._failed(env, exc)
+        else:
+            answer = self._success(env, task.result())
+        if not env.settle(answer):
+            self._late(env, answer)
+
+    def interrupt_task(self, env: HostEnvelope, cancelled: bool) -> None:
+        """The caller of an asyncio tool's call from the host loop stops waiting: cancel its task
+        (it settles the call when it ends; `abandon_task` answers it if it does not end)."""
+        task = env.job
+        env.cancelled = cancelled
+        env.interrupted = True
+        if task is not None:
+            task.cancel()
 
     def _host_done(self, env: HostEnvelope, result: outcome.Outcome[Any]) -> None:
         """The thread of a `start_on_host` call returned (on the loop's thread)."""
