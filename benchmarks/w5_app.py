@@ -69,7 +69,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "lookup": lookup,
     "risky": risky,
 }
-REGISTRY = ToolRegistry([tool(f) for f in FUNCTIONS.values()])
+# fetch is anyio code: it runs on whichever loop calls it (the server's asyncio loop under
+# open_asyncio_runtime, trio under hypercorn's trio worker or RuntimeThread).
+REGISTRY = ToolRegistry([tool(f, loop="any") if f is fetch else tool(f) for f in FUNCTIONS.values()])
 
 
 def _text(value: Any) -> str:

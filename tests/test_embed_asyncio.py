@@ -268,7 +268,7 @@ def test_an_asyncio_tool_needs_an_asyncio_host_and_says_so_at_open() -> None:
         @tool(loop="asyncio")
         def sync_tool() -> None: ...
 
-    with pytest.raises(ToolDefinitionError, match="loop must be 'trio' or 'asyncio', not 'uv'"):
+    with pytest.raises(ToolDefinitionError, match="loop must be 'trio', 'asyncio' or 'any', not 'uv'"):
         tool(add.fn, loop="uv")  # type: ignore[arg-type]
 
 

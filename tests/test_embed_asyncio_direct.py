@@ -9,19 +9,22 @@ task. Everything else goes through trio as before, in the same batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
 
+import anyio
 import pytest
+import sniffio
 import trio
 import trio.lowlevel
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runtime import FailureKind, Feature, ToolCall, ToolSuccess, tool
-from runtime.embed import open_asyncio_runtime
+from runtime import FailureKind, Feature, ToolCall, ToolDefinitionError, ToolSuccess, open_runtime, tool
+from runtime.embed import RuntimeThread, open_asyncio_runtime
 from runtime.tracing import Tracing
 
 where: list[Any] = []
@@ -392,5 +395,125 @@ def test_whatever_an_asyncio_tool_raises_is_that_calls_error(kind: str) -> None:
             result = await rt.call(_call("aio_raises", f'{{"kind": "{kind}"}}'))
             assert result.kind is FailureKind.ERROR  # type: ignore[union-attr]
             assert (await rt.call(_call("aio_sleep", '{"seconds": 0}'))).ok
+
+    asyncio.run(main())
+
+
+# -- tools for either loop (loop="any"): their caller's loop runs them ---------------------------
+
+
+@tool(loop="any")
+async def any_sleep(seconds: float) -> str:
+    await anyio.sleep(seconds)
+    return sniffio.current_async_library()
+
+
+@tool(loop="any", timeout=0.1)
+async def any_stubborn() -> str:
+    try:
+        await anyio.sleep(5)
+    except anyio.get_cancelled_exc_class():
+        await anyio.sleep(0.5)  # ignores its cancellation for a while
+    return "late"
+
+
+def test_a_tool_for_either_loop_called_from_asyncio_runs_as_a_task_of_the_loop() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([any_sleep], tracing=False) as rt:
+            spawned: list[object] = []
+            spawn = rt._spawn
+            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
+            result = await rt.call(_call("any_sleep", '{"seconds": 0}'))
+            assert isinstance(result, ToolSuccess) and result.value == "asyncio"  # noqa: PT018
+            batch = [_call("any_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)]
+            assert [r.value for r in await rt.call_many(batch)] == ["asyncio"] * 5  # type: ignore[union-attr]
+            got = [r.value async for r in rt.as_completed(batch)]  # type: ignore[union-attr]
+            assert got == ["asyncio"] * 5
+            assert spawned == []  # no trio task for any of them
+            timed = await rt.call(_call("any_sleep", '{"seconds": 5}'), timeout=0.05)
+            assert timed.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+            task = asyncio.ensure_future(rt.call(_call("any_sleep", '{"seconds": 5}')))
+            await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            stats = rt.statistics().tools["any_sleep"]
+            assert (stats.calls, stats.in_flight) == (13, 0)
+            assert stats.failures == {"timeout": 1, "cancelled": 1}
+
+    asyncio.run(main())
+
+
+def test_a_tool_for_either_loop_runs_on_trio_when_trio_calls_it() -> None:
+    async def trio_main() -> str:
+        async with open_runtime([any_sleep], tracing=False) as rt:
+            result = await rt.call(_call("any_sleep", '{"seconds": 0.001}'))
+            assert isinstance(result, ToolSuccess)
+            return str(result.value)
+
+    assert trio.run(trio_main) == "trio"  # no asyncio host: nothing refused, trio runs it
+    with RuntimeThread([any_sleep], tracing=False) as thread:
+        assert thread.call(_call("any_sleep", '{"seconds": 0.001}')).value == "trio"  # type: ignore[union-attr]
+
+    async def guest() -> None:  # a feature whose hooks may suspend sends the call through trio
+        async with open_asyncio_runtime([any_sleep], tracing=False, features=[Slow()]) as rt:
+            result = await rt.call(_call("any_sleep", '{"seconds": 0.001}'))
+            assert isinstance(result, ToolSuccess) and result.value == "trio"  # noqa: PT018
+
+    asyncio.run(guest())
+
+
+def test_a_tool_for_either_loop_that_ignores_its_cancellation_is_answered_after_the_grace() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([any_stubborn], tracing=False) as rt:
+            started = time.monotonic()
+            result = await rt.call(_call("any_stubborn", "{}"))
+            assert time.monotonic() - started < 0.4  # 0.1 s deadline + 0.05 s grace, not 0.5 s
+            assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+            assert "did not stop when cancelled" in result.content  # type: ignore[union-attr]
+            await asyncio.sleep(0.6)
+            assert rt.statistics().tools["any_stubborn"].in_flight == 0
+
+    asyncio.run(main())
+
+
+def test_a_sync_function_cannot_be_a_tool_for_either_loop() -> None:
+    with pytest.raises(ToolDefinitionError, match="loop='any' says which event loop"):
+
+        @tool(loop="any")
+        def sync_tool() -> None: ...
+
+
+@pytest.mark.parametrize("name", ["aio_sleep", "any_sleep"])
+def test_a_cancelled_batch_of_loop_tasks_ends_each_call_cancelled_and_leaks_no_task(name: str) -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([aio_sleep, any_sleep], tracing=False) as rt:
+            before = len(asyncio.all_tasks())
+            calls = [_call(name, '{"seconds": 5}', f"c{i}") for i in range(3)]
+            batch = asyncio.ensure_future(rt.call_many(calls))
+            await asyncio.sleep(0.02)
+            batch.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await batch
+            stats = rt.statistics().tools[name]
+            assert (stats.calls, stats.in_flight, stats.failures) == (3, 0, {"cancelled": 3})
+            await asyncio.sleep(0)  # the cancelled tasks' last step
+            assert len(asyncio.all_tasks()) == before
+
+    asyncio.run(main())
+
+
+def test_as_completed_closed_before_waiting_ends_its_loop_tasks_cancelled() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime([quick, any_sleep], tracing=False) as rt:
+            calls = [_call("quick", '{"n": 1}', "fast")] + [
+                _call("any_sleep", '{"seconds": 5}', f"slow{i}") for i in range(3)
+            ]
+            async with contextlib.aclosing(rt.as_completed(calls)) as results:
+                async for first in results:
+                    assert first.call_id == "fast"  # served at once: yielded before any waiting
+                    break
+            stats = rt.statistics().tools["any_sleep"]
+            assert (stats.calls, stats.in_flight, stats.failures) == (3, 0, {"cancelled": 3})
 
     asyncio.run(main())

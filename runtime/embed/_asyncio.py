@@ -132,9 +132,8 @@ class AsyncioRuntime:
                 await self._on_host(env)
                 waited += 1
         except asyncio.CancelledError:
-            for env in hosted[waited + 1 :]:  # the caller gave up: every call still running ends CANCELLED
-                self._rt.give_up_on_host(env, cancelled=True)
-                self._rt.finish_now(env)
+            # the caller gave up: every call still running ends CANCELLED (`_on_host` ended its own)
+            await self._give_up(hosted[waited + 1 :])
             if handle is not None:
                 handle.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -175,14 +174,21 @@ class AsyncioRuntime:
         await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         started = self._loop.time()
         ready: list[ToolResult] = []  # calls that could not wait on anything: done already
+        hosted: list[HostEnvelope] = []  # sync and asyncio tools' calls started here
         batch: list[ToolCall] = []
         for c in calls:
             result = self._rt.call_now(c, metadata=metadata, timeout=timeout)
-            if result is None:
-                batch.append(c)
-            else:
+            if result is not None:
                 ready.append(result)
+            elif (env := self._start_on_host(c, metadata, timeout)) is not None:
+                hosted.append(env)
+            else:
+                batch.append(c)
 
+        async def report(env: HostEnvelope) -> None:
+            queue.put_nowait(await self._on_host(env))
+
+        waiters = [asyncio.ensure_future(report(env)) for env in hosted]
         left = _left(timeout, started, self._loop.time())
 
         async def pump() -> None:
@@ -195,23 +201,32 @@ class AsyncioRuntime:
                     queue.put_nowait(result)
 
         handle = self._spawn(pump) if batch else None  # started before any is yielded
+        if handle is not None:  # after the pump's results: its end (RuntimeClosed, if so)
+            handle.ended.add_done_callback(lambda _: queue.put_nowait(_END))
+        remaining = len(hosted) + len(batch)
         try:
             for result in ready:
                 yield result
-            while handle is not None:
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait((getter, handle.ended), return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    yield getter.result()
+            while remaining:
+                item = await queue.get()
+                if item is _END:
+                    assert handle is not None
+                    ended = handle.ended.result()
+                    if ended is None:
+                        raise RuntimeClosed("the asyncio runtime closed while these calls were running")
+                    ended.unwrap()
                     continue
-                getter.cancel()
-                while not queue.empty():
-                    yield queue.get_nowait()
-                handle.ended.result().unwrap()  # RuntimeClosed, if that is how it ended
-                return
-        finally:
+                remaining -= 1
+                yield item
+        finally:  # stopped early: the calls still running end CANCELLED
             if handle is not None and not handle.ended.done():
                 handle.cancel()
+            if waiters:
+                for waiter in waiters:
+                    waiter.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+                await self._give_up([env for env in hosted if not env.reported])  # waiters not begun
+            if handle is not None:
                 await asyncio.shield(handle.ended)
 
     async def register(self, *tools: ToolLike, replace: bool = False) -> None:
@@ -285,6 +300,19 @@ class AsyncioRuntime:
         return self._rt.start_on_host(
             call, self._loop.create_future(), self._loop, metadata=metadata, timeout=timeout
         )
+
+    async def _give_up(self, hosted: list[HostEnvelope]) -> None:
+        """The caller stopped waiting for these calls from `_start_on_host`: each ends CANCELLED
+        and is finished; asyncio tools' tasks are cancelled and get the grace to end together."""
+        rt = self._rt
+        tasks = [env for env in hosted if rt.give_up_on_host(env, cancelled=True)]
+        if tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([env.future for env in tasks], timeout=ABANDON_GRACE)
+            for env in tasks:
+                rt.abandon_on_host(env)
+        for env in hosted:
+            rt.finish_now(env)
 
     async def _grace(self, env: HostEnvelope) -> None:
         """An asyncio tool's task was cancelled: let it end (and settle its call) for a grace,

@@ -218,8 +218,8 @@ class Runtime:
         timeout: float | None = None,
     ) -> HostEnvelope | None:
         """Start a sync or asyncio tool's call for a caller on the host asyncio `loop` (trio its
-        guest): a sync tool's thread reports to the loop, an asyncio tool's coroutine becomes a
-        task of the loop, so neither the call nor its result wakes trio; the
+        guest): a sync tool's thread reports to the loop, an asyncio (or `loop="any"`) tool's
+        coroutine becomes a task of the loop, so neither the call nor its result wakes trio; the
         caller waits on `future` until the envelope's `expires` and then calls `give_up_on_host`,
         and finally `finish_now`. None: the call must go through `call` (a trio tool, a sync
         tool's budget used up now, features whose hooks may suspend, ...): nothing happened yet.

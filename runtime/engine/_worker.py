@@ -202,13 +202,17 @@ class WorkerPool:
         self.eager = False
         """True while the pool serves and its calls may run in their callers' tasks (`serve_now`)."""
         self._can_host = (
-            self._mode in (_THREAD, _ASYNCIO)
+            (
+                self._mode in (_THREAD, _ASYNCIO)
+                or (self._mode == _ASYNC and options.loop == "any" and self._loop is not None)
+            )
             and not self._chained
             and self._approval is False
             and cls.teardown is ToolBase.teardown  # an actor's stop waits for its workers' calls only
         )
         self.host_ready = False
-        """True while a sync tool's calls may start from the host loop (`start_on_host`)."""
+        """True while this tool's calls may start from the host loop (`start_on_host`): a sync
+        tool, an asyncio tool, or a `loop="any"` tool in a runtime with an asyncio host."""
 
     def stop_fast_paths(self) -> None:
         """The actor stops serving (stopping, crashed, down): every call takes the mailbox."""
@@ -412,12 +416,12 @@ class WorkerPool:
     def start_on_host(self, env: HostEnvelope, loop: Any) -> bool:
         """Start a sync tool's call for an asyncio caller in the runtime's host loop: its thread
         reports to the loop (as `asyncio.to_thread` does), so neither the call nor its result
-        wakes trio. True: started or settled; False: not now (no free thread in the tool's
+        wakes trio; an asyncio tool's (or a `loop="any"` tool's) becomes a task of the loop. True: started or settled; False: not now (no free thread in the tool's
         budget, or every thread stuck), and `env` is untouched: the caller takes trio's path.
         """
         if not self.host_ready:
             return False
-        if self._mode == _ASYNCIO:
+        if self._mode != _THREAD:  # an asyncio tool, or one for either loop (`loop="any"`)
             return self._task_on_host(env, loop)
         limiter = self.limiter
         threads = self.threads

@@ -110,10 +110,11 @@ class ToolBase(Generic[ArgsT, ResultT]):
             return  # a generic intermediate class; its concrete subclasses are built
         args_type, result_type = found
         options = ToolOptions.build(f"tool class {cls.__qualname__}", cls)  # a bad option fails here
-        if options.loop == "asyncio" and not cls.is_async:
+        if options.loop != "trio" and not cls.is_async:
             raise ToolDefinitionError(
-                f"tool class {cls.__qualname__}: loop='asyncio' runs `async def execute` on the host's "
-                "asyncio loop; this execute is not async (a sync tool runs in a worker thread anyway)"
+                f"tool class {cls.__qualname__}: loop={options.loop!r} says which event loop "
+                "`async def execute` runs on; this execute is not async (a sync tool runs in a "
+                "worker thread anyway)"
             )
         name = cls.__dict__.get("name") or getattr(cls, "name", None) or _snake(cls.__name__)
         cls.name = check_tool_name(name)

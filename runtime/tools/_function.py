@@ -78,10 +78,10 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         for field in ToolOptions.__struct_fields__:  # the class-attribute view of the options
             setattr(self, field, getattr(options, field))
         self.is_async = inspect.iscoroutinefunction(fn)
-        if options.loop == "asyncio" and not self.is_async:
+        if options.loop != "trio" and not self.is_async:
             raise ToolDefinitionError(
-                f"tool {self.name!r}: loop='asyncio' runs an `async def` tool on the host's asyncio "
-                "loop; this function is not async (a sync tool runs in a worker thread anyway)"
+                f"tool {self.name!r}: loop={options.loop!r} says which event loop an `async def` "
+                "tool runs on; this function is not async (a sync tool runs in a worker thread anyway)"
             )
 
         doc = parse_docstring(fn.__doc__)

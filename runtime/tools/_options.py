@@ -19,7 +19,7 @@ from ._placement import Placement
 __all__ = ["Loop", "OnFull", "ToolOptions", "ToolOptionsKw"]
 
 OnFull = Literal["wait", "reject"]
-Loop = Literal["trio", "asyncio"]
+Loop = Literal["trio", "asyncio", "any"]
 
 
 class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,7 +40,10 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
             or "asyncio" for code written for asyncio (asyncio.sleep, aiohttp, asyncpg...): it
             then runs on the host's asyncio loop, which needs a runtime embedded in one
             (`runtime.embed.open_asyncio_runtime`); opening any other runtime with such a
-            tool is a ToolDefinitionError.
+            tool is a ToolDefinitionError. "any" for code that runs on either loop (written
+            for anyio, e.g. anyio.sleep or httpx, or awaiting only such code): it runs on its
+            caller's loop, as a task of the host's asyncio loop when asyncio code calls it
+            through `open_asyncio_runtime`, and on trio otherwise.
         requires_approval: ask before each call runs (True), or before the calls whose decoded
             arguments a predicate `(args) -> bool` picks; the question goes through the same path
             as `ctx.elicit` (the `on_elicit` handler, or the MCP client). Denied: REJECTED with
@@ -108,8 +111,8 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
                 f"timeout={self.timeout!r} could not be honoured; drop inline=True (it then runs in a "
                 "worker thread, where a timeout works) or drop the timeout"
             )
-        if self.loop not in ("trio", "asyncio"):
-            raise ToolDefinitionError(f"{what}: loop must be 'trio' or 'asyncio', not {self.loop!r}")
+        if self.loop not in ("trio", "asyncio", "any"):
+            raise ToolDefinitionError(f"{what}: loop must be 'trio', 'asyncio' or 'any', not {self.loop!r}")
         approval = self.requires_approval
         if not isinstance(approval, bool) and not callable(approval):
             raise ToolDefinitionError(
