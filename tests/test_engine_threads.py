@@ -6,8 +6,10 @@ bounded and short.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -136,3 +138,103 @@ async def test_an_idle_thread_exits_after_a_while_and_a_new_one_starts(
         assert second.ok
         assert first.ok
         assert len(_tool_threads("which_thread")) == 1
+
+
+waits_for_last = threading.Event()
+
+
+@tool
+def chained(n: int, last: int) -> int:
+    """Call 0 blocks until the last call of its batch has run (both in this tool's threads)."""
+    if n == 0:
+        assert waits_for_last.wait(5), "the last call never ran while the first one blocked"
+    if n == last:
+        waits_for_last.set()
+    return n
+
+
+async def test_a_call_that_blocks_never_holds_up_the_calls_queued_behind_it() -> None:
+    waits_for_last.clear()
+    async with open_runtime([chained]) as rt:
+        calls = [_call("chained", f'{{"n": {i}, "last": 7}}', f"c{i}") for i in range(8)]
+        with trio.fail_after(10):
+            results = await rt.call_many(calls)
+    assert [r.value for r in results] == list(range(8))  # type: ignore[union-attr]
+
+
+class _NeverStarts:
+    """A thread that never takes a job: the job stays queued (what a busy pool looks like)."""
+
+    def __init__(self, pool: object, name: str) -> None:
+        pass
+
+
+async def test_a_call_cancelled_while_queued_never_runs_and_gives_its_token_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limiter = trio.CapacityLimiter(2)
+    abandoned: list[object] = []
+    threads = _threads.KeptThreads("t", limiter, abandoned.append)
+    monkeypatch.setattr(_threads, "_Thread", _NeverStarts)
+    ran: list[int] = []
+
+    with trio.move_on_after(0.05) as scope:
+        await threads.run("owner", contextvars.copy_context(), ran.append, 1)
+    assert scope.cancelled_caught
+    assert (ran, abandoned, limiter.borrowed_tokens, len(threads._queue)) == ([], [], 0, 0)
+
+
+async def test_a_host_call_dropped_while_queued_never_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    limiter = trio.CapacityLimiter(2)
+    threads = _threads.KeptThreads("t", limiter, lambda owner: None)
+    monkeypatch.setattr(_threads, "_Thread", _NeverStarts)
+
+    job = threads.start(contextvars.copy_context(), print, ("never",), loop=None, done=lambda r: None)
+    assert job is not None and limiter.borrowed_tokens == 1  # noqa: PT018
+    assert threads.drop(job) is True  # it was queued: it leaves the queue, never runs
+    assert (limiter.borrowed_tokens, len(threads._queue)) == (0, 0)
+
+
+class _Loop:
+    """Stands for the host asyncio loop: what the threads send back is run here, on the trio thread."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[], object]] = []
+
+    def call_soon_threadsafe(self, callback: Callable[[], object]) -> None:
+        self.callbacks.append(callback)
+
+
+async def test_the_thread_that_takes_a_queued_call_wakes_one_more_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight calls queued before any thread ran: the first blocks until the last has run, which
+    only works if each thread that takes a call first wakes (or starts) another one."""
+    limiter = trio.CapacityLimiter(8)
+    threads = _threads.KeptThreads("t", limiter, lambda owner: None)
+    deferred: list[str] = []
+    monkeypatch.setattr(_threads, "_Thread", lambda pool, name: deferred.append(name))
+    loop, results, last_ran = _Loop(), [], threading.Event()
+
+    def job(n: int) -> int:
+        if n == 0 and not last_ran.wait(5):
+            raise AssertionError("the last call never ran while the first one blocked")
+        if n == 7:
+            last_ran.set()
+        return n
+
+    for n in range(8):
+        started = threads.start(contextvars.copy_context(), job, (n,), loop, results.append)
+        assert started is not None
+    assert (deferred, len(threads._queue)) == (["tool t thread 1"], 8)  # one thread on its way
+    monkeypatch.undo()
+    _threads._Thread(threads, deferred[0])
+    with trio.fail_after(10):
+        while len(results) < 8:
+            for callback in loop.callbacks[:]:
+                loop.callbacks.remove(callback)
+                callback()
+            await trio.sleep(0.005)
+    assert sorted(r.unwrap() for r in results) == list(range(8))
+    assert limiter.borrowed_tokens == 0
+    threads.close()

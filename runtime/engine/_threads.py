@@ -3,20 +3,30 @@
 `trio.to_thread.run_sync` hands each call to trio's process-wide thread cache: an async
 limiter acquire, a fresh thread name set through ctypes, thread-local state for
 `trio.from_thread`, and a result sent back through several layers. A sync tool's calls pay
-that on every call. Here each sync tool keeps its own threads: a call takes an idle one (or
-starts one, within the tool's budget), hands it the job through the thread's own lock, and
-parks; the thread runs the function in the call's context (a copy of its caller's; the
-call's span is made current there) and reschedules the parked task through the trio token. Fewer steps that release the
-GIL in the thread also matter under load, where each one may wait for the loop's thread.
+that on every call. Here each sync tool keeps its own threads and a queue of its calls: a call
+takes a token of the tool's budget, joins the queue and parks; a thread runs it in the call's
+context (a copy of its caller's; the call's span is made current there) and reschedules the
+parked task through the trio token (or, for a call from the host asyncio loop, through the
+loop).
 
-The tool's `CapacityLimiter` stays the budget: a thread holds one token from the moment it
-takes a job until the function returns, even if its caller gave up (the call is then
-abandoned, counted by the caller, and its result dropped). Idle threads exit after
-`IDLE_SECONDS`, and all of them once the tool stops.
+A thread that finishes a call takes the next queued one before it sleeps, and a new call wakes
+a sleeping thread (or starts one) only when no thread is already on its way to the queue; the
+thread that takes a call wakes one more if others still wait. So under load one thread runs
+call after call while it holds the GIL, instead of each call waking a thread of its own (a
+futex wake, a context switch and a fight for the GIL each: on a GIL-bound server that was a
+quarter of the CPU), and a call that blocks still never holds up the others: the thread that
+took it has woken the next one first.
+
+The tool's `CapacityLimiter` stays the budget: a call holds one token from the moment it is
+queued until its function returns, even if its caller gave up (the call is then abandoned,
+counted by the caller, and its result dropped); a call whose caller gives up while it is still
+queued leaves the queue and never runs. Threads never outnumber the tokens taken. Idle threads
+exit after `IDLE_SECONDS`, and all of them once the tool stops and its queue is empty.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import threading
@@ -65,13 +75,15 @@ class KeptThreads:
         self.name = name
         self.limiter = limiter
         self._abandoned = abandoned
-        self._lock = threading.Lock()  # guards `_idle` and `_closed` between the trio thread and the threads
+        self._lock = threading.Lock()  # guards everything below between the trio thread and the threads
+        self._queue: collections.deque[_Job] = collections.deque()  # holding a token, not yet taken
         self._idle: dict[_Thread, None] = {}  # insertion order: the most recently idle last
+        self._waking = 0  # threads woken (or started) for the queue that have not taken a job yet
         self._closed = False
         self._started = 0
-        self._finished: list[tuple[_Job, outcome.Outcome[Any]]] = []  # guarded by `_lock`
+        self._finished: list[tuple[_Job, outcome.Outcome[Any]]] = []
         self._wake_pending = False  # a `_deliver` is on its way to the trio thread
-        self._host_finished: list[tuple[_Job, outcome.Outcome[Any]]] = []  # guarded by `_lock`
+        self._host_finished: list[tuple[_Job, outcome.Outcome[Any]]] = []
         self._host_wake_pending = False  # a `_deliver_host` is on its way to the host loop
 
     async def run(
@@ -81,9 +93,9 @@ class KeptThreads:
 
         `context` must not be entered anywhere else while the thread runs (a call's own copy).
 
-        Cancelled while waiting for a token of the budget: nothing runs. Cancelled while the
-        thread runs it: the thread runs on (no thread can be interrupted) and keeps its token
-        until it returns; `abandoned` is called and Cancelled is raised at once.
+        Cancelled while waiting for a token of the budget, or while queued: nothing runs.
+        Cancelled while a thread runs it: the thread runs on (no thread can be interrupted) and
+        keeps its token until it returns; `abandoned` is called and Cancelled is raised at once.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         job = _Job(context, fn, args, trio.lowlevel.current_trio_token())
@@ -91,14 +103,14 @@ class KeptThreads:
         try:
             limiter.acquire_on_behalf_of_nowait(job)
         except trio.WouldBlock:
-            await limiter.acquire_on_behalf_of(job)  # every thread of the budget is busy: wait
-        thread = self._thread(job)
+            await limiter.acquire_on_behalf_of(job)  # every token of the budget is taken: wait
         job.task = trio.lowlevel.current_task()
-        thread.give(job)
+        self._submit(job)
 
         def abort(_: object) -> trio.lowlevel.Abort:
             job.task = None  # what the thread returns is dropped
-            self._abandoned(owner)
+            if not self._unqueue(job):  # it runs already: abandoned
+                self._abandoned(owner)
             return trio.lowlevel.Abort.SUCCEEDED
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
@@ -124,66 +136,64 @@ class KeptThreads:
             self.limiter.acquire_on_behalf_of_nowait(job)
         except trio.WouldBlock:
             return None
-        self._thread(job).give(job)
+        self._submit(job)
         return job
 
-    @staticmethod
-    def drop(job: _Job) -> None:
-        """The caller of a `start`ed job stopped waiting: its result is dropped (the thread runs
-        on and keeps its token until it returns)."""
+    def drop(self, job: _Job) -> bool:
+        """The caller of a `start`ed job stopped waiting: its result is dropped. True if it was
+        still queued (it never runs, its token is back); False if it runs (the thread runs on
+        and keeps its token until it returns)."""
         job.done = None
-
-    def _thread(self, job: _Job) -> _Thread:
-        """An idle thread, or a new one; the job's token is given back if none can start."""
-        try:
-            with self._lock:
-                thread = self._idle.popitem()[0] if self._idle else None
-            if thread is None:
-                self._started += 1
-                thread = _Thread(self, f"tool {self.name} thread {self._started}")
-        except BaseException:
-            self.limiter.release_on_behalf_of(job)
-            raise
-        return thread
+        return self._unqueue(job)
 
     def close(self) -> None:
-        """Let every thread exit: idle ones now, busy ones when their function returns."""
+        """Let every thread exit: idle ones now, busy ones once the queue is empty."""
         with self._lock:
             self._closed = True
             idle = list(self._idle)
             self._idle.clear()
         for thread in idle:
-            thread.give(None)
+            thread.leave()
 
     @property
     def idle(self) -> int:
         return len(self._idle)
 
-    # -- called by the threads -------------------------------------------------------
+    # -- on the trio (host loop) thread ------------------------------------------------
 
-    def _finish(self, job: _Job, result: outcome.Outcome[Any]) -> None:
-        """In the thread: queue the result; wake the trio thread unless a wake is on its way.
-
-        Under load many results share one `run_sync_soon` (one write to trio's wakeup socket,
-        one trip through its lock), instead of one each.
-        """
-        if job.loop is not None:
-            with self._lock:
-                self._host_finished.append((job, result))
-                if self._host_wake_pending:
-                    return
-                self._host_wake_pending = True
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                job.loop.call_soon_threadsafe(self._deliver_host)
-            return
+    def _submit(self, job: _Job) -> None:
+        """Queue `job` (it holds its token); wake an idle thread, or start one, unless a thread
+        is on its way to the queue already. If no thread can start, the job leaves the queue,
+        its token is given back, and the error is raised."""
         with self._lock:
-            self._finished.append((job, result))
-            if self._wake_pending:
+            self._queue.append(job)
+            if self._waking:
                 return
-            self._wake_pending = True
-        assert job.token is not None
-        with contextlib.suppress(trio.RunFinishedError):  # the run ended meanwhile: nobody waits
-            job.token.run_sync_soon(self._deliver)
+            self._waking = 1
+            thread = self._idle.popitem()[0] if self._idle else None
+            if thread is None:
+                self._started += 1
+                name = f"tool {self.name} thread {self._started}"
+        if thread is not None:
+            thread.wake()
+            return
+        try:
+            _Thread(self, name)
+        except BaseException:
+            with self._lock:
+                self._waking -= 1
+            self._unqueue(job)
+            raise
+
+    def _unqueue(self, job: _Job) -> bool:
+        """Take `job` out of the queue if no thread took it yet (its token back): True if so."""
+        with self._lock:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return False
+        self.limiter.release_on_behalf_of(job)
+        return True
 
     def _deliver(self) -> None:
         """On the trio thread: hand every finished job's result to its caller."""
@@ -209,52 +219,109 @@ class KeptThreads:
                 job.done = None
                 done(result)
 
-    def _park(self, thread: _Thread) -> bool:
-        """The thread is free: keep it (True), or let it exit if the tool stopped (False)."""
+    # -- in the threads --------------------------------------------------------------
+
+    def _next(
+        self, thread: _Thread, woken: bool, done: _Job | None, result: outcome.Outcome[Any] | None
+    ) -> _Job | None:
+        """In `thread`: hand back `done`'s result (if any), then take the next queued job, or
+        go idle (None; `thread.leaving` if it should exit instead).
+
+        Both under one lock: by the time the caller of `done` can give its token to a new
+        call, this thread is idle or busy with the next one, never counted as neither. A
+        result wakes the trio thread (or the host loop) unless a wake is on its way already,
+        so under load many results share one.
+        """
+        loop = token = None
+        helper: _Thread | None = None
+        start = ""
         with self._lock:
-            if self._closed:
-                return False
-            self._idle[thread] = None
-            return True
+            if woken:
+                self._waking -= 1
+            if done is not None:
+                if done.loop is not None:
+                    self._host_finished.append((done, result))  # type: ignore[arg-type]
+                    if not self._host_wake_pending:
+                        self._host_wake_pending = True
+                        loop = done.loop
+                else:
+                    self._finished.append((done, result))  # type: ignore[arg-type]
+                    if not self._wake_pending:
+                        self._wake_pending = True
+                        token = done.token
+            queue = self._queue
+            job = queue.popleft() if queue else None
+            if job is not None:
+                if queue and not self._waking:  # others wait: one more thread on its way
+                    self._waking = 1
+                    if self._idle:
+                        helper = self._idle.popitem()[0]
+                    else:
+                        self._started += 1
+                        start = f"tool {self.name} thread {self._started}"
+            elif self._closed:
+                thread.leaving = True
+            else:
+                self._idle[thread] = None
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                loop.call_soon_threadsafe(self._deliver_host)
+        if token is not None:
+            with contextlib.suppress(trio.RunFinishedError):  # the run ended meanwhile: nobody waits
+                token.run_sync_soon(self._deliver)
+        if helper is not None:
+            helper.wake()
+        elif start:
+            try:
+                _Thread(self, start)
+            except BaseException:  # no thread can start now: this one takes the queue in turn
+                with self._lock:
+                    self._waking -= 1
+        return job
 
     def _retire(self, thread: _Thread) -> bool:
-        """An idle thread timed out: True if it may exit (no job is being handed to it)."""
+        """An idle thread timed out: True if it may exit (no wake is being given to it)."""
         with self._lock:
             return self._idle.pop(thread, False) is None
 
 
 class _Thread:
-    """One kept thread: it waits on its own lock for the next job."""
+    """One kept thread: it runs queued jobs, and sleeps on its own lock when there are none."""
 
-    __slots__ = ("_go", "_job", "_pool")
+    __slots__ = ("_go", "_pool", "leaving")
 
     def __init__(self, pool: KeptThreads, name: str) -> None:
         self._pool = pool
         self._go = threading.Lock()
         self._go.acquire()
-        self._job: _Job | None = None
+        self.leaving = False
         threading.Thread(target=self._serve, name=name, daemon=True).start()
 
-    def give(self, job: _Job | None) -> None:
-        """Hand over the next job (None: exit)."""
-        self._job = job
+    def wake(self) -> None:
+        """Take from the queue (the thread was idle)."""
+        self._go.release()
+
+    def leave(self) -> None:
+        """Exit (the thread was idle)."""
+        self.leaving = True
         self._go.release()
 
     def _serve(self) -> None:
         pool = self._pool
+        job = pool._next(self, True, None, None)  # started for the queue
         while True:
-            if not self._go.acquire(timeout=IDLE_SECONDS):
-                if pool._retire(self):
+            if job is None:  # idle: wait to be woken
+                if self.leaving:
                     return
-                self._go.acquire()  # a job is being handed over right now
-            job = self._job
-            self._job = None
-            if job is None:
-                return
+                if not self._go.acquire(timeout=IDLE_SECONDS):
+                    if pool._retire(self):
+                        return
+                    self._go.acquire()  # a wake (or leave) is being given right now
+                if self.leaving:
+                    return
+                job = pool._next(self, True, None, None)
+                continue
             result = outcome.capture(job.context.run, job.fn, *job.args)
             job.fn = job.args = None  # type: ignore[assignment]  # drop references before waiting again
-            keep = pool._park(self)
-            pool._finish(job, result)
-            del job, result
-            if not keep:
-                return
+            job = pool._next(self, False, job, result)
+            del result

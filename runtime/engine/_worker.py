@@ -512,9 +512,11 @@ class WorkerPool:
         if env.state != RUNNING or env.job is None:
             env.fail(kind, message)
             return
-        KeptThreads.drop(env.job)
+        assert self.threads is not None
+        ran = not self.threads.drop(env.job)  # False: still queued, and now it never runs
         self._left_host(env)
-        self._thread_abandoned(env)
+        if ran:
+            self._thread_abandoned(env)
         env.fail(kind, message)
 
     def _left_host(self, env: HostEnvelope) -> None:
