@@ -313,7 +313,64 @@ def test_a_cancelled_asyncio_caller_gets_its_sync_calls_cancelled_and_counted() 
     asyncio.run(main())
 
 
-def test_a_sync_tool_with_no_free_thread_waits_through_trio_in_order() -> None:
+@tool
+def gated(n: int) -> int:
+    gate.wait(5)
+    return n
+
+
+@tool(timeout=0.1)
+def gated_briefly(n: int) -> int:
+    gate.wait(5)
+    return n
+
+
+def test_sync_calls_beyond_the_thread_budget_wait_on_the_loop_in_order_without_trio() -> None:
+    async def main() -> None:
+        gate.clear()
+        async with open_asyncio_runtime([gated], tracing=False, thread_limit=2) as rt:
+            spawned: list[object] = []
+            spawn = rt._spawn
+            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
+            calls = [_call("gated", f'{{"n": {i}}}', f"g{i}") for i in range(6)]
+            task = asyncio.ensure_future(rt.call_many(calls))
+            await asyncio.sleep(0.05)
+            stats = rt.statistics().tools["gated"]
+            assert (stats.threads, stats.in_flight) == (2, 6)  # two run, four wait for a token
+            gate.set()
+            assert [r.value for r in await task] == list(range(6))  # type: ignore[union-attr]
+            assert spawned == []
+            assert rt.statistics().tools["gated"].threads == 0
+
+    asyncio.run(main())
+
+
+def test_a_sync_call_waiting_for_a_token_times_out_without_running_and_without_counting_abandoned() -> None:
+    async def main() -> None:
+        gate.clear()
+        async with open_asyncio_runtime([gated_briefly], tracing=False, thread_limit=1) as rt:
+            first, second = await rt.call_many(
+                [_call("gated_briefly", '{"n": 1}', "a"), _call("gated_briefly", '{"n": 2}', "b")]
+            )
+            assert first.kind is second.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+            stats = rt.statistics().tools["gated_briefly"]
+            # the first ran and is stuck in its thread; the second never started
+            assert (stats.abandoned, stats.abandoned_running, stats.threads, stats.in_flight) == (1, 1, 1, 0)
+            overloaded = await rt.call(_call("gated_briefly", '{"n": 3}', "c"))
+            assert overloaded.kind is FailureKind.OVERLOADED  # type: ignore[union-attr]
+            assert "all 1 of its threads are still running" in overloaded.content  # type: ignore[union-attr]
+            gate.set()
+            for _ in range(500):
+                if rt.statistics().tools["gated_briefly"].threads == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert rt.statistics().tools["gated_briefly"].abandoned_running == 0
+            assert (await rt.call(_call("gated_briefly", '{"n": 4}', "d"))).ok
+
+    asyncio.run(main())
+
+
+def test_a_sync_tool_with_max_concurrency_waits_through_trio_in_order() -> None:
     async def main() -> None:
         gate.clear()
         async with open_asyncio_runtime([single], tracing=False) as rt:

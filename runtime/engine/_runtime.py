@@ -221,16 +221,14 @@ class Runtime:
         guest): a sync tool's thread reports to the loop, an asyncio (or `loop="any"`) tool's
         coroutine becomes a task of the loop, so neither the call nor its result wakes trio; the
         caller waits on `future` until the envelope's `expires` and then calls `give_up_on_host`,
-        and finally `finish_now`. None: the call must go through `call` (a trio tool, a sync
-        tool's budget used up now, features whose hooks may suspend, ...): nothing happened yet.
+        and finally `finish_now`. A sync tool's call waits for a token of its budget on the
+        loop's side. None: the call must go through `call` (a trio tool, a tool with
+        `max_concurrency` or approval, features whose hooks may suspend, ...): nothing happened yet.
         """
         direct, target = self._direct(call)
         if not direct or target is None or not target.pool.host_ready:
             return None
         pipeline = self._pipeline
-        limiter = target.pool.limiter  # a sync tool's budget (an asyncio tool has none)
-        if limiter is not None and limiter.borrowed_tokens >= limiter.total_tokens:
-            return None  # checked before routing: metadata is collected once, by whichever path
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         routed, ctx, actor, problem = self._route(call, metadata)
         env = HostEnvelope(routed, ctx, deadline, timeout, future)
@@ -238,7 +236,7 @@ class Runtime:
         if pipeline is not None:
             pipeline.starting_now(env.call, ctx)  # type: ignore[arg-type]  # a pipeline makes a ctx
         if actor is not None and env.state == QUEUED and not actor.pool.start_on_host(env, loop):
-            env.fail(FailureKind.OVERLOADED, f"tool {env.call.name!r} has no free thread now; try again")
+            env.fail(FailureKind.UNAVAILABLE, f"tool {env.call.name!r} stopped serving; call again")
         return env
 
     def _direct(self, call: ToolCall) -> tuple[bool, ToolActor | None]:

@@ -85,6 +85,9 @@ class KeptThreads:
         self._wake_pending = False  # a `_deliver` is on its way to the trio thread
         self._host_finished: list[tuple[_Job, outcome.Outcome[Any]]] = []
         self._host_wake_pending = False  # a `_deliver_host` is on its way to the host loop
+        self._waiting: collections.deque[_Job] = collections.deque()  # host jobs waiting for a token
+        self.stuck = 0
+        """Jobs still running whose callers stopped waiting (each holds a thread and a token)."""
 
     async def run(
         self, owner: object, context: contextvars.Context, fn: Callable[..., Any], *args: Any
@@ -110,6 +113,7 @@ class KeptThreads:
         def abort(_: object) -> trio.lowlevel.Abort:
             job.task = None  # what the thread returns is dropped
             if not self._unqueue(job):  # it runs already: abandoned
+                self.stuck += 1
                 self._abandoned(owner)
             return trio.lowlevel.Abort.SUCCEEDED
 
@@ -122,9 +126,10 @@ class KeptThreads:
         args: tuple[Any, ...],
         loop: Any,
         done: Callable[[outcome.Outcome[Any]], None],
-    ) -> _Job | None:
+    ) -> _Job:
         """Start `context.run(fn, *args)` for a caller on the host asyncio `loop` (the runtime
-        is its trio guest), if a token of the budget is free now; None if none is.
+        is its trio guest): queued now if a token of the budget is free, else once one is
+        (after the trio callers already waiting for one), in order.
 
         `done(result)` is called on the loop's thread, reached with `loop.call_soon_threadsafe`
         rather than through trio (no wakeup of trio's guest run), unless `drop` came first.
@@ -132,19 +137,30 @@ class KeptThreads:
         job = _Job(context, fn, args, None)
         job.loop = loop
         job.done = done
+        if self._waiting:
+            self._waiting.append(job)  # behind the others
+            return job
         try:
             self.limiter.acquire_on_behalf_of_nowait(job)
         except trio.WouldBlock:
-            return None
+            self._waiting.append(job)
+            return job
         self._submit(job)
         return job
 
     def drop(self, job: _Job) -> bool:
-        """The caller of a `start`ed job stopped waiting: its result is dropped. True if it was
-        still queued (it never runs, its token is back); False if it runs (the thread runs on
+        """The caller of a `start`ed job stopped waiting: its result is dropped. True if it had
+        not started (it never runs, its token is back); False if it runs (the thread runs on
         and keeps its token until it returns)."""
         job.done = None
-        return self._unqueue(job)
+        try:
+            self._waiting.remove(job)
+        except ValueError:
+            if self._unqueue(job):
+                return True
+            self.stuck += 1
+            return False
+        return True
 
     def close(self) -> None:
         """Let every thread exit: idle ones now, busy ones once the queue is empty."""
@@ -192,8 +208,27 @@ class KeptThreads:
                 self._queue.remove(job)
             except ValueError:
                 return False
-        self.limiter.release_on_behalf_of(job)
+        self._release(job)
         return True
+
+    def _release(self, job: _Job) -> None:
+        """Give `job`'s token back: to a trio caller waiting for one, else to the next host job."""
+        limiter = self.limiter
+        limiter.release_on_behalf_of(job)
+        waiting = self._waiting
+        while waiting:
+            try:
+                limiter.acquire_on_behalf_of_nowait(waiting[0])
+            except trio.WouldBlock:
+                return
+            job = waiting.popleft()
+            try:
+                self._submit(job)
+            except Exception as exc:  # no thread can start: that call fails (its token is back)
+                done = job.done
+                if done is not None:
+                    job.done = None
+                    done(outcome.Error(exc))
 
     def _deliver(self) -> None:
         """On the trio thread: hand every finished job's result to its caller."""
@@ -201,9 +236,11 @@ class KeptThreads:
             finished, self._finished = self._finished, []
             self._wake_pending = False
         for job, result in finished:
-            self.limiter.release_on_behalf_of(job)
+            self._release(job)
             task = job.task
-            if task is not None:
+            if task is None:  # abandoned while it ran: its thread is free again
+                self.stuck -= 1
+            else:
                 job.task = None
                 trio.lowlevel.reschedule(task, result)
 
@@ -213,9 +250,11 @@ class KeptThreads:
             finished, self._host_finished = self._host_finished, []
             self._host_wake_pending = False
         for job, result in finished:
-            self.limiter.release_on_behalf_of(job)
+            self._release(job)
             done = job.done
-            if done is not None:
+            if done is None:  # dropped while it ran: its thread is free again
+                self.stuck -= 1
+            else:
                 job.done = None
                 done(result)
 

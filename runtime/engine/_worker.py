@@ -148,7 +148,6 @@ class WorkerPool:
         self._nursery: trio.Nursery | None = None
         self._workers = 0
         self._idle = 0
-        self._threads_busy = 0
         self.running: set[Envelope] = set()  # the calls the workers are serving now
         cls = type(tool)
         self._mode = _ASYNC if tool.is_async else _INLINE if options.inline else _THREAD
@@ -242,9 +241,7 @@ class WorkerPool:
 
     def stuck_threads(self) -> int:
         """Threads of this tool still running calls that were already answered."""
-        if self.limiter is None:
-            return 0
-        return max(0, self.limiter.borrowed_tokens - self._threads_busy)
+        return 0 if self.threads is None else self.threads.stuck
 
     async def _worker(self) -> None:
         # The hot path, in one coroutine frame: a parked call costs its task, this frame and
@@ -416,8 +413,10 @@ class WorkerPool:
     def start_on_host(self, env: HostEnvelope, loop: Any) -> bool:
         """Start a sync tool's call for an asyncio caller in the runtime's host loop: its thread
         reports to the loop (as `asyncio.to_thread` does), so neither the call nor its result
-        wakes trio; an asyncio tool's (or a `loop="any"` tool's) becomes a task of the loop. True: started or settled; False: not now (no free thread in the tool's
-        budget, or every thread stuck), and `env` is untouched: the caller takes trio's path.
+        wakes trio; with the tool's thread budget in use, it waits for a token on the loop's
+        side. An asyncio tool's (or a `loop="any"` tool's) call becomes a task of the loop.
+        True: started or settled (OVERLOADED when every thread of the budget is stuck, as on
+        trio's path); False: not now (the pool stopped serving), and `env` is untouched.
         """
         if not self.host_ready:
             return False
@@ -425,8 +424,12 @@ class WorkerPool:
             return self._task_on_host(env, loop)
         limiter = self.limiter
         threads = self.threads
-        if limiter is None or threads is None or limiter.borrowed_tokens >= limiter.total_tokens:
+        if limiter is None or threads is None:
             return False
+        stuck = self.stuck_threads()
+        if stuck >= limiter.total_tokens:
+            env.fail(FailureKind.OVERLOADED, _all_stuck(self.name, stuck))
+            return True
         args = self._arguments_now(env)
         if args is _SETTLED:
             return True
@@ -434,14 +437,11 @@ class WorkerPool:
         job = threads.start(
             env.context, self._sync_call, (args, ctx), loop, lambda result: self._host_done(env, result)
         )
-        if job is None:
-            return False
         env.job = job
         env.pool = self
         env.state = RUNNING
         self.counters.in_flight += 1
         self.running.add(env)
-        self._threads_busy += 1
         deadline = self._deadline(env)
         if deadline != math.inf:
             env.expire_at(deadline)
@@ -521,7 +521,6 @@ class WorkerPool:
 
     def _left_host(self, env: HostEnvelope) -> None:
         env.job = None
-        self._threads_busy -= 1
         self.counters.in_flight -= 1
         self.running.discard(env)
 
@@ -569,17 +568,9 @@ class WorkerPool:
         assert limiter is not None
         stuck = self.stuck_threads()
         if stuck >= limiter.total_tokens:
-            raise _Overloaded(
-                f"tool {self.name!r} is overloaded: all {stuck} of its threads are still running calls "
-                "that timed out or were cancelled (they are blocked and cannot be interrupted); "
-                "try again later"
-            )
+            raise _Overloaded(_all_stuck(self.name, stuck))
         assert self.threads is not None
-        self._threads_busy += 1
-        try:
-            return await self.threads.run(env, env.context, self._sync_call, args, env.ctx)
-        finally:
-            self._threads_busy -= 1
+        return await self.threads.run(env, env.context, self._sync_call, args, env.ctx)
 
     def _thread_abandoned(self, env: Envelope) -> None:
         # Its caller stopped waiting: the thread runs on (no thread can be interrupted) and
@@ -747,6 +738,13 @@ class WorkerPool:
 
 class _NotHere(Exception):
     """`serve_now` cannot run this call (its tool's code changed): the mailbox must."""
+
+
+def _all_stuck(name: str, stuck: int) -> str:
+    return (
+        f"tool {name!r} is overloaded: all {stuck} of its threads are still running calls that "
+        "timed out or were cancelled (they are blocked and cannot be interrupted); try again later"
+    )
 
 
 class _Overloaded(Exception):
