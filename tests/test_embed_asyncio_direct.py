@@ -574,3 +574,131 @@ def test_as_completed_closed_before_waiting_ends_its_loop_tasks_cancelled() -> N
             assert (stats.calls, stats.in_flight, stats.failures) == (3, 0, {"cancelled": 3})
 
     asyncio.run(main())
+
+
+# -- closing the runtime with calls from the host loop still running ----------------------------
+
+ran: list[int] = []
+
+
+@tool
+def counted(n: int) -> int:
+    ran.append(n)
+    gate.wait(5)
+    return n
+
+
+stop_ignoring = threading.Event()
+
+
+@tool(loop="asyncio")
+async def aio_ignores_cancel() -> str:
+    while not stop_ignoring.is_set():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+    return "ended"
+
+
+def _kinds(results: list[Any]) -> dict[str, FailureKind | str]:
+    return {r.call_id: getattr(r, "kind", "ok") for r in results}
+
+
+def test_closing_gives_host_calls_the_shutdown_grace_then_answers_them_unavailable() -> None:
+    async def main() -> None:
+        gate.clear()
+        ran.clear()
+        before = len(asyncio.all_tasks())
+        started = time.monotonic()
+        async with open_asyncio_runtime(
+            [counted, aio_sleep], tracing=False, thread_limit=1, shutdown_timeout=0.2
+        ) as rt:
+            calls = [_call("counted", f'{{"n": {i}}}', f"s{i}") for i in range(3)]
+            calls.append(_call("aio_sleep", '{"seconds": 30}', "a"))
+            pending = [asyncio.ensure_future(rt.call(c)) for c in calls]
+            await asyncio.sleep(0.05)  # one sync call runs, two wait for the thread's token
+            closing = time.monotonic()
+        took = time.monotonic() - closing
+        results = await asyncio.wait_for(asyncio.gather(*pending), 5)
+        assert set(_kinds(results).values()) == {FailureKind.UNAVAILABLE}, _kinds(results)
+        assert all("shutting down" in r.content for r in results)  # type: ignore[union-attr]
+        assert ran == [0]  # the two waiting for a token never ran, not even after the close
+        assert 0.2 <= took < 3, took  # the grace was given, and the close did not wait for the tools
+        gate.set()
+        await asyncio.sleep(0)
+        assert len(asyncio.all_tasks()) == before
+        assert time.monotonic() - started < 5
+
+    asyncio.run(main())
+
+
+def test_host_calls_that_end_within_the_shutdown_grace_keep_their_results() -> None:
+    async def main() -> None:
+        gate.clear()
+        ran.clear()
+        async with open_asyncio_runtime([counted, aio_sleep], tracing=False, thread_limit=1) as rt:
+            calls = [_call("counted", f'{{"n": {i}}}', f"s{i}") for i in range(3)]
+            calls.append(_call("aio_sleep", '{"seconds": 0.1}', "a"))
+            pending = [asyncio.ensure_future(rt.call(c)) for c in calls]
+            await asyncio.sleep(0.05)
+            asyncio.get_running_loop().call_later(0.1, gate.set)
+        results = await asyncio.wait_for(asyncio.gather(*pending), 5)
+        assert _kinds(results) == {"s0": "ok", "s1": "ok", "s2": "ok", "a": "ok"}
+        assert ran == [0, 1, 2]
+
+    asyncio.run(main())
+
+
+def test_an_asyncio_tool_that_ignores_cancellation_at_close_is_answered_and_the_close_ends() -> None:
+    async def main() -> None:
+        stop_ignoring.clear()
+        async with open_asyncio_runtime([aio_ignores_cancel], tracing=False, shutdown_timeout=0.05) as rt:
+            pending = asyncio.ensure_future(rt.call(_call("aio_ignores_cancel", "{}")))
+            await asyncio.sleep(0.02)
+            closing = time.monotonic()
+        assert time.monotonic() - closing < 3
+        result = await asyncio.wait_for(pending, 1)
+        assert result.kind is FailureKind.UNAVAILABLE  # type: ignore[union-attr]
+        assert "did not stop when cancelled" in result.content  # type: ignore[union-attr]
+        stop_ignoring.set()
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()  # the abandoned tool's task: now it ends
+
+    asyncio.run(main())
+
+
+class ConnectionBroken(Exception):
+    pass
+
+
+@tool(restart_on=(ConnectionBroken,))
+def flaky(n: int) -> int:
+    if n < 0:
+        for _ in range(5000):  # once two other calls run
+            if len(ran) >= 2:
+                break
+            time.sleep(0.001)
+        raise ConnectionBroken("connection lost")
+    ran.append(n)
+    gate.wait(5)
+    return n
+
+
+def test_a_crash_answers_the_other_host_calls_at_once_and_the_tool_serves_again() -> None:
+    async def main() -> None:
+        gate.clear()
+        ran.clear()
+        async with open_asyncio_runtime([flaky], tracing=False, thread_limit=3) as rt:
+            calls = [_call("flaky", f'{{"n": {i}}}', f"c{i}") for i in (-1, 1, 2, 3, 4)]
+            # -1, 1 and 2 run; 3 and 4 wait for a token; -1 crashes the tool once 1 and 2 run
+            results = await asyncio.wait_for(rt.call_many(calls), 2)  # not held until the gate opens
+            kinds = _kinds(results)
+            assert kinds.pop("c-1") is FailureKind.ERROR
+            assert set(kinds.values()) == {FailureKind.UNAVAILABLE}
+            assert all("crashed while serving this call" in r.content for r in results[1:])  # type: ignore[union-attr]
+            assert sorted(ran) == [1, 2]  # the two waiting for a token never ran
+            gate.set()
+            assert (await rt.call(_call("flaky", '{"n": 9}', "after"))).ok
+            stats = rt.statistics().tools["flaky"]
+            assert (stats.restarts, stats.abandoned, stats.in_flight) == (1, 2, 0)
+
+    asyncio.run(main())

@@ -30,7 +30,7 @@ import trio
 from ..messages import FailureKind
 from ..tools import PlacedTool, Placement, ToolBase
 from ._config import EngineConfig, RestartPolicy
-from ._envelope import Envelope
+from ._envelope import ABANDON_GRACE, Envelope
 from ._outcome import describe_error
 from ._stats import ToolCounters, ToolStatistics
 from ._worker import WorkerPool, escapes
@@ -244,12 +244,29 @@ class ToolActor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.pool.start(nursery)
+            await self._end_host_calls()
         finally:
             self.pool.stop_fast_paths()
+            self.pool.kill_hosts()  # cancelled while waiting for them: answered now
+            self.pool.give_up_hosts()
             self._nursery = None
             self.pool.placed = None
             await self._teardown()
         return self._crash
+
+    async def _end_host_calls(self) -> None:
+        """The workers ended; calls started from the host loop have no worker, so wait for them
+        here. Stopping: as long as the supervisor's grace (its kill and abandonment reach them
+        through `kill` and `abandon`). Crashed or down: they were cancelled; a grace, then the
+        ones still running are answered anyway."""
+        pool = self.pool
+        if self._stopping:
+            await pool.hosts_ended()
+            return
+        pool.stop_fast_paths()
+        pool.kill_hosts()
+        with trio.move_on_after(ABANDON_GRACE):  # the rest are answered in `_serve`'s finally
+            await pool.hosts_ended()
 
     async def _start_placed(self, placed: PlacedTool) -> _Crash | None:
         """Start the tool's workers (each runs setup()), bounded by `setup_timeout`."""
@@ -302,6 +319,7 @@ class ToolActor:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
         self._crash = _Crash(reason)
         self.pool.stop_fast_paths()
+        self.pool.kill_hosts()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -319,6 +337,7 @@ class ToolActor:
     def _go_down(self, reason: str) -> None:
         self.state = ActorState.DOWN
         self.pool.stop_fast_paths()
+        self.pool.kill_hosts()
         self.down_reason = reason
         log.error("tool %r is down: %s", self.name, reason)
         self.config.pipeline.supervisor_event(self.name, "down", reason)
@@ -346,6 +365,7 @@ class ToolActor:
     def kill(self) -> None:
         """Cancel the running calls (they fail UNAVAILABLE) and a setup still running (brutal)."""
         self.begin_stop()
+        self.pool.kill_hosts()
         if self._setup_scope is not None:
             self._setup_scope.cancel()
         if self._nursery is not None:

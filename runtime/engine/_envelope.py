@@ -325,3 +325,6 @@ class HostEnvelope(CallEnvelope):
     def _notify(self) -> None:
         if not self.future.done():
             self.future.set_result(None)
+        pool = self.pool
+        if pool is not None:
+            pool.host_settled()

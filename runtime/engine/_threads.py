@@ -250,13 +250,16 @@ class KeptThreads:
             finished, self._host_finished = self._host_finished, []
             self._host_wake_pending = False
         for job, result in finished:
-            self._release(job)
             done = job.done
             if done is None:  # dropped while it ran: its thread is free again
                 self.stuck -= 1
-            else:
-                job.done = None
-                done(result)
+                self._release(job)
+                continue
+            job.done = None
+            try:
+                done(result)  # first: a crash it reports stops the calls waiting for its token
+            finally:
+                self._release(job)
 
     # -- in the threads --------------------------------------------------------------
 

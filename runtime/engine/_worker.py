@@ -30,7 +30,7 @@ from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, cannot_suspend, result_encoder, run_to_end
 from ._arguments import check_arguments, not_unicode
 from ._config import EngineConfig
-from ._envelope import QUEUED, RUNNING, Envelope, HostEnvelope
+from ._envelope import DONE, QUEUED, RUNNING, Envelope, HostEnvelope
 from ._outcome import describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
 from ._threads import KeptThreads
@@ -149,6 +149,7 @@ class WorkerPool:
         self._workers = 0
         self._idle = 0
         self.running: set[Envelope] = set()  # the calls the workers are serving now
+        self._hosts_ended: trio.Event | None = None  # set once no call from the host loop is unanswered
         cls = type(tool)
         self._mode = _ASYNC if tool.is_async else _INLINE if options.inline else _THREAD
         self._loop = config.asyncio_loop
@@ -478,6 +479,8 @@ class WorkerPool:
         if task.cancelled():
             if env.interrupted:  # cancelled by its deadline or its caller (`interrupt_task`)
                 answer: ToolResult = self._interrupted(env)
+            elif self.stopping or self.crash_reason or not self.host_ready:  # `kill_hosts`
+                answer = failure(env.call, FailureKind.UNAVAILABLE, self._unavailable_message())
             else:
                 answer = self._failed(env, asyncio.CancelledError())
         elif (exc := task.exception()) is not None:
@@ -523,6 +526,44 @@ class WorkerPool:
         env.job = None
         self.counters.in_flight -= 1
         self.running.discard(env)
+
+    def _unanswered_hosts(self) -> list[HostEnvelope]:
+        return [env for env in self.running if type(env) is HostEnvelope and env.state != DONE]
+
+    async def hosts_ended(self) -> None:
+        """Wait until every call started from the host loop is answered: the workers' calls end
+        with the incarnation's nursery, these do not (no trio task runs them). The actor's stop
+        waits here too, so shutdown's grace, its kill and its abandonment reach them."""
+        if self._unanswered_hosts():
+            self._hosts_ended = trio.Event()
+            try:
+                await self._hosts_ended.wait()
+            finally:
+                self._hosts_ended = None
+
+    def host_settled(self) -> None:
+        """A call started from the host loop was answered (`HostEnvelope._notify`)."""
+        if self._hosts_ended is not None and not self._unanswered_hosts():
+            self._hosts_ended.set()
+
+    def kill_hosts(self) -> None:
+        """The incarnation ends now (a kill, a crash, down): every call started from the host
+        loop fails UNAVAILABLE. A sync tool's call that has not started never does; one that runs
+        is abandoned (its thread runs on); an asyncio tool's task is cancelled, and its end
+        answers the call."""
+        message = self._unavailable_message()
+        for env in self._unanswered_hosts():
+            if isinstance(env.job, asyncio.Future):
+                env.job.cancel()  # `_task_done` answers it
+            elif env.job is not None:
+                self.drop_host(env, FailureKind.UNAVAILABLE, message)
+
+    def give_up_hosts(self) -> None:
+        """The incarnation ended, but these asyncio tasks ignored their cancellation: answer them
+        (they run on, abandoned and counted)."""
+        message = self._unavailable_message()
+        for env in self._unanswered_hosts():
+            env.give_up(FailureKind.UNAVAILABLE, f"{message}; the call did not stop when cancelled")
 
     # -- one call --------------------------------------------------------------------
 
@@ -708,13 +749,13 @@ class WorkerPool:
         if scope.cancel_called:  # this call's deadline, or its caller gave up
             env.settle(self._interrupted(env))
         else:  # a sibling call crashed the actor, or shutdown
-            reason = self.crash_reason
-            message = (
-                f"tool {self.name!r} crashed while serving this call ({reason}) and is restarting"
-                if reason
-                else self._why_unavailable()
-            )
-            env.fail(FailureKind.UNAVAILABLE, message)
+            env.fail(FailureKind.UNAVAILABLE, self._unavailable_message())
+
+    def _unavailable_message(self) -> str:
+        reason = self.crash_reason
+        if reason:
+            return f"tool {self.name!r} crashed while serving this call ({reason}) and is restarting"
+        return self._why_unavailable()
 
     def _late(self, env: Envelope, result: ToolResult) -> None:
         """The call was answered already (its caller gave up, a deadline lapsed): drop this result."""
