@@ -257,16 +257,13 @@ class ToolActor:
     async def _end_host_calls(self) -> None:
         """The workers ended; calls started from the host loop have no worker, so wait for them
         here. Stopping: as long as the supervisor's grace (its kill and abandonment reach them
-        through `kill` and `abandon`). Crashed or down: they were cancelled; a grace, then the
-        ones still running are answered anyway."""
-        pool = self.pool
+        through `kill` and `abandon`). Crashed or down (`kill_hosts` cancelled them): a grace,
+        then `_serve`'s finally answers the ones still running anyway."""
         if self._stopping:
-            await pool.hosts_ended()
+            await self.pool.hosts_ended()
             return
-        pool.stop_fast_paths()
-        pool.kill_hosts()
-        with trio.move_on_after(ABANDON_GRACE):  # the rest are answered in `_serve`'s finally
-            await pool.hosts_ended()
+        with trio.move_on_after(ABANDON_GRACE):
+            await self.pool.hosts_ended()
 
     async def _start_placed(self, placed: PlacedTool) -> _Crash | None:
         """Start the tool's workers (each runs setup()), bounded by `setup_timeout`."""

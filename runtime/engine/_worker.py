@@ -479,7 +479,7 @@ class WorkerPool:
         if task.cancelled():
             if env.interrupted:  # cancelled by its deadline or its caller (`interrupt_task`)
                 answer: ToolResult = self._interrupted(env)
-            elif self.stopping or self.crash_reason or not self.host_ready:  # `kill_hosts`
+            elif not self.host_ready:  # the incarnation ended: `kill_hosts`
                 answer = failure(env.call, FailureKind.UNAVAILABLE, self._unavailable_message())
             else:
                 answer = self._failed(env, asyncio.CancelledError())
