@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Generator, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +22,7 @@ from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolS
 from .tools import CallContext, ToolBase, cannot_suspend, run_to_end
 from .tools._base import function_code
 
-__all__ = ["CALL_ID_KEY", "TOOL_NAME_KEY", "Feature", "FeaturePipeline"]
+__all__ = ["CALL_ID_KEY", "TOOL_NAME_KEY", "Feature", "FeaturePipeline", "Flow", "drive", "drive_now"]
 
 log = logging.getLogger("runtime.features")
 
@@ -79,6 +79,16 @@ class Feature:
     def on_supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
         """An actor was restarted (`event` "restart") or marked down ("down")."""
 
+    def on_call_event(self, ctx: CallContext, name: str, attributes: dict[str, Any]) -> None:
+        """Something happened during the call: `tool.progress`, `tool.log` or `tool.ask`.
+
+        Runs where the tool's code runs, synchronously; tracing records it on the call's span.
+        """
+
+    def hears_call_events(self, ctx: CallContext) -> bool:
+        """Whether this feature would record an event of this call (a tool may skip costly progress)."""
+        return False
+
 
 class _Around:
     """Every feature's `around_call` manager for one call, entered in order, exited in reverse.
@@ -119,13 +129,79 @@ def _overrides(feature: Feature, hook: str) -> bool:
     return getattr(type(feature), hook) is not getattr(Feature, hook)
 
 
+Flow = Generator[Awaitable[None], "BaseException | None", None]
+"""The hooks of one phase of one call, in order: each step is a hook's awaitable, and the
+driver sends back what awaiting it raised (None if nothing). Written once, driven by `drive`
+(awaiting each) or `drive_now` (running each to its end: only for hooks that cannot suspend),
+as httpx drives one auth flow from its sync and async clients."""
+
+
+async def drive(flow: Flow, *, finish: bool = True) -> None:
+    """Run a flow's hooks, awaiting each.
+
+    With `finish` (the finishing hooks), a cancellation (or KeyboardInterrupt) inside one hook
+    does not skip the others: they run shielded, within `_CANCELLED_HOOK_GRACE` seconds, so no
+    feature is left with a call it never hears the end of; then it is raised. Without it (the
+    starting hooks) it stops the flow: a feature hears of a call's start only if it got that far.
+    """
+    stopped: BaseException | None = None
+    grace = 0.0
+    error: BaseException | None = None
+    while True:
+        try:
+            step = flow.send(error)
+        except StopIteration:
+            break
+        error = None
+        try:
+            if stopped is None:
+                await step
+            else:
+                with trio.CancelScope(shield=True, deadline=grace):
+                    await step
+        except Exception as exc:
+            error = exc
+        except BaseException as exc:
+            if not finish:
+                flow.close()
+                raise
+            if stopped is None:
+                stopped = exc
+                grace = trio.current_time() + _CANCELLED_HOOK_GRACE
+    if stopped is not None:
+        raise stopped
+
+
+def drive_now(flow: Flow) -> None:
+    """Run a flow's hooks here, each to its end (they cannot suspend: `hooks_cannot_suspend`)."""
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = flow.send(error)
+            except StopIteration:
+                return
+            try:
+                run_to_end(step)
+                error = None
+            except Exception as exc:
+                error = exc
+    finally:
+        flow.close()
+
+
 class FeaturePipeline:
-    """The features of one runtime, with each hook's list of overriders resolved once."""
+    """The features of one runtime, with each hook's list of overriders resolved once.
+
+    It is also the calls' `CallObserver`: the events a tool's context reports go to the
+    features that override `on_call_event`.
+    """
 
     __slots__ = (
         "_around",
         "_collectors",
         "_completed",
+        "_event_hooks",
         "_failed",
         "_given",
         "_starting",
@@ -157,6 +233,7 @@ class FeaturePipeline:
         self._starting = tuple(f for f in self.features if _overrides(f, "on_call_starting"))
         self._completed = tuple(f for f in self.features if _overrides(f, "on_call_completed"))
         self._failed = tuple(f for f in self.features if _overrides(f, "on_call_failed"))
+        self._event_hooks = tuple(f for f in self.features if _overrides(f, "on_call_event"))
         self.hooks_cannot_suspend = all(
             cannot_suspend(function_code(getattr(type(f), hook)))
             for hook, overriders in (
@@ -166,7 +243,7 @@ class FeaturePipeline:
             )
             for f in overriders
         )
-        """True when no feature's start or finish hook can suspend: `starting_now`/`finished_now` work."""
+        """True when no feature's start or finish hook can suspend: `drive_now` may run them."""
 
     def wake(self) -> bool:
         """Re-read `enabled` of the dormant features; True if one turned on (the hooks changed)."""
@@ -179,12 +256,24 @@ class FeaturePipeline:
     @property
     def active(self) -> bool:
         """False when no feature overrides a call hook: the engine can skip the pipeline."""
-        return bool(self._collectors or self._starting or self._completed or self._failed or self._around)
+        return bool(
+            self._collectors
+            or self._starting
+            or self._completed
+            or self._failed
+            or self._around
+            or self._event_hooks
+        )
 
     @property
     def wraps_calls(self) -> bool:
         """True when some feature has an `around_call`."""
         return bool(self._around)
+
+    @property
+    def observes(self) -> bool:
+        """True when some feature hears the calls' events (`on_call_event`)."""
+        return bool(self._event_hooks)
 
     def around(self, ctx: CallContext) -> contextlib.AbstractContextManager[None]:
         """Every feature's `around_call` for `ctx`, as one context manager."""
@@ -196,6 +285,26 @@ class FeaturePipeline:
                 f.on_supervisor_event(tool_name, event, reason)
             except Exception:
                 log.exception("feature %r failed in on_supervisor_event", f)
+
+    # -- CallObserver ----------------------------------------------------------------
+
+    def hears(self, ctx: CallContext) -> bool:
+        for f in self._event_hooks:
+            try:
+                if f.hears_call_events(ctx):
+                    return True
+            except Exception:
+                log.exception("feature %r failed in hears_call_events", f)
+        return False
+
+    def event(self, ctx: CallContext, name: str, attributes: dict[str, Any]) -> None:
+        for f in self._event_hooks:
+            try:
+                f.on_call_event(ctx, name, attributes)
+            except Exception:
+                log.exception("feature %r failed in on_call_event for call %s", f, ctx.call_id)
+
+    # -- the call hooks --------------------------------------------------------------
 
     def merge_metadata(
         self, call: ToolCall, tool: ToolBase[Any, Any] | None, caller: Mapping[str, Any] | None
@@ -216,64 +325,29 @@ class FeaturePipeline:
         merged[TOOL_NAME_KEY] = call.name
         return ToolCallMetadata(merged)
 
-    async def starting(self, call: ToolCall, ctx: CallContext) -> None:
-        for f in self._starting:
-            try:
-                await f.on_call_starting(call, ctx)
-            except Exception:
-                log.exception("feature %r failed in on_call_starting for call %s", f, call.id)
+    @property
+    def has_starting(self) -> bool:
+        return bool(self._starting)
 
-    async def finished(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> None:
+    def starting(self, call: ToolCall, ctx: CallContext) -> Flow:
+        """The `on_call_starting` hooks of a call (before it is sent to its tool; unknown tools too)."""
+        for f in self._starting:
+            error = yield f.on_call_starting(call, ctx)
+            if error is not None:
+                log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=error)
+
+    def finishing(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> Flow:
+        """The `on_call_completed` or `on_call_failed` hooks of a call that is answered."""
         if isinstance(result, ToolSuccess):
-            for i, f in enumerate(self._completed):
-                try:
-                    await f.on_call_completed(call, result, ctx)
-                except Exception:
-                    log.exception("feature %r failed in on_call_completed for call %s", f, call.id)
-                except BaseException:
-                    await self._finish_cancelled(self._completed[i + 1 :], call, result, ctx)
-                    raise
+            for f in self._completed:
+                error = yield f.on_call_completed(call, result, ctx)
+                if error is not None:
+                    log.error(
+                        "feature %r failed in on_call_completed for call %s", f, call.id, exc_info=error
+                    )
         else:
-            for i, f in enumerate(self._failed):
-                try:
-                    await f.on_call_failed(call, result, ctx)
-                except Exception:
-                    log.exception("feature %r failed in on_call_failed for call %s", f, call.id)
-                except BaseException:
-                    await self._finish_cancelled(self._failed[i + 1 :], call, result, ctx)
-                    raise
-
-    def starting_now(self, call: ToolCall, ctx: CallContext) -> None:
-        """`starting`, run to its end here (only when `hooks_cannot_suspend`)."""
-        for f in self._starting:
-            try:
-                run_to_end(f.on_call_starting(call, ctx))
-            except Exception:
-                log.exception("feature %r failed in on_call_starting for call %s", f, call.id)
-
-    def finished_now(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> None:
-        """`finished`, run to its end here (only when `hooks_cannot_suspend`)."""
-        ok = isinstance(result, ToolSuccess)
-        for f in self._completed if ok else self._failed:
-            try:
-                if ok:
-                    run_to_end(f.on_call_completed(call, result, ctx))  # type: ignore[arg-type]
-                else:
-                    run_to_end(f.on_call_failed(call, result, ctx))  # type: ignore[arg-type]
-            except Exception:
-                log.exception("feature %r failed in finishing call %s", f, call.id)
-
-    async def _finish_cancelled(
-        self, rest: tuple[Feature, ...], call: ToolCall, result: ToolResult, ctx: CallContext
-    ) -> None:
-        """The caller was cancelled inside a finishing hook: the features after it still hear
-        how the call ended (shielded, for a bounded time), so none is left with a call open."""
-        with trio.CancelScope(shield=True), trio.move_on_after(_CANCELLED_HOOK_GRACE):
-            for f in rest:
-                try:
-                    if isinstance(result, ToolSuccess):
-                        await f.on_call_completed(call, result, ctx)
-                    else:
-                        await f.on_call_failed(call, result, ctx)
-                except Exception:
-                    log.exception("feature %r failed in a finishing hook for call %s", f, call.id)
+            assert isinstance(result, ToolFailure)
+            for f in self._failed:
+                error = yield f.on_call_failed(call, result, ctx)
+                if error is not None:
+                    log.error("feature %r failed in on_call_failed for call %s", f, call.id, exc_info=error)

@@ -158,6 +158,15 @@ class Tracing(Feature):
             return None
         return _Current(entry[0])
 
+    def on_call_event(self, ctx: CallContext, name: str, attributes: dict[str, Any]) -> None:
+        entry = self._calls.get(ctx)
+        if entry is not None:
+            entry[0].add_event(name, attributes)
+
+    def hears_call_events(self, ctx: CallContext) -> bool:
+        entry = self._calls.get(ctx)
+        return entry is not None and entry[0].is_recording()
+
     def on_supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
         with self._tracer.start_as_current_span(
             f"supervise {tool_name}",

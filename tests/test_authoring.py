@@ -604,7 +604,7 @@ def test_bad_class_option_is_a_definition_error_at_class_definition() -> None:
     with pytest.raises(ToolDefinitionError, match="restart_on must be a tuple of exception classes"):
 
         class Restarts(Tool[SearchArgs, str]):
-            restart_on = [OSError]  # type: ignore[assignment]  # noqa: RUF012
+            restart_on = (OSError, "EOF")  # type: ignore[assignment]
 
 
 def test_bad_class_tool_name_is_rejected_at_class_definition() -> None:

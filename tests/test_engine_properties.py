@@ -117,13 +117,15 @@ def expected_kinds(name: str, arguments: str | dict[str, Any]) -> set[str]:
     """The outcomes a call may have on its own (before the caller's deadline or cancellation)."""
     if name not in TOOLS:
         return {"unknown_tool"}
-    if name == "never_starts":
-        return {"unavailable"}
     try:
         args = TOOLS[name].decode_args(arguments)
     except InvalidArguments:
         valid = {"invalid_arguments"}
+        if name == "never_starts":  # arguments are checked as the call arrives; once it is down, not
+            valid |= {"unavailable"}
     else:
+        if name == "never_starts":
+            return {"unavailable"}
         valid = {
             "echo": {"ok"},
             "sync_echo": {"ok"},

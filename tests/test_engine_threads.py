@@ -169,30 +169,50 @@ class _NeverStarts:
         pass
 
 
-async def test_a_call_cancelled_while_queued_never_runs_and_gives_its_token_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    limiter = trio.CapacityLimiter(2)
-    abandoned: list[object] = []
-    threads = _threads.KeptThreads("t", limiter, abandoned.append)
+async def test_a_job_dropped_while_queued_never_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads = _threads.KeptThreads("t")
     monkeypatch.setattr(_threads, "_Thread", _NeverStarts)
-    ran: list[int] = []
+    done: list[object] = []
 
-    with trio.move_on_after(0.05) as scope:
-        await threads.run("owner", contextvars.copy_context(), ran.append, 1)
-    assert scope.cancelled_caught
-    assert (ran, abandoned, limiter.borrowed_tokens, len(threads._queue)) == ([], [], 0, 0)
-
-
-async def test_a_host_call_dropped_while_queued_never_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    limiter = trio.CapacityLimiter(2)
-    threads = _threads.KeptThreads("t", limiter, lambda owner: None)
-    monkeypatch.setattr(_threads, "_Thread", _NeverStarts)
-
-    job = threads.start(contextvars.copy_context(), print, ("never",), loop=None, done=lambda r: None)
-    assert job is not None and limiter.borrowed_tokens == 1  # noqa: PT018
+    job = threads.submit(
+        contextvars.copy_context(), print, ("never",), lambda job, result: done.append(result)
+    )
+    assert len(threads._queue) == 1
     assert threads.drop(job) is True  # it was queued: it leaves the queue, never runs
-    assert (limiter.borrowed_tokens, len(threads._queue)) == (0, 0)
+    assert threads.drop(job) is False  # and only once
+    assert (len(threads._queue), done) == (0, [])
+
+
+async def test_a_call_cancelled_while_its_job_waits_for_a_thread_never_runs() -> None:
+    """The tool's budget is one thread, blocked by the first call: the second waits in the
+    mailbox, its caller gives up, and it never runs."""
+    release = threading.Event()
+    ran: list[int] = []
+    token = trio.lowlevel.current_trio_token()
+    running = trio.Event()
+
+    @tool(max_concurrency=1)
+    def one_at_a_time(n: int) -> int:
+        ran.append(n)
+        token.run_sync_soon(running.set)
+        release.wait(5)
+        return n
+
+    async with open_runtime([one_at_a_time], tracing=False) as rt, trio.open_nursery() as nursery:
+        first: list[object] = []
+
+        async def blocker() -> None:
+            first.append(await rt.call(ToolCall(id="a", name="one_at_a_time", arguments='{"n": 1}')))
+
+        nursery.start_soon(blocker)
+        await running.wait()
+        with trio.move_on_after(0.05) as scope:
+            await rt.call(ToolCall(id="b", name="one_at_a_time", arguments='{"n": 2}'))
+        assert scope.cancelled_caught
+        release.set()
+    assert ran == [1]
+    stats = rt.statistics().tools["one_at_a_time"]
+    assert (stats.calls, stats.failures, stats.queued, stats.in_flight) == (2, {"cancelled": 1}, 0, 0)
 
 
 class _Loop:
@@ -210,11 +230,10 @@ async def test_the_thread_that_takes_a_queued_call_wakes_one_more_for_the_rest(
 ) -> None:
     """Eight calls queued before any thread ran: the first blocks until the last has run, which
     only works if each thread that takes a call first wakes (or starts) another one."""
-    limiter = trio.CapacityLimiter(8)
-    threads = _threads.KeptThreads("t", limiter, lambda owner: None)
+    loop, results, last_ran = _Loop(), [], threading.Event()
+    threads = _threads.KeptThreads("t", loop)
     deferred: list[str] = []
     monkeypatch.setattr(_threads, "_Thread", lambda pool, name: deferred.append(name))
-    loop, results, last_ran = _Loop(), [], threading.Event()
 
     def job(n: int) -> int:
         if n == 0 and not last_ran.wait(5):
@@ -224,8 +243,7 @@ async def test_the_thread_that_takes_a_queued_call_wakes_one_more_for_the_rest(
         return n
 
     for n in range(8):
-        started = threads.start(contextvars.copy_context(), job, (n,), loop, results.append)
-        assert started is not None
+        threads.submit(contextvars.copy_context(), job, (n,), lambda job, result: results.append(result))
     assert (deferred, len(threads._queue)) == (["tool t thread 1"], 8)  # one thread on its way
     monkeypatch.undo()
     _threads._Thread(threads, deferred[0])
@@ -236,5 +254,4 @@ async def test_the_thread_that_takes_a_queued_call_wakes_one_more_for_the_rest(
                 callback()
             await trio.sleep(0.005)
     assert sorted(r.unwrap() for r in results) == list(range(8))
-    assert limiter.borrowed_tokens == 0
     threads.close()

@@ -12,12 +12,15 @@ trio runs as a guest of the asyncio loop (`trio.lowlevel.start_guest_run`; async
 both work): its tasks run on the loop's thread, between the loop's own callbacks, and only
 trio's wait for I/O sits in a helper thread, blocked, most of the time. So the handlers, the
 runtime and its async tools share one thread and never fight over the GIL; sync tools still
-run in worker threads.
+run in their threads.
 
-Each `await rt.call(...)` starts one trio task for the call, inside a copy of the caller's
-context (its OpenTelemetry span is the parent of the tool's), and hands the result back
-through an asyncio future. Cancelling the asyncio task cancels the call on the trio side; the
-caller's CancelledError is raised once the call has ended there (CANCELLED, hooks included).
+An asyncio caller goes through the engine's one entry itself (`Entry`: prepare, begin, admit),
+in its own task, and waits on an asyncio future: a call that cannot suspend runs right there, a
+sync tool's thread reports to the loop, an asyncio tool's coroutine becomes a task of the loop,
+and a trio tool's call is handed to a worker task of its actor; its deadline is a timer of the
+loop. Only when a feature's hook may suspend does the call go through a trio task instead.
+Cancelling the asyncio task cancels the call; its CancelledError is raised once the call has
+ended (CANCELLED, hooks included), or a grace later if its code ignores the cancellation.
 
 Tools declared `@tool(loop="asyncio")` run their coroutine as a task of this loop, so code
 written for asyncio (asyncio.sleep, aiohttp, asyncpg) works in them, with the same timeouts,
@@ -27,19 +30,24 @@ cancellation, failures and spans as any tool.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, Unpack, cast
 
 import outcome
 import trio
 
-from ..engine import Runtime, RuntimeStatistics, open_runtime
-from ..engine._envelope import ABANDON_GRACE, DONE, HostEnvelope
+from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
+from ..engine._batch import lapse_due
+from ..engine._call import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED, Call
+from ..engine._entry import Entry
+from ..engine._runtime import open_engine
 from ..exceptions import RuntimeClosed
 from ..features import Feature
-from ..messages import ToolCall, ToolResult
+from ..messages import FailureKind, ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
 from ..tools import ToolBase
 
@@ -47,6 +55,67 @@ __all__ = ["AsyncioRuntime", "open_asyncio_runtime"]
 
 T = TypeVar("T")
 _END = object()
+_EAGER_RUN = 128  # calls a batch admits between two turns of the loop
+
+
+class _Waiter:
+    """The reply slot of an asyncio caller: its calls settle into `done` and wake it; its
+    deadlines are a timer of the loop, which lapses the calls that are due."""
+
+    __slots__ = ("_future", "_loop", "_timer", "_when", "calls", "done")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._when = math.inf
+        self.calls: Sequence[Call] = ()
+        self.done: collections.deque[Call] = collections.deque()
+
+    def settled(self, call: Call) -> None:
+        self.done.append(call)
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def expire_at(self, when: float) -> None:
+        if when < self._when:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._when = when
+        if when != math.inf:
+            delay = max(0.0, when - trio.current_time())
+            self._timer = self._loop.call_at(self._loop.time() + delay, self._lapse)
+
+    def _lapse(self) -> None:
+        self._timer = None
+        self._when = math.inf
+        self._arm(lapse_due(self.calls, trio.current_time()))
+
+    async def wait(self, also: asyncio.Future[Any] | None = None) -> None:
+        """Return once a call has settled into `done` (its deadlines lapse meanwhile), or `also` is done."""
+        if self.done:
+            return
+        if self._timer is None:
+            self._arm(min((c.expires for c in self.calls if not c.settled), default=math.inf))
+        future = self._future = self._loop.create_future()
+        try:
+            if also is None:
+                await future
+            else:
+                await asyncio.wait((future, also), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._future = None
+            future.cancel()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class AsyncioRuntime:
@@ -57,8 +126,11 @@ class AsyncioRuntime:
     one result, and no exception from a tool reaches the caller.
     """
 
-    def __init__(self, runtime: Runtime, nursery: trio.Nursery, stop: trio.Event, loop: Any) -> None:
+    def __init__(
+        self, runtime: Runtime, entry: Entry, nursery: trio.Nursery, stop: trio.Event, loop: Any
+    ) -> None:
         self._rt = runtime
+        self._entry = entry
         self._nursery = nursery
         self._stop = stop
         self._loop: asyncio.AbstractEventLoop = loop
@@ -87,15 +159,8 @@ class AsyncioRuntime:
         self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> ToolResult:
         """Run one tool call; always returns its result (`Runtime.call`)."""
-        self._check()
-        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
-        result = self._rt.call_now(call, metadata=metadata, timeout=timeout)
-        if result is not None:  # nothing in it could wait: no trio task, no wakeup of trio
-            return result
-        env = self._start_on_host(call, metadata, timeout)
-        if env is not None:  # a sync or asyncio tool: it reports to this loop, not to trio
-            return await self._on_host(env)
-        return await self._run(self._rt.call, call, metadata=metadata, timeout=timeout)
+        results = await self._batch([call], metadata, timeout, self._rt.call, single=True)
+        return results[0]
 
     async def call_many(
         self,
@@ -104,46 +169,8 @@ class AsyncioRuntime:
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> list[ToolResult]:
-        """Run calls concurrently; results in the order of `calls`, one per call.
-
-        Calls that cannot wait on anything are served at once, here; the others go to trio
-        together, as one `Runtime.call_many`.
-        """
-        self._check()
-        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
-        batch = list(calls)
-        started = self._loop.time()
-        now = self._rt.call_now
-        results: list[ToolResult | HostEnvelope | None] = [
-            now(c, metadata=metadata, timeout=timeout) for c in batch
-        ]
-        for i, r in enumerate(results):
-            if r is None:  # a sync tool's call may start here, its thread reporting to this loop
-                results[i] = self._start_on_host(batch[i], metadata, timeout)
-        rest = [c for c, r in zip(batch, results, strict=True) if r is None]
-        handle = None
-        if rest:  # the others go to trio together, within what is left of the timeout
-            left = _left(timeout, started, self._loop.time())
-            handle = self._spawn(lambda: self._rt.call_many(rest, metadata=metadata, timeout=left))
-        hosted = [r for r in results if isinstance(r, HostEnvelope)]
-        waited = 0
-        try:
-            for env in hosted:
-                await self._on_host(env)
-                waited += 1
-        except asyncio.CancelledError:
-            # the caller gave up: every call still running ends CANCELLED (`_on_host` ended its own)
-            await self._give_up(hosted[waited + 1 :])
-            if handle is not None:
-                handle.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(handle.ended)
-            raise
-        served = iter(await self._ended(handle) if handle is not None else ())
-        return [
-            r.result if isinstance(r, HostEnvelope) else r if r is not None else next(served)  # type: ignore[misc]
-            for r in results
-        ]
+        """Run calls concurrently; results in the order of `calls`, one per call."""
+        return await self._batch(list(calls), metadata, timeout, self._rt.call_many)
 
     async def invoke(
         self,
@@ -155,7 +182,9 @@ class AsyncioRuntime:
         **arguments: Any,
     ) -> ToolResult:
         """Call a tool from code with keyword arguments, through the same pipeline."""
-        return await self._run(self._rt.invoke, tool, _metadata=_metadata, _timeout=_timeout, **arguments)
+        name = tool if isinstance(tool, str) else tool.name
+        call = ToolCall(id=f"invoke-{id(arguments):x}", name=name, arguments=arguments)
+        return await self.call(call, metadata=_metadata, timeout=_timeout)
 
     async def as_completed(
         self,
@@ -169,65 +198,29 @@ class AsyncioRuntime:
         Stopping early cancels the calls still running; close the generator to do it at once
         (`contextlib.aclosing`), as with `Runtime.as_completed`.
         """
-        queue: asyncio.Queue[Any] = asyncio.Queue()
         self._check()
         await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
-        started = self._loop.time()
-        ready: list[ToolResult] = []  # calls that could not wait on anything: done already
-        hosted: list[HostEnvelope] = []  # sync and asyncio tools' calls started here
-        batch: list[ToolCall] = []
-        for c in calls:
-            result = self._rt.call_now(c, metadata=metadata, timeout=timeout)
-            if result is not None:
-                ready.append(result)
-            elif (env := self._start_on_host(c, metadata, timeout)) is not None:
-                hosted.append(env)
-            else:
-                batch.append(c)
-
-        async def report(env: HostEnvelope) -> None:
-            queue.put_nowait(await self._on_host(env))
-
-        waiters = [asyncio.ensure_future(report(env)) for env in hosted]
-        left = _left(timeout, started, self._loop.time())
-
-        async def pump() -> None:
-            results = cast(
-                AsyncGenerator[ToolResult, None],
-                self._rt.as_completed(batch, metadata=metadata, timeout=left),
-            )
-            async with contextlib.aclosing(results):
+        batch = list(calls)
+        if not self._entry.direct:
+            async with contextlib.aclosing(self._pumped(batch, metadata, timeout)) as results:
                 async for result in results:
-                    queue.put_nowait(result)
-
-        handle = self._spawn(pump) if batch else None  # started before any is yielded
-        if handle is not None:  # after the pump's results: its end (RuntimeClosed, if so)
-            handle.ended.add_done_callback(lambda _: queue.put_nowait(_END))
-        remaining = len(hosted) + len(batch)
+                    yield result
+            return
+        waiter, cs = await self._begin(batch, metadata, timeout)
+        finished = 0
         try:
-            for result in ready:
-                yield result
-            while remaining:
-                item = await queue.get()
-                if item is _END:
-                    assert handle is not None
-                    ended = handle.ended.result()
-                    if ended is None:
-                        raise RuntimeClosed("the asyncio runtime closed while these calls were running")
-                    ended.unwrap()
-                    continue
-                remaining -= 1
-                yield item
-        finally:  # stopped early: the calls still running end CANCELLED
-            if handle is not None and not handle.ended.done():
-                handle.cancel()
-            if waiters:
-                for waiter in waiters:
-                    waiter.cancel()
-                await asyncio.gather(*waiters, return_exceptions=True)
-                await self._give_up([env for env in hosted if not env.reported])  # waiters not begun
-            if handle is not None:
-                await asyncio.shield(handle.ended)
+            while finished < len(cs):
+                await waiter.wait()
+                while waiter.done:
+                    c = waiter.done.popleft()
+                    self._entry.finish_now(c)
+                    finished += 1
+                    yield c.result  # type: ignore[misc]  # settled
+        except BaseException:  # stopped early, or cancelled: the calls still running end CANCELLED
+            await self._cancelled(cs, waiter)
+            raise
+        finally:
+            waiter.close()
 
     async def register(self, *tools: ToolLike, replace: bool = False) -> None:
         """`Runtime.register` from asyncio."""
@@ -237,7 +230,92 @@ class AsyncioRuntime:
         """`Runtime.unregister` from asyncio."""
         await self._run(self._rt.unregister, *names)
 
-    # -- internals -------------------------------------------------------------------
+    # -- the direct path: the engine's entry, from this task ----------------------------
+
+    async def _batch(
+        self,
+        calls: list[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        via_trio: Callable[..., Awaitable[Any]],
+        single: bool = False,
+    ) -> list[ToolResult]:
+        self._check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
+        if not self._entry.direct:  # a feature's hook may suspend: the calls go through trio
+            arg: Any = calls[0] if single else calls
+            result = await self._run(via_trio, arg, metadata=metadata, timeout=timeout)
+            return [result] if single else cast(list[ToolResult], result)
+        waiter, cs = await self._begin(calls, metadata, timeout)
+        finished = 0
+        try:
+            while finished < len(cs):
+                await waiter.wait()
+                while waiter.done:
+                    self._entry.finish_now(waiter.done.popleft())
+                    finished += 1
+        except BaseException:
+            await self._cancelled(cs, waiter)
+            raise
+        finally:
+            waiter.close()
+        return [c.result for c in cs]  # type: ignore[misc]  # every one settled
+
+    async def _begin(
+        self, calls: list[ToolCall], metadata: Mapping[str, Any] | None, timeout: float | None
+    ) -> tuple[_Waiter, list[Call]]:
+        """Prepare, begin and admit every call from this task (the engine's entry, run here)."""
+        entry = self._entry
+        entry.check_open()
+        waiter = _Waiter(self._loop)
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        cs = [entry.prepare(call, metadata, deadline, timeout, waiter, i) for i, call in enumerate(calls)]
+        waiter.calls = cs
+        try:
+            for c in cs:
+                entry.starting_now(c)
+            for admitted, c in enumerate(cs, 1):
+                if c.state is QUEUED and not entry.admit(c, host=True):
+                    await self._wait_room(c, waiter)
+                if admitted % _EAGER_RUN == 0:
+                    await asyncio.sleep(0)  # a long batch lets others run too
+        except BaseException:
+            await self._cancelled(cs, waiter)
+            waiter.close()
+            raise
+        return waiter, cs
+
+    async def _wait_room(self, c: Call, waiter: _Waiter) -> None:
+        """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
+        mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
+        while c.state is QUEUED and not self._entry.admit(c, host=True):
+            room: asyncio.Future[None] = self._loop.create_future()
+            withdraw = mailbox.wait_room_soon(functools.partial(_resolve, room))
+            try:
+                await waiter.wait(room)  # room, or the call settled meanwhile (its deadline)
+            finally:
+                withdraw()
+                room.cancel()
+
+    async def _cancelled(self, cs: Sequence[Call], waiter: _Waiter) -> None:
+        """The caller stopped waiting: every call not answered ends CANCELLED once its code has
+        stopped, or a grace later if it ignores its cancellation (abandoned); hooks included."""
+        for c in cs:
+            if not c.settled:
+                c.abandon(FailureKind.CANCELLED, CANCELLED_MESSAGE)
+        left = [c for c in cs if not c.settled]
+        if left:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                async with asyncio.timeout(ABANDON_GRACE):
+                    while any(not c.settled for c in left):
+                        waiter.done.clear()
+                        await waiter.wait()
+            for c in left:
+                c.give_up(FailureKind.CANCELLED, f"{CANCELLED_MESSAGE}; it did not stop when cancelled")
+        for c in cs:
+            self._entry.finish_now(c)
+
+    # -- through trio (a feature's hook may suspend; registration) ----------------------
 
     def _check(self) -> None:
         if self._closing:
@@ -294,65 +372,46 @@ class AsyncioRuntime:
             raise RuntimeClosed("the asyncio runtime closed while this call was running")
         return ended.unwrap()
 
-    def _start_on_host(
-        self, call: ToolCall, metadata: Mapping[str, Any] | None, timeout: float | None
-    ) -> HostEnvelope | None:
-        return self._rt.start_on_host(
-            call, self._loop.create_future(), self._loop, metadata=metadata, timeout=timeout
-        )
+    async def _pumped(
+        self, batch: list[ToolCall], metadata: Mapping[str, Any] | None, timeout: float | None
+    ) -> AsyncGenerator[ToolResult, None]:
+        """`Runtime.as_completed` in a trio task, its results passed here as they come."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
 
-    async def _give_up(self, hosted: list[HostEnvelope]) -> None:
-        """The caller stopped waiting for these calls from `_start_on_host`: each ends CANCELLED
-        and is finished; asyncio tools' tasks are cancelled and get the grace to end together."""
-        rt = self._rt
-        tasks = [env for env in hosted if rt.give_up_on_host(env, cancelled=True)]
-        if tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([env.future for env in tasks], timeout=ABANDON_GRACE)
-            for env in tasks:
-                rt.abandon_on_host(env)
-        for env in hosted:
-            rt.finish_now(env)
+        async def pump() -> None:
+            results = cast(
+                AsyncGenerator[ToolResult, None],
+                self._rt.as_completed(batch, metadata=metadata, timeout=timeout),
+            )
+            async with contextlib.aclosing(results):
+                async for result in results:
+                    queue.put_nowait(result)
 
-    async def _grace(self, env: HostEnvelope) -> None:
-        """An asyncio tool's task was cancelled: let it end (and settle its call) for a grace,
-        then answer the call anyway (the task runs on, abandoned)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(env.future), ABANDON_GRACE)
-        self._rt.abandon_on_host(env)
-
-    async def _on_host(self, env: HostEnvelope) -> ToolResult:
-        """Wait for a sync tool's call started from this loop (`Runtime.start_on_host`), no longer
-        than its deadline; its thread reports here, not to trio."""
-        rt = self._rt
+        handle = self._spawn(pump)
+        handle.ended.add_done_callback(lambda _: queue.put_nowait(_END))
         try:
-            if env.state != DONE:
-                if env.expires == math.inf:
-                    await asyncio.shield(env.future)
-                else:
-                    with contextlib.suppress(TimeoutError):
-                        left = max(0.0, env.expires - trio.current_time())
-                        await asyncio.wait_for(asyncio.shield(env.future), left)
-                    if rt.give_up_on_host(env, cancelled=False):  # nothing if it finished in time
-                        await self._grace(env)
-        except asyncio.CancelledError:
-            if rt.give_up_on_host(env, cancelled=True):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._grace(env)
-            rt.finish_now(env)
-            raise
-        rt.finish_now(env)
-        assert env.result is not None
-        return env.result
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    ended = handle.ended.result()
+                    if ended is None:
+                        raise RuntimeClosed("the asyncio runtime closed while these calls were running")
+                    ended.unwrap()
+                    return
+                yield item
+        finally:
+            if not handle.ended.done():
+                handle.cancel()
+            await asyncio.shield(handle.ended)
 
     def _close(self) -> None:
         self._closing = True
         self._stop.set()
 
 
-def _left(timeout: float | None, started: float, now: float) -> float | None:
-    """What is left of a batch's `timeout` for its calls sent to trio after some were served here."""
-    return None if timeout is None else max(0.0, timeout - (now - started))
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _Handle:
@@ -368,32 +427,43 @@ class _Handle:
 
 @contextlib.asynccontextmanager
 async def open_asyncio_runtime(
-    registry: ToolRegistry | Iterable[ToolLike] = (), **options: Any
+    registry: ToolRegistry | Iterable[ToolLike] = (),
+    *,
+    options: RuntimeOptions | None = None,
+    **settings: Unpack[RuntimeOptionsKw],
 ) -> AsyncIterator[AsyncioRuntime]:
     """Open a runtime on the running asyncio (or uvloop) loop, as trio's guest; an async
     context manager for an asyncio server's lifespan.
 
     Args:
         registry: the tools, as for `open_runtime`.
-        **options: any keyword `open_runtime` takes (features, tracing, default_timeout...).
+        options, **settings: the runtime's settings, as for `open_runtime`.
+
+    On exit the runtime closes as `open_runtime` does: waiting calls fail at once, running ones
+    get `shutdown_timeout` seconds, then they are cancelled (UNAVAILABLE) and, if their code
+    ignores that, abandoned a grace later; every asyncio caller gets its result.
 
     Raises:
         RuntimeError: a trio run is already active on this thread (one runtime per loop).
         Exception: whatever opening the runtime raised (a bad registry, an asyncio tool...).
     """
     loop = asyncio.get_running_loop()
+    built = RuntimeOptions.build(options, **settings)
     ready: asyncio.Future[AsyncioRuntime] = loop.create_future()
     finished: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
 
     async def main() -> None:
         stop = trio.Event()
         async with (
-            open_runtime(registry, asyncio_loop=loop, **options) as rt,
+            open_engine(registry, built, host_loop=loop) as (rt, entry),
             trio.open_nursery() as nursery,
         ):
-            ready.set_result(AsyncioRuntime(rt, nursery, stop, loop))
+            ready.set_result(AsyncioRuntime(rt, entry, nursery, stop, loop))
             await stop.wait()
-            # Leaving the nursery waits for the calls already handed over; then the runtime closes.
+            # The runtime closes first (within its grace: every call has its result), then the
+            # nursery of what went through trio ends.
+            with trio.CancelScope(shield=True):
+                await rt._close()
 
     def done(result: outcome.Outcome[None]) -> None:
         if not finished.done():

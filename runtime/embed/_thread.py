@@ -25,11 +25,11 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import trio
 
-from ..engine import Runtime, RuntimeStatistics, open_runtime
+from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics, open_runtime
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
@@ -44,16 +44,22 @@ T = TypeVar("T")
 
 
 class RuntimeThread:
-    """Run `open_runtime(registry, **options)` on a dedicated thread; a context manager.
+    """Run `open_runtime(registry, ...)` on a dedicated thread; a context manager.
 
     Args:
         registry: the tools, as for `open_runtime`.
-        **options: any keyword `open_runtime` takes (features, tracing, default_timeout...).
+        options, **settings: the runtime's settings, as for `open_runtime`.
     """
 
-    def __init__(self, registry: ToolRegistry | Iterable[ToolLike] = (), **options: Any) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry | Iterable[ToolLike] = (),
+        *,
+        options: RuntimeOptions | None = None,
+        **settings: Unpack[RuntimeOptionsKw],
+    ) -> None:
         self._registry = registry
-        self._options = options
+        self._options = RuntimeOptions.build(options, **settings)
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
@@ -125,7 +131,7 @@ class RuntimeThread:
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
-        async with open_runtime(self._registry, **self._options) as rt, trio.open_nursery() as nursery:
+        async with open_runtime(self._registry, options=self._options) as rt, trio.open_nursery() as nursery:
             self._runtime = rt
             self._nursery = nursery
             self._ready.set()

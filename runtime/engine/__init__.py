@@ -1,10 +1,13 @@
-"""The engine: tool actors behind bounded mailboxes, a registry actor, a supervisor.
+"""The engine: one entry, one call state machine, executors behind one protocol; tool actors
+behind their mailboxes, a registry actor, a supervisor.
 
 The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
 """
 
 from ._actor import ActorState as ActorState
-from ._config import RestartPolicy as RestartPolicy
+from ._options import RestartPolicy as RestartPolicy
+from ._options import RuntimeOptions as RuntimeOptions
+from ._options import RuntimeOptionsKw as RuntimeOptionsKw
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._source import ToolRegistrar as ToolRegistrar

@@ -1,39 +1,42 @@
-"""A tool actor: one tool behind a bounded mailbox, its lifecycle, and its supervision.
+"""A tool actor: one tool behind its mailbox, its executors, its lifecycle and its supervision.
 
 Life of an actor (each turn of the loop is one incarnation, Erlang/OTP one_for_one):
 
-    setup() ──ok──▶ serve: workers take envelopes from the mailbox ──stop──▶ teardown() ─▶ stopped
+    setup() ──ok──▶ serve: the mailbox starts calls on the executors ──stop──▶ teardown() ─▶ stopped
        │                 │ a `restart_on` exception, or the actor's own failure:
-       │ fails           ▼   in-flight calls fail, queued ones wait
+       │ fails           ▼   running calls fail UNAVAILABLE, waiting ones wait
        └──────────▶ teardown() ─▶ backoff ─▶ setup() again ...
                     more than `max_restarts` within `within` seconds ─▶ down: every call UNAVAILABLE
     setup() longer than `setup_timeout` ─▶ down
 
-Only the tool's own exceptions while it executes count toward a restart; invalid
-arguments, rejections, timeouts and cancellations never do. Serving calls is `WorkerPool`'s.
-
-A tool placed in other processes (`Subprocess`, `Ray`) runs `setup()` there, in each worker:
-an incarnation opens the placement (bounded by `setup_timeout`) and closes it at the end. A
-worker that dies on its own is replaced by the placement and counts toward the restart
-intensity like a crash (`worker_lost`), without failing the calls of the other workers.
+Only the tool's own exceptions while it executes count toward a restart; invalid arguments,
+rejections, timeouts and cancellations never do. A tool placed in other processes (`Subprocess`,
+`Ray`) runs `setup()` there, in each worker: an incarnation opens the placement (bounded by
+`setup_timeout`) and closes it at the end; a worker that dies on its own is replaced by the
+placement and counts in the same restart window (`worker_lost`), without failing the calls of
+the other workers.
 """
 
 from __future__ import annotations
 
-import collections
 import enum
 import logging
+import math
 from typing import Any
 
 import trio
 
 from ..messages import FailureKind
-from ..tools import PlacedTool, Placement, ToolBase
-from ._config import EngineConfig, RestartPolicy
-from ._envelope import ABANDON_GRACE, Envelope
+from ..tools import Placement, ToolBase, is_cancellation
+from ._call import ABANDON_GRACE
+from ._executors import HostTasks, Inline, Threads, WorkerTasks, awaiting
+from ._mailbox import Mailbox
+from ._options import RestartPolicy, Settings
 from ._outcome import describe_error
+from ._plan import ToolPlan
+from ._restart import RestartWindow
 from ._stats import ToolCounters, ToolStatistics
-from ._worker import WorkerPool, escapes
+from ._threads import KeptThreads
 
 __all__ = ["ActorState", "ToolActor"]
 
@@ -50,102 +53,128 @@ class ActorState(enum.StrEnum):
     STOPPED = "stopped"
 
 
-class _Crash(Exception):
-    """Why an incarnation ended early (kept apart from exceptions in the tool's own code)."""
+class _Timeout:
+    """`_bounded`: the step did not finish within its limit."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+
+class _Stopped:
+    """`_bounded`: the actor was stopped while the step ran."""
 
 
 class ToolActor:
-    """Serves one tool. Callers `submit` envelopes; the supervisor runs `supervise`.
+    """Serves one tool. Callers `admit` calls through its mailbox; the supervisor runs `supervise`.
 
     Attributes:
+        plan: how its calls are served (decode, outcome mapping, what executors run).
+        mailbox: its admission point.
+        host_executor: where an asyncio caller's call runs, if not where a trio caller's does
+            (a `loop="any"` tool in a runtime with an asyncio host).
+        eager: its calls cannot suspend and run where they are admitted.
         ready: set once the first setup attempt has ended (however it ended).
         stopped: set once the actor has stopped for good.
     """
 
-    def __init__(self, tool: ToolBase[Any, Any], config: EngineConfig) -> None:
+    def __init__(self, tool: ToolBase[Any, Any], settings: Settings) -> None:
         self.tool = tool
         self.name = tool.name
-        self.config = config
+        self.settings = settings
+        runtime_options = settings.options
         options = tool.options  # read once: the actor serves with these
         self.options = options
-        self._send, recv = trio.open_memory_channel[Envelope](options.mailbox_size)
-        self._recv = recv
         self.state = ActorState.STARTING
         self.down_reason: str | None = None
-        self.reject_when_full = options.on_full == "reject"
         self.counters = ToolCounters()
-        self.pool = WorkerPool(tool, options, config, self.counters, recv, self._crash_now, self._unavailable)
-        self.untimed = options.timeout is None and config.default_timeout is None
-        self.asks = options.requires_approval is not False  # its calls need a CallContext
+        plan = self.plan = ToolPlan(
+            tool,
+            options,
+            settings.pipeline,
+            self.counters,
+            max_bytes=runtime_options.max_argument_bytes,
+            max_depth=runtime_options.max_argument_depth,
+            max_chars=runtime_options.max_result_chars,
+            default_timeout=runtime_options.default_timeout,
+            crashed=self._crash_now,
+            why_unavailable=self._unavailable,
+        )
+        plan.host_loop = settings.host_loop
         placement = options.placement
         self.placement: Placement | None = (
             placement if placement is not None and not placement.in_process else None
         )
+        self.asks = options.requires_approval is not False  # its calls need a CallContext
+        self.host_executor: HostTasks | None = None
+        self.eager = False
+        self._threads: Threads | None = None
+        self._host: HostTasks | None = None
+        limit = options.max_concurrency
+        self._workers = WorkerTasks(plan)
+        executor: Any
+        capacity: float = limit if limit is not None else math.inf
+        if self.placement is not None:
+            room = self.placement.capacity(tool)
+            capacity = room if limit is None else min(room, limit)
+            executor = self._workers = WorkerTasks(plan, awaiting(plan))
+        elif not tool.is_async:
+            capacity = limit or runtime_options.thread_limit
+            if not options.inline:
+                plan.threads = KeptThreads(tool.name, settings.host_loop)
+                self._threads = Threads(plan, plan.threads)
+            if self.asks:
+                executor = self._workers  # its approval is awaited first, in a worker task
+            elif options.inline:
+                executor = Inline(plan, lambda: self._workers)
+                self.eager = True
+            else:
+                executor = self._threads
+        elif options.loop == "asyncio" and not self.asks:
+            executor = self._host = HostTasks(plan, settings.host_loop)
+        elif plan.eager_code is not None and limit is None and not self.asks:
+            executor = Inline(plan, lambda: self._workers)
+            self.eager = True
+        else:
+            executor = self._workers
+            if options.loop == "any" and settings.host_loop is not None and limit is None and not self.asks:
+                self.host_executor = self._host = HostTasks(plan, settings.host_loop)
+        plan.host_executor = self.host_executor
+        self.untimed = options.timeout is None and runtime_options.default_timeout is None
+        self.mailbox = plan.mailbox = Mailbox(
+            tool.name,
+            capacity,
+            options.mailbox_size,
+            options.on_full == "reject",
+            executor,
+            self._unavailable,
+        )
         cls = type(tool)
         self._has_setup = cls.setup is not ToolBase.setup and self.placement is None
         self._has_teardown = cls.teardown is not ToolBase.teardown and self.placement is None
-        self._policy = RestartPolicy()
-        self._recent: collections.deque[float] = collections.deque()  # recent restarts (intensity)
+        self._window = RestartWindow(RestartPolicy())
         self._nursery: trio.Nursery | None = None
-        self._crash: _Crash | None = None
+        self._crash: str | None = None
         self._stopping = False
         self._stop_scope: trio.CancelScope | None = None
         self._setup_scope: trio.CancelScope | None = None
+        self._drain_event: trio.Event | None = None
+        plan.drained = self._drained
         self.ready = trio.Event()
         self.stopped = trio.Event()
-
-    # -- the caller's side -------------------------------------------------------------
-
-    def submit_nowait(self, env: Envelope) -> bool:
-        """Queue `env`, or settle it if the tool cannot take it; False: the caller must wait."""
-        if self.state is ActorState.DOWN or self._stopping:
-            env.fail(FailureKind.UNAVAILABLE, self._unavailable())
-            return True
-        try:
-            self._send.send_nowait(env)
-        except trio.WouldBlock:
-            if self.reject_when_full:
-                env.fail(
-                    FailureKind.OVERLOADED,
-                    f"tool {self.name!r} is overloaded ({self.options.mailbox_size} calls waiting); "
-                    "try again later",
-                )
-                return True
-            return False
-        except trio.ClosedResourceError:
-            env.fail(FailureKind.UNAVAILABLE, self._unavailable())
-        return True
-
-    async def submit(self, env: Envelope) -> None:
-        """Queue `env`, waiting for room in the mailbox (backpressure) if it is full."""
-        if self.submit_nowait(env):
-            return
-        try:
-            await self._send.send(env)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            env.fail(FailureKind.UNAVAILABLE, self._unavailable())
 
     def statistics(self) -> ToolStatistics:
         """A snapshot of this tool's counters."""
         c = self.counters
         stuck = c.stuck_orphans(trio.current_time()) if c.orphans else 0
-        stuck_threads = self.pool.stuck_threads()
-        limiter = self.pool.limiter
+        stuck_threads = self._threads.stuck if self._threads is not None else 0
         return ToolStatistics(
             calls=c.calls,
             succeeded=c.succeeded,
             failures=dict(c.failures),
             in_flight=c.in_flight,
-            queued=self._send.statistics().current_buffer_used,
+            queued=self.mailbox.queued,
             restarts=c.restarts,
             state=self.state.value,
             abandoned=c.abandoned_late + stuck + c.abandoned_threads,
             abandoned_running=stuck + stuck_threads,
-            threads=limiter.borrowed_tokens if limiter is not None else 0,
+            threads=self.mailbox.running if self._threads is not None else 0,
             down_reason=self.down_reason,
         )
 
@@ -156,138 +185,157 @@ class ToolActor:
             return f"tool {self.name!r} is unavailable: the runtime is shutting down"
         return f"tool {self.name!r} is unavailable: its actor stopped unexpectedly and is restarting"
 
+    def use_pipeline(self, pipeline: Any) -> None:
+        """The features changed (one turned on after the runtime opened)."""
+        self.plan.use_pipeline(pipeline)
+
     # -- supervision -------------------------------------------------------------------
 
     async def supervise(self, policy: RestartPolicy, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run incarnations until stopped or down. Reports `started()` at once; `ready` after
         the first setup attempt (so that nobody who starts an actor waits on its setup)."""
         task_status.started()
-        self._policy = policy
-        recent = self._recent
+        self._window = window = RestartWindow(policy)
         try:
             while not self._stopping:
                 try:
                     crash = await self._incarnation()
                 except Exception as exc:  # the actor's own failure: supervised like a crash
                     log.exception("tool %r: its actor failed", self.name)
-                    crash = _Crash(f"its actor failed: {describe_error(exc)[1]}")
+                    crash = f"its actor failed: {describe_error(exc)[1]}"
                 self.ready.set()
                 if crash is None or self._stopping or self.state is ActorState.DOWN:
                     break
-                now = trio.current_time()
-                recent.append(now)
-                while recent and recent[0] < now - policy.within:
-                    recent.popleft()
-                if len(recent) > policy.max_restarts:
+                delay = window.record()
+                if delay is None:
                     self._go_down(
-                        f"it crashed {len(recent)} times within {policy.within:g}s (last: {crash.reason})"
+                        f"it crashed {window.recent} times within {policy.within:g}s (last: {crash})"
                     )
                     return
                 self.counters.restarts += 1
                 self.state = ActorState.RESTARTING
-                log.warning("tool %r crashed (%s); restarting", self.name, crash.reason)
-                self.config.pipeline.supervisor_event(self.name, "restart", crash.reason)
+                log.warning("tool %r crashed (%s); restarting", self.name, crash)
+                self.settings.pipeline.supervisor_event(self.name, "restart", crash)
                 with trio.CancelScope() as self._stop_scope:
-                    await trio.sleep(policy.delay(len(recent)))
+                    await trio.sleep(delay)
                 self._stop_scope = None
         finally:
-            if self.pool.threads is not None:
-                self.pool.threads.close()
+            if self.plan.threads is not None:
+                self.plan.threads.close()
             self.ready.set()
             if self.state is not ActorState.DOWN:
                 self.state = ActorState.STOPPED
-            self._fail_queued(self._unavailable())
+            self.mailbox.close()
             self.stopped.set()
 
-    async def _incarnation(self) -> _Crash | None:
+    async def _incarnation(self) -> str | None:
+        """One incarnation; the reason it crashed, or None (stopped, or down)."""
         self._crash = None
+        self.plan.crash_reason = None
         if self._has_setup:
-            limit = self.options.setup_timeout
-            scope = self._setup_scope = trio.CancelScope()  # kill() cancels a setup that hangs
-            timer = trio.CancelScope(
-                deadline=trio.current_time() + limit if limit is not None else float("inf")
-            )
-            try:
-                with scope, timer:
-                    await self.tool.setup()
-            except BaseException as exc:
-                if escapes(exc) and not timer.cancelled_caught:
-                    raise
-                log.warning("setup of tool %r failed", self.name, exc_info=True)
+            outcome = await self._bounded(self.tool.setup)
+            if outcome is not None:
                 self.ready.set()
                 await self._teardown()
-                return _Crash(f"setup failed: {describe_error(exc)[1]}")
-            finally:
-                self._setup_scope = None
-            if timer.cancelled_caught:
-                self.ready.set()
-                await self._teardown()
-                self._go_down(f"its setup() did not finish within {limit:g}s")
-                return None
-            if scope.cancelled_caught:  # stopped while setting up
-                self.ready.set()
-                await self._teardown()
-                return None
+                return self._setup_failed(outcome, "its setup() did not finish", "setup failed")
         if self.placement is not None:
             async with self.placement.open(self.tool, self) as placed:
-                crash = await self._start_placed(placed)
-                if crash is not None or self.state is ActorState.DOWN or self._stopping:
-                    return crash
-                self.pool.placed = placed
+                outcome = await self._bounded(placed.start)
+                if outcome is not None:
+                    self.ready.set()
+                    return self._setup_failed(
+                        outcome, "its workers did not start (setup)", "its workers failed to start"
+                    )
+                if self.state is ActorState.DOWN or self._stopping:
+                    return None
+                self.plan.placed = placed
                 return await self._serve()
         return await self._serve()
 
-    async def _serve(self) -> _Crash | None:
-        self.state = ActorState.UP
-        self.ready.set()
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self.pool.start(nursery)
-            await self._end_host_calls()
-        finally:
-            self.pool.stop_fast_paths()
-            self.pool.kill_hosts()  # cancelled while waiting for them: answered now
-            self.pool.give_up_hosts()
-            self._nursery = None
-            self.pool.placed = None
-            await self._teardown()
-        return self._crash
-
-    async def _end_host_calls(self) -> None:
-        """The workers ended; calls started from the host loop have no worker, so wait for them
-        here. Stopping: as long as the supervisor's grace (its kill and abandonment reach them
-        through `kill` and `abandon`). Crashed or down (`kill_hosts` cancelled them): a grace,
-        then `_serve`'s finally answers the ones still running anyway."""
-        if self._stopping:
-            await self.pool.hosts_ended()
-            return
-        with trio.move_on_after(ABANDON_GRACE):
-            await self.pool.hosts_ended()
-
-    async def _start_placed(self, placed: PlacedTool) -> _Crash | None:
-        """Start the tool's workers (each runs setup()), bounded by `setup_timeout`."""
+    async def _bounded(self, step: Any) -> BaseException | type[_Timeout] | type[_Stopped] | None:
+        """Run `step()` within `setup_timeout` (and `kill`'s reach): None if it finished, else
+        what it raised, `_Timeout`, or `_Stopped`."""
         limit = self.options.setup_timeout
         scope = self._setup_scope = trio.CancelScope()
-        timer = trio.CancelScope(deadline=trio.current_time() + limit if limit is not None else float("inf"))
+        timer = trio.CancelScope(deadline=trio.current_time() + limit if limit is not None else math.inf)
         try:
             with scope, timer:
-                await placed.start()
+                await step()
         except BaseException as exc:
-            if escapes(exc) and not timer.cancelled_caught and not scope.cancelled_caught:
-                raise
             if not timer.cancelled_caught and not scope.cancelled_caught:
-                log.warning("tool %r: its workers failed to start", self.name, exc_info=True)
-                self.ready.set()
-                return _Crash(f"its workers failed to start: {describe_error(exc)[1]}")
+                if is_cancellation(exc):
+                    raise
+                return exc
         finally:
             self._setup_scope = None
         if timer.cancelled_caught:
-            self.ready.set()
-            self._go_down(f"its workers did not start (setup) within {limit:g}s")
-        elif scope.cancelled_caught:
-            self.ready.set()
+            return _Timeout
+        if scope.cancelled_caught:
+            return _Stopped
         return None
+
+    def _setup_failed(self, outcome: Any, timed_out: str, failed: str) -> str | None:
+        if outcome is _Timeout:
+            self._go_down(f"{timed_out} within {self.options.setup_timeout:g}s")
+            return None
+        if outcome is _Stopped:
+            return None
+        log.warning("tool %r: %s", self.name, failed, exc_info=outcome)
+        return f"{failed}: {describe_error(outcome)[1]}"
+
+    async def _serve(self) -> str | None:
+        self.state = ActorState.UP
+        self.ready.set()
+        plan = self.plan
+        self._drain_event = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._workers.serve(nursery)
+                if self._host is not None:
+                    self._host.serve()
+                self.mailbox.resume()
+                if not (self._stopping and not plan.running):
+                    await self._drain_event.wait()  # set once stopping and no call runs; a crash cancels it
+                nursery.cancel_scope.cancel()  # the idle workers
+        finally:
+            self.mailbox.pause()
+            self._nursery = None
+            self._workers.serve(None)
+            self._kill_outside()
+            if plan.running:  # calls of the host loop, cancelled just now: a grace to end
+                with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_GRACE):
+                    await self._wait_drained()
+                for call in list(plan.running):
+                    call.give_up(
+                        FailureKind.UNAVAILABLE,
+                        f"{plan.unavailable_message()}; the call did not stop when cancelled",
+                    )
+            plan.placed = None
+            await self._teardown()
+        return self._crash
+
+    async def _wait_drained(self) -> None:
+        plan = self.plan
+        if plan.running:
+            self._drain_event = drained = trio.Event()
+            draining, plan.draining = plan.draining, True
+            try:
+                await drained.wait()
+            finally:
+                plan.draining = draining
+
+    def _drained(self) -> None:
+        """No call runs any more, and the actor waits for that (stopping, or a grace)."""
+        if self._drain_event is not None:
+            self._drain_event.set()
+
+    def _kill_outside(self) -> None:
+        """Calls that run outside the incarnation's nursery (threads, host tasks) end with it."""
+        if self._threads is not None:
+            self._threads.kill()
+        if self._host is not None:
+            self._host.kill()
 
     def worker_lost(self, reason: str) -> float | None:
         """A worker of the tool's placement died on its own: count it as a restart.
@@ -296,73 +344,64 @@ class ToolActor:
         """
         if self._stopping or self.state is ActorState.DOWN:
             return None
-        policy = self._policy
-        now = trio.current_time()
-        recent = self._recent
-        recent.append(now)
-        while recent and recent[0] < now - policy.within:
-            recent.popleft()
-        if len(recent) > policy.max_restarts:
-            self._go_down(f"its workers died {len(recent)} times within {policy.within:g}s (last: {reason})")
-            if self._nursery is not None:
-                self._nursery.cancel_scope.cancel()
+        window = self._window
+        delay = window.record()
+        if delay is None:
+            self._go_down(
+                f"its workers died {window.recent} times within {window.policy.within:g}s (last: {reason})"
+            )
             return None
         self.counters.restarts += 1
         log.warning("tool %r: %s; replacing it", self.name, reason)
-        self.config.pipeline.supervisor_event(self.name, "restart", reason)
-        return policy.delay(len(recent))
+        self.settings.pipeline.supervisor_event(self.name, "restart", reason)
+        return delay
 
     def _crash_now(self, reason: str) -> None:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
-        self._crash = _Crash(reason)
-        self.pool.stop_fast_paths()
-        self.pool.kill_hosts()
+        self._crash = reason
+        self.mailbox.pause()
+        self._kill_outside()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
     async def _teardown(self) -> None:
         if not self._has_teardown:
             return
-        with trio.CancelScope(shield=True), trio.move_on_after(self.config.shutdown_timeout):
+        with trio.CancelScope(shield=True), trio.move_on_after(self.settings.options.shutdown_timeout):
             try:
                 await self.tool.teardown()
             except BaseException as exc:
-                if escapes(exc):
+                if is_cancellation(exc):
                     raise
                 log.warning("teardown of tool %r failed", self.name, exc_info=True)
 
     def _go_down(self, reason: str) -> None:
         self.state = ActorState.DOWN
-        self.pool.stop_fast_paths()
-        self.pool.kill_hosts()
         self.down_reason = reason
         log.error("tool %r is down: %s", self.name, reason)
-        self.config.pipeline.supervisor_event(self.name, "down", reason)
-        self._send.close()
-        self._fail_queued(self._unavailable())
+        self.settings.pipeline.supervisor_event(self.name, "down", reason)
+        self.mailbox.close()
+        self._kill_outside()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
-    def _fail_queued(self, message: str) -> None:
-        while True:
-            try:
-                env = self._recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            env.fail(FailureKind.UNAVAILABLE, message)
+    # -- stopping ------------------------------------------------------------------------
 
     def begin_stop(self) -> None:
-        """Stop taking calls; queued calls fail, running ones may finish (graceful)."""
+        """Stop taking calls; waiting calls fail now, running ones may finish (graceful)."""
         self._stopping = True
-        self.pool.stopping = True
-        self.pool.stop_fast_paths()
-        self._send.close()
-        self._fail_queued(self._unavailable())  # now, not once a busy worker gets to them
+        self.mailbox.close()
+        plan = self.plan
+        plan.draining = True
+        if not plan.running:
+            self._drained()
         if self._stop_scope is not None:
             self._stop_scope.cancel()
 
     def kill(self) -> None:
         """Cancel the running calls (they fail UNAVAILABLE) and a setup still running (brutal)."""
         self.begin_stop()
-        self.pool.kill_hosts()
+        self._kill_outside()
         if self._setup_scope is not None:
             self._setup_scope.cancel()
         if self._nursery is not None:
@@ -374,9 +413,9 @@ class ToolActor:
         Their work runs on where it is (it ignores cancellation, or blocks the thread it is
         in); it is counted as abandoned, and its results are dropped.
         """
-        running = list(self.pool.running)
-        for env in running:
-            env.give_up(
+        running = list(self.plan.running)
+        for call in running:
+            call.give_up(
                 FailureKind.UNAVAILABLE,
                 f"tool {self.name!r} is unavailable: the runtime shut down while this call ran, "
                 "and the call did not stop when cancelled",

@@ -16,7 +16,7 @@ from ..exceptions import ToolDefinitionError
 from ..registry import ToolRegistry
 from ..tools import ToolBase, check_tool_name
 from ._actor import ToolActor
-from ._config import EngineConfig
+from ._options import Settings
 from ._supervisor import Supervisor
 
 __all__ = ["RegistryActor"]
@@ -39,9 +39,9 @@ class _Request:
 class RegistryActor:
     """Owns `routes` and `registry`; both are replaced, never mutated, on every change."""
 
-    def __init__(self, supervisor: Supervisor, config: EngineConfig) -> None:
+    def __init__(self, supervisor: Supervisor, settings: Settings) -> None:
         self._supervisor = supervisor
-        self._config = config
+        self.settings = settings
         self.routes: dict[str, ToolActor] = {}
         self.registry = ToolRegistry()
         self.version = 0
@@ -100,7 +100,7 @@ class RegistryActor:
             options = t.options
             placement = options.placement
             in_process = placement is None or placement.in_process
-            if options.loop == "asyncio" and in_process and self._config.asyncio_loop is None:
+            if options.loop == "asyncio" and in_process and self.settings.host_loop is None:
                 raise ToolDefinitionError(
                     f"tool {t.name!r} is an asyncio tool (loop='asyncio'): it needs a runtime running "
                     "on an asyncio loop; open it with `runtime.embed.open_asyncio_runtime(...)` inside "
@@ -112,7 +112,7 @@ class RegistryActor:
         # reaches one or the other and is never told that the tool does not exist.
         started: dict[str, ToolActor] = {}
         for t in tools:
-            actor = ToolActor(t, self._config)
+            actor = ToolActor(t, self.settings)
             await self._supervisor.start(actor)
             started[t.name] = actor
         replaced = [self.routes[name] for name in started if name in self.routes]

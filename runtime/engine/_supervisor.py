@@ -21,7 +21,7 @@ import trio
 
 from ..exceptions import RuntimeClosed
 from ._actor import ToolActor
-from ._config import RestartPolicy
+from ._options import RestartPolicy
 
 if TYPE_CHECKING:
     from ._source import ToolSource

@@ -50,7 +50,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
 
 from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
-from ..tools import CallContext
+from ..tools import CallContext, is_cancellation
 from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
 from ._client_tool import McpTool
@@ -408,9 +408,7 @@ def _escapes(exc: BaseException) -> bool:
         return True
     if isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None:
         return True
-    cancelled = isinstance(exc, trio.Cancelled) or (
-        isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None
-    )
+    cancelled = is_cancellation(exc)
     # A Cancelled with no cancelled scope around this task would be a bug elsewhere; treat it as
     # a failed session rather than take the runtime down with it.
     return cancelled and trio.current_effective_deadline() == -math.inf

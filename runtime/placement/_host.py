@@ -22,7 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..exceptions import InvalidArguments, ToolRejected, ToolUnavailable
 from ..messages import ToolCallMetadata, ToolSuccess
-from ..tools import LOG_LEVELS, CallContext, ToolBase
+from ..tools import LOG_LEVELS, CallContext, ToolBase, is_cancellation
 from ._protocol import Done, Load, LogRecord, Progress, Raised, Reply, encode, encode_request
 from ._reference import resolve
 
@@ -224,7 +224,7 @@ class ToolHost:
         try:
             value = await self.tool.dispatch(args, ctx)
         except BaseException as exc:
-            if _is_cancelled(exc):
+            if is_cancellation(exc):
                 raise
             return self.raised(exc)
         finally:
@@ -242,11 +242,3 @@ def encode_reply(reply: Reply) -> bytes:
             result = msgspec.structs.replace(reply.result, value=None)
             return encode(msgspec.structs.replace(reply, result=result))
         raise
-
-
-def _is_cancelled(exc: BaseException) -> bool:
-    import trio
-
-    if isinstance(exc, trio.Cancelled):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None

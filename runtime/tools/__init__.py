@@ -22,10 +22,12 @@ from ._base import ToolBase as ToolBase
 from ._base import cannot_suspend as cannot_suspend
 from ._base import result_encoder as result_encoder
 from ._base import run_to_end as run_to_end
+from ._cancel import is_cancellation as is_cancellation
 from ._codec import ArgField as ArgField
 from ._codec import ArgsCodec as ArgsCodec
 from ._context import LOG_LEVELS as LOG_LEVELS
 from ._context import CallContext as CallContext
+from ._context import CallObserver as CallObserver
 from ._context import Description as Description
 from ._context import LogHandler as LogHandler
 from ._context import ProgressHandler as ProgressHandler

@@ -1,7 +1,8 @@
 """What a tool may ask for at call time, how it talks back during a call, and how it refuses input.
 
 A tool talks back with `await ctx.report_progress(...)` and `await ctx.log(...)`. Each report
-becomes an event on the call's span and a Python log record (DEBUG for progress, the record's
+goes to the call's observer (the features' `on_call_event`: tracing makes it an event on the
+call's span; this layer knows no OpenTelemetry) and becomes a Python log record (DEBUG for progress, the record's
 own level for `log`); when the call was made inside `reporting(on_progress=..., on_log=...)`
 (served over MCP, the server does this for each request), the handlers get it too.
 Progress is rate-limited per call (a burst of `PROGRESS_BURST`, then `PROGRESS_RATE` per
@@ -17,10 +18,9 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, NoReturn, TypeVar, overload
+from typing import Any, Final, NoReturn, Protocol, TypeVar, overload
 
 import msgspec
-from opentelemetry import trace
 
 from ..exceptions import ToolRejected
 from ..messages import TERMINATE_TOOL, ToolCallMetadata
@@ -41,6 +41,7 @@ from ._asking import (
 __all__ = [
     "LOG_LEVELS",
     "CallContext",
+    "CallObserver",
     "Description",
     "LogHandler",
     "ProgressHandler",
@@ -80,6 +81,18 @@ ProgressHandler = Callable[["CallContext", float, "float | None", "str | None"],
 """`async def on_progress(ctx, progress, total, message)`."""
 LogHandler = Callable[["CallContext", str, str, "dict[str, Any]"], Awaitable[None]]
 """`async def on_log(ctx, level, message, data)`; `level` is one of `LOG_LEVELS`."""
+
+
+class CallObserver(Protocol):
+    """Who hears what a running call tells (the engine passes the features' pipeline)."""
+
+    def hears(self, ctx: CallContext) -> bool:
+        """Whether an event of this call would be recorded anywhere (a recording span)."""
+        ...
+
+    def event(self, ctx: CallContext, name: str, attributes: dict[str, Any]) -> None:
+        """`name` happened during the call (`tool.progress`, `tool.log`, `tool.ask`)."""
+        ...
 
 
 class _Reporter:
@@ -156,6 +169,7 @@ class CallContext:
     __slots__ = (
         "_asking",
         "_log_bucket",
+        "_observer",
         "_progress_bucket",
         "_reporter",
         "abandoned",
@@ -176,6 +190,7 @@ class CallContext:
         tool: Any = None,
         *,
         asking: Asker | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         self.call_id = call_id
         self.tool = tool
@@ -184,6 +199,7 @@ class CallContext:
         self.deadline = deadline
         self.error: BaseException | None = None
         self.abandoned = False
+        self._observer = observer
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
         self._progress_bucket: _Bucket | None = None
         self._log_bucket: _Bucket | None = None
@@ -197,9 +213,10 @@ class CallContext:
         A tool whose progress costs something to compute (or to ask a server for) may skip it.
         """
         reporter = self._reporter
-        return (
-            reporter is not None and reporter.on_progress is not None
-        ) or trace.get_current_span().is_recording()
+        if reporter is not None and reporter.on_progress is not None:
+            return True
+        observer = self._observer
+        return observer is not None and observer.hears(self)
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -224,8 +241,8 @@ class CallContext:
             total,
             message or "",
         )
-        span = trace.get_current_span()
-        if span.is_recording():
+        observer = self._observer
+        if observer is not None:
             attributes: dict[str, Any] = {"tool.progress": progress}
             if total is not None:
                 attributes["tool.progress.total"] = total
@@ -233,7 +250,7 @@ class CallContext:
                 attributes["tool.progress.message"] = message
             if bucket.dropped:
                 attributes["tool.progress.dropped"] = bucket.dropped
-            span.add_event("tool.progress", attributes)
+            observer.event(self, "tool.progress", attributes)
         reporter = self._reporter
         if reporter is not None and reporter.on_progress is not None:
             try:
@@ -261,12 +278,12 @@ class CallContext:
         logging.getLogger(f"runtime.tools.{self.tool_name}").log(
             _PYTHON_LEVELS[level], "%s%s", message, f" {data}" if data else ""
         )
-        span = trace.get_current_span()
-        if span.is_recording():
+        observer = self._observer
+        if observer is not None:
             attributes: dict[str, Any] = {"log.severity": level, "log.message": message}
             if data:
                 attributes["log.data"] = msgspec.json.encode(data, enc_hook=str).decode()
-            span.add_event("tool.log", attributes)
+            observer.event(self, "tool.log", attributes)
         reporter = self._reporter
         if reporter is not None and reporter.on_log is not None:
             try:
@@ -356,7 +373,7 @@ class CallContext:
                 f"it {what} and no one can answer: give open_runtime(on_elicit=...) a handler, or "
                 "serve it over MCP to a client that supports elicitation"
             )
-        return await _answer(handler, question, "elicitation", self.tool_name)
+        return await _answer(self, handler, question, "elicitation")
 
     async def sample(
         self,
@@ -401,7 +418,7 @@ class CallContext:
             call_id=self.call_id,
             key=key,
         )
-        result: Sampled = await _answer(handler, request, "sampling", self.tool_name)
+        result: Sampled = await _answer(self, handler, request, "sampling")
         return result
 
     async def list_roots(self, *, key: str | None = None) -> list[Root]:
@@ -421,10 +438,7 @@ class CallContext:
                 "supports roots"
             )
         roots = await _answer(
-            handler,
-            RootsRequest(tool_name=self.tool_name, call_id=self.call_id, key=key),
-            "roots",
-            self.tool_name,
+            self, handler, RootsRequest(tool_name=self.tool_name, call_id=self.call_id, key=key), "roots"
         )
         return list(roots)
 
@@ -435,13 +449,13 @@ class CallContext:
         )
 
 
-async def _answer(handler: Any, question: Any, kind: str, tool_name: str) -> Any:
+async def _answer(ctx: CallContext, handler: Any, question: Any, kind: str) -> Any:
     """The handler's answer; a handler that fails is CannotAsk (its own CannotAsk as it is).
 
-    The question and its outcome are an event on the call's span (`tool.ask`): what was asked
-    and how it ended, never the answer's content (it may be sensitive).
+    The question and its outcome are an event of the call (`tool.ask`, on its span): what was
+    asked and how it ended, never the answer's content (it may be sensitive).
     """
-    span = trace.get_current_span()
+    tool_name = ctx.tool_name
     outcome = "no answer (the call ended first)"
     try:
         answer = await handler(question)
@@ -456,8 +470,9 @@ async def _answer(handler: Any, question: Any, kind: str, tool_name: str) -> Any
         log.warning("the %s handler failed for tool %r", kind, tool_name, exc_info=True)
         raise CannotAsk(f"it asked ({kind}) and the answer failed: {type(exc).__name__}: {exc}") from exc
     finally:
-        if span.is_recording():
-            span.add_event("tool.ask", {"tool.ask.kind": kind, "tool.ask.outcome": outcome})
+        observer = ctx._observer
+        if observer is not None:
+            observer.event(ctx, "tool.ask", {"tool.ask.kind": kind, "tool.ask.outcome": outcome})
 
 
 def _sampling_messages(

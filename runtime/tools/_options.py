@@ -2,14 +2,17 @@
 
 A tool declares its options where it is written (keywords of `@tool`, attributes of a tool
 class); the engine reads them once, as a `ToolOptions`, when it starts the tool's actor.
-Every value is checked at definition time, so a bad option is a `ToolDefinitionError` that
-names the tool, never a surprise in the middle of a call.
+Each field is declared once, on `ToolOptions`, with its constraint as msgspec `Meta`; `build`
+validates every value through `msgspec.convert`, so a bad option is a `ToolDefinitionError`
+that names the tool and the option, never a surprise in the middle of a call.
+`ToolOptionsKw` is the same fields as typed keywords for `@tool(...)` (a test keeps the two equal).
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 import msgspec
 
@@ -20,9 +23,15 @@ __all__ = ["Loop", "OnFull", "ToolOptions", "ToolOptionsKw"]
 
 OnFull = Literal["wait", "reject"]
 Loop = Literal["trio", "asyncio", "any"]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Count = Annotated[int, msgspec.Meta(ge=1)]
+if TYPE_CHECKING:
+    Approval = bool | Callable[[Any], bool]
+else:  # msgspec cannot express "a bool or a callable": `__post_init__` checks it
+    Approval = Any
 
 
-class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
+class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How the runtime serves one tool.
 
     Attributes:
@@ -50,16 +59,24 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
             the reason, and the tool does not run.
     """
 
-    timeout: float | None = None
-    max_concurrency: int | None = None
-    mailbox_size: int = 1024
+    timeout: Seconds | None = None
+    max_concurrency: Count | None = None
+    mailbox_size: Count = 1024
     on_full: OnFull = "wait"
     inline: bool = False
     restart_on: tuple[type[BaseException], ...] = ()
-    setup_timeout: float | None = 30.0
-    placement: Any = None
+    setup_timeout: Seconds | None = 30.0
+    placement: Placement | None = None
     loop: Loop = "trio"
-    requires_approval: Any = False
+    requires_approval: Approval = False
+
+    def __post_init__(self) -> None:
+        # The checks msgspec's constraints cannot make; `build` words them (its `_why`).
+        approval = self.requires_approval
+        if not isinstance(approval, bool) and not callable(approval):
+            raise ValueError("requires_approval")
+        if self.inline and self.timeout is not None:
+            raise ValueError("inline+timeout")
 
     @classmethod
     def build(cls, what: str, values: Any) -> ToolOptions:
@@ -69,72 +86,69 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
             ToolDefinitionError: a value the runtime cannot honour; the message starts with `what`.
         """
         if isinstance(values, dict):
-            unknown = sorted(set(values) - set(_DEFAULTS))
+            unknown = sorted(set(values) - set(_FIELDS))
             if unknown:
+                close = difflib.get_close_matches(unknown[0], _FIELDS, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ToolDefinitionError(
-                    f"{what}: unknown option {unknown[0]!r}; the options are: {', '.join(_DEFAULTS)}"
+                    f"{what}: unknown option {unknown[0]!r}{hint} The options are: {', '.join(_FIELDS)}"
                 )
-            fields = {name: values.get(name, default) for name, default in _DEFAULTS.items()}
-            if isinstance(fields["restart_on"], list | set | frozenset):  # any iterable, as a keyword
+            fields = dict(values)
+            if isinstance(fields.get("restart_on"), list | set | frozenset):  # any iterable, as a keyword
                 fields["restart_on"] = tuple(fields["restart_on"])
         else:
-            fields = {name: getattr(values, name, default) for name, default in _DEFAULTS.items()}
-        options = cls(**fields)
-        options.check(what)
-        return options
-
-    def check(self, what: str) -> None:
-        """Raise ToolDefinitionError (starting with `what`) if an option cannot be honoured."""
-        for name in ("timeout", "setup_timeout"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-            ):
-                raise ToolDefinitionError(
-                    f"{what}: {name} must be a positive number of seconds or None, not {value!r}"
-                )
-        limit = self.max_concurrency
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ToolDefinitionError(
-                f"{what}: max_concurrency must be a positive int or None, not {limit!r}"
-            )
-        size = self.mailbox_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ToolDefinitionError(f"{what}: mailbox_size must be a positive int, not {size!r}")
-        if self.on_full not in ("wait", "reject"):
-            raise ToolDefinitionError(f"{what}: on_full must be 'wait' or 'reject', not {self.on_full!r}")
-        if not isinstance(self.inline, bool):
-            raise ToolDefinitionError(f"{what}: inline must be True or False, not {self.inline!r}")
-        if self.inline and self.timeout is not None:
-            raise ToolDefinitionError(
-                f"{what}: an inline tool runs on the event loop and cannot be interrupted, so its "
-                f"timeout={self.timeout!r} could not be honoured; drop inline=True (it then runs in a "
-                "worker thread, where a timeout works) or drop the timeout"
-            )
-        if self.loop not in ("trio", "asyncio", "any"):
-            raise ToolDefinitionError(f"{what}: loop must be 'trio', 'asyncio' or 'any', not {self.loop!r}")
-        approval = self.requires_approval
-        if not isinstance(approval, bool) and not callable(approval):
-            raise ToolDefinitionError(
-                f"{what}: requires_approval must be True, False or a predicate (args) -> bool, "
-                f"not {approval!r}"
-            )
-        placement = self.placement
-        if placement is not None and not isinstance(placement, Placement):
-            raise ToolDefinitionError(
-                f"{what}: placement must be InProcess(), Subprocess(...) or Ray(...) "
-                f"(from runtime.placement), not {placement!r}"
-            )
-        restart_on = self.restart_on
-        if not isinstance(restart_on, tuple) or not all(
-            isinstance(e, type) and issubclass(e, BaseException) for e in restart_on
-        ):
-            raise ToolDefinitionError(
-                f"{what}: restart_on must be a tuple of exception classes, not {restart_on!r}"
-            )
+            fields = {name: getattr(values, name) for name in _FIELDS if hasattr(values, name)}
+        try:
+            return msgspec.convert(fields, cls, dec_hook=_objects)
+        except (msgspec.ValidationError, ValueError) as exc:
+            raise ToolDefinitionError(f"{what}: {_why(fields, exc)}") from None
 
 
-_DEFAULTS: dict[str, Any] = {name: getattr(ToolOptions(), name) for name in ToolOptions.__struct_fields__}
+_FIELDS: tuple[str, ...] = ToolOptions.__struct_fields__
+
+_EXPECTED = {
+    "timeout": "a positive number of seconds or None",
+    "setup_timeout": "a positive number of seconds or None",
+    "max_concurrency": "a positive int or None",
+    "mailbox_size": "a positive int",
+    "on_full": "'wait' or 'reject'",
+    "inline": "True or False",
+    "restart_on": "a tuple of exception classes",
+    "placement": "InProcess(), Subprocess(...) or Ray(...) (from runtime.placement)",
+    "loop": "'trio', 'asyncio' or 'any'",
+    "requires_approval": "True, False or a predicate (args) -> bool",
+}
+
+
+def _objects(kind: Any, value: Any) -> Any:
+    """msgspec's hook for the fields it cannot check itself: classes, placements, predicates."""
+    if getattr(kind, "__origin__", None) is type:  # type[BaseException]
+        if isinstance(value, type) and issubclass(value, kind.__args__[0]):
+            return value
+    elif kind is Placement:
+        if isinstance(value, Placement):
+            return value
+    elif callable(value):  # Callable[[Any], bool]
+        return value
+    raise TypeError(f"Expected `{kind}`")  # msgspec adds where: `$.restart_on[1]`
+
+
+def _why(fields: dict[str, Any], exc: Exception) -> str:
+    """The sentence for a value msgspec refused: the option, what it must be, what it was."""
+    text = str(exc)
+    if "inline+timeout" in text:
+        return (
+            f"an inline tool runs on the event loop and cannot be interrupted, so its "
+            f"timeout={fields.get('timeout')!r} could not be honoured; drop inline=True (it then runs "
+            "in a worker thread, where a timeout works) or drop the timeout"
+        )
+    at = text.rpartition("at `$.")[2]
+    name = at.split("`", 1)[0].split(".", 1)[0].split("[", 1)[0]
+    if "requires_approval" in text:
+        name = "requires_approval"
+    if name in _EXPECTED:
+        return f"{name} must be {_EXPECTED[name]}, not {fields.get(name)!r}"
+    return text  # pragma: no cover - every field has its sentence
 
 
 class ToolOptionsKw(TypedDict, total=False):
@@ -147,6 +161,6 @@ class ToolOptionsKw(TypedDict, total=False):
     inline: bool
     restart_on: tuple[type[BaseException], ...] | list[type[BaseException]]
     setup_timeout: float | None
-    placement: Any
+    placement: Placement | None
     loop: Loop
     requires_approval: bool | Callable[[Any], bool]

@@ -19,13 +19,13 @@ The implementations live in `runtime.placement` (`Subprocess`) and `runtime.plac
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..messages import ToolCall, ToolSuccess
 from ._context import CallContext
 
-if TYPE_CHECKING:
-    from ._base import ToolBase
+PlacedToolT = Any
+"""A `ToolBase` (spelled `Any` here: the tool classes import this module through their options)."""
 
 __all__ = ["InProcess", "PlacedTool", "Placement", "PlacementHost"]
 
@@ -84,14 +84,14 @@ class Placement:
 
     in_process: bool = False
 
-    def check(self, tool: ToolBase[Any, Any]) -> None:
+    def check(self, tool: PlacedToolT) -> None:
         """Raise `ToolDefinitionError` (naming the tool) if this placement cannot run `tool`."""
 
-    def capacity(self, tool: ToolBase[Any, Any]) -> int:
+    def capacity(self, tool: PlacedToolT) -> int:
         """How many calls of `tool` may run at once in this placement (the engine sends no more)."""
         raise NotImplementedError
 
-    def open(self, tool: ToolBase[Any, Any], host: PlacementHost) -> AbstractAsyncContextManager[PlacedTool]:
+    def open(self, tool: PlacedToolT, host: PlacementHost) -> AbstractAsyncContextManager[PlacedTool]:
         """A context for serving `tool`: `start()` its workers inside; leaving it stops them."""
         raise NotImplementedError
 

@@ -1,0 +1,392 @@
+"""The call state machine: one object per tool call, from its entry to its one result.
+
+    entry (`_entry`)   prepare: routed, its context, its deadline      QUEUED
+       │               begin: bounds + decode, call chain, starting hooks
+       │               admitted by its tool's mailbox (`_mailbox`)
+       ▼
+    executor.start     `start()`: the tool's own deadline armed         RUNNING
+       │               the tool runs where its executor runs it
+       ▼
+    executor reports   `returned` / `raised` / `stopped` / `lost`       DONE
+       │               the one outcome mapping (`_plan`): result, restart decision
+       ▼
+    the caller         `report()`: counted, finishing hooks             REPORTED
+
+Every transition is a method here, and only these methods change `state`. A call is settled
+(DONE) exactly once: the first `settle` wins, whoever makes it (its executor, its caller's
+deadline, its caller's cancellation, a crash, shutdown), and a result that comes after that
+is late: dropped, and counted as abandoned work when its code ran on past a grace.
+
+The caller enforces every deadline itself: it waits until `expires`, and a call whose code
+ignores its cancellation is answered TIMEOUT a grace after its deadline (`lapse`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import logging
+import math
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
+from ..tools import CallContext
+from ._outcome import failure
+
+if TYPE_CHECKING:
+    from ._plan import ToolPlan
+
+__all__ = ["ABANDON_GRACE", "CANCELLED_MESSAGE", "Call", "CallState", "Executor", "Reply"]
+
+log = logging.getLogger("runtime.engine")
+
+ABANDON_GRACE = 0.05
+"""Seconds a running call gets to end after its cancellation before its caller answers it."""
+
+CANCELLED_MESSAGE = "the call was cancelled by its caller"
+
+
+class CallState(enum.Enum):
+    """Where a call is: QUEUED (not running yet), RUNNING, DONE (answered), REPORTED (counted)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    REPORTED = "reported"
+
+
+QUEUED = CallState.QUEUED
+RUNNING = CallState.RUNNING
+DONE = CallState.DONE
+REPORTED = CallState.REPORTED
+
+
+class Executor(Protocol):
+    """Where a tool's calls run. It starts a call, cancels it on request, and reports its end
+    through the call (`returned`, `raised`, `stopped`, `lost`); it knows nothing of failure
+    kinds, features, spans, policies or supervision. Each frees its mailbox slot itself, when
+    what the call held (a worker task, a thread, a process) is free again."""
+
+    def start(self, call: Call) -> None:
+        """Run `call` (already admitted); `call.start()` says whether it still should."""
+
+    def cancel(self, call: Call) -> None:
+        """Stop a running `call` (its deadline, its caller); it reports `stopped` when it has."""
+
+    stuck: int
+    """Slots held by work that was answered but could not be stopped (blocked threads)."""
+
+
+class Reply(Protocol):
+    """Who waits for a call other than one trio task: a batch, an asyncio future."""
+
+    def settled(self, call: Call) -> None: ...
+
+    def expire_at(self, when: float) -> None: ...
+
+
+class Call:
+    """One tool call on its way (see the module docstring for its states).
+
+    Attributes:
+        call: the ToolCall (made safe to echo when the model sent odd fields).
+        ctx: its CallContext, when something needs one (features, the tool, asking).
+        context: a copy of the caller's contextvars; the tool's code runs in it.
+        plan: what serves its tool (None: not routed to any tool).
+        args: the decoded arguments.
+        deadline: absolute trio time by which it must end (inf: none); once RUNNING, the
+            sooner of the caller's and the tool's own.
+        expires: when its waiter looks again (`lapse`).
+        limit: the timeout in seconds behind `deadline`, for the TIMEOUT message.
+        result: its one result, once DONE.
+        executor: what runs it, once RUNNING.
+        job: the executor's handle on it while it runs (a cancel scope, a thread job, a task).
+        cancelled: its caller gave up, so a stop means CANCELLED, not TIMEOUT.
+        reply: who is told when it is settled (a parked trio task, a batch, an asyncio waiter).
+        waiter: the cancel scope a single trio caller waits in (its deadline is moved in).
+        index: its position in its batch.
+        queued: it waits in its tool's mailbox.
+    """
+
+    __slots__ = (
+        "args",
+        "call",
+        "cancelled",
+        "context",
+        "ctx",
+        "deadline",
+        "executor",
+        "expires",
+        "index",
+        "interrupted",
+        "job",
+        "limit",
+        "plan",
+        "queued",
+        "reply",
+        "result",
+        "settled_at",
+        "state",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        call: ToolCall,
+        ctx: CallContext | None,
+        plan: ToolPlan | None,
+        deadline: float,
+        limit: float | None,
+        reply: Any = None,
+        index: int = 0,
+    ) -> None:
+        self.call = call
+        self.ctx = ctx
+        self.plan = plan
+        self.context = contextvars.copy_context()
+        self.args: Any = None
+        self.deadline = deadline
+        self.expires = deadline
+        self.limit = limit
+        self.state = QUEUED
+        self.result: ToolResult | None = None
+        self.executor: Executor | None = None
+        self.job: Any = None
+        self.cancelled = False
+        self.interrupted = False
+        self.settled_at = math.inf
+        self.reply = reply
+        self.waiter: trio.CancelScope | None = None
+        self.index = index
+        self.queued = False
+
+    # -- settling ----------------------------------------------------------------------
+
+    @property
+    def settled(self) -> bool:
+        """Answered (DONE or REPORTED)."""
+        state = self.state
+        return state is DONE or state is REPORTED
+
+    def settle(self, result: ToolResult) -> bool:
+        """Answer the call from outside its executor; False (nothing happens) if answered already.
+
+        A call answered while its executor still runs it is an orphan: if its code is still
+        running a grace later, it counts as abandoned.
+        """
+        state = self.state
+        if state is DONE or state is REPORTED:
+            return False
+        if state is RUNNING:
+            self.settled_at = now = trio.current_time()
+            plan = self.plan
+            if plan is not None:
+                plan.counters.orphans[self] = now + ABANDON_GRACE
+        elif self.queued:
+            self.queued = False
+            plan = self.plan
+            if plan is not None:
+                plan.mailbox.left(self)
+        self.state = DONE
+        self.result = result
+        self._notify()
+        return True
+
+    def fail(self, kind: FailureKind, message: str, error_type: str | None = None) -> bool:
+        """Settle with a failure."""
+        return self.settle(failure(self.call, kind, message, error_type))
+
+    def _notify(self) -> None:
+        reply = self.reply
+        if reply is None:
+            return
+        if type(reply) is trio.lowlevel.Task:
+            self.reply = None
+            trio.lowlevel.reschedule(reply)
+        else:
+            reply.settled(self)
+
+    # -- the executor's side -------------------------------------------------------------
+
+    def start(self, executor: Executor) -> bool:
+        """QUEUED -> RUNNING, on `executor`: arm the deadline. False: do not run it (it was
+        answered while it waited, or its deadline passed before it could start: TIMEOUT)."""
+        if self.state is not QUEUED:
+            return False
+        plan = self.plan
+        assert plan is not None
+        deadline = self.deadline
+        own = plan.timeout
+        if own is None and deadline == math.inf:
+            own = plan.default_timeout
+        if own is not None or deadline != math.inf:
+            now = trio.current_time()
+            if deadline <= now:
+                self.fail(FailureKind.TIMEOUT, self.timeout_message())
+                return False
+            if own is not None and now + own < deadline:
+                deadline = self.deadline = now + own
+                self.limit = own
+            self.expire_at(deadline)  # the waiter looks again then, should the tool ignore its cancel
+            if self.ctx is not None:
+                self.ctx.deadline = deadline
+        self.state = RUNNING
+        self.executor = executor
+        plan.counters.in_flight += 1
+        plan.running.add(self)
+        return True
+
+    def returned(self, value: Any) -> None:
+        """The tool returned `value`."""
+        plan = self.plan
+        assert plan is not None
+        self._end(plan.shape(self, value))
+
+    def raised(self, exc: BaseException) -> None:
+        """The tool raised `exc` (not a cancellation of this call)."""
+        plan = self.plan
+        assert plan is not None
+        self._end(plan.failure(self, exc))
+
+    def stopped(self) -> None:
+        """The call stopped because it was asked to (its deadline, its caller)."""
+        self._end(self.stop_result())
+
+    def lost(self) -> None:
+        """The executor went away under the call (its tool crashed, shutdown, a dead worker)."""
+        plan = self.plan
+        assert plan is not None
+        self._end(failure(self.call, FailureKind.UNAVAILABLE, plan.unavailable_message()))
+
+    def stop_result(self) -> ToolFailure:
+        if self.cancelled:
+            return failure(self.call, FailureKind.CANCELLED, CANCELLED_MESSAGE)
+        return failure(self.call, FailureKind.TIMEOUT, self.timeout_message())
+
+    def _end(self, result: ToolResult) -> None:
+        """RUNNING -> DONE by the executor's report (or a late result, if answered already)."""
+        plan = self.plan
+        assert plan is not None
+        plan.counters.in_flight -= 1
+        plan.running.discard(self)
+        self.job = None
+        if self.state is RUNNING:
+            self.state = DONE
+            self.result = result
+            self._notify()
+        else:
+            self._late(result)
+        if plan.draining and not plan.running:
+            plan.drained()
+
+    def _late(self, result: ToolResult) -> None:
+        """A result for a call answered already (its caller gave up, a deadline lapsed): dropped."""
+        plan = self.plan
+        assert plan is not None
+        since = plan.counters.orphans.pop(self, None)
+        if since is None:
+            return
+        if type(result) is ToolFailure and result.kind in _STOPPED:
+            return  # it ended through its cancellation (however late the loop let it): not abandoned
+        now = trio.current_time()
+        if now >= since:
+            plan.counters.abandoned_late += 1
+            log.warning(
+                "tool %r: call %s ended %.3gs after it was answered (it ignored cancellation); "
+                "its result (%s) is dropped",
+                plan.name,
+                self.call.id,
+                now - self.settled_at,
+                "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
+            )
+
+    # -- the waiter's side ---------------------------------------------------------------
+
+    def expire_at(self, when: float) -> None:
+        """The waiter must look again by `when` at the latest."""
+        if when < self.expires:
+            self.expires = when
+            waiter = self.waiter
+            if waiter is not None:
+                if when < waiter.deadline:
+                    waiter.deadline = when
+            else:
+                reply = self.reply
+                if reply is not None and type(reply) is not trio.lowlevel.Task:
+                    reply.expire_at(when)
+
+    async def wait(self) -> None:
+        """Park the calling trio task until the call is settled (a checkpoint either way)."""
+        if self.state is DONE:
+            await trio.lowlevel.checkpoint()
+            return
+        self.reply = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self.reply = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def lapse(self) -> None:
+        """`expires` passed and the call is not answered: a queued call times out; a running one
+        is cancelled, and answered a grace later if it ignores that (abandoned)."""
+        state = self.state
+        if state is QUEUED:
+            self.fail(FailureKind.TIMEOUT, self.timeout_message())
+        elif state is RUNNING:
+            if not self.interrupted:
+                self.interrupted = True
+                self.expires = trio.current_time() + ABANDON_GRACE  # the waiter reads it again
+                executor = self.executor
+                assert executor is not None
+                executor.cancel(self)
+            else:
+                self.give_up(
+                    FailureKind.TIMEOUT,
+                    f"{self.timeout_message()}; it did not stop when cancelled and was abandoned",
+                )
+
+    def abandon(self, kind: FailureKind, message: str) -> None:
+        """The caller stops waiting (its cancellation, shutdown): a queued call is answered now,
+        a running one cancelled (its later result is dropped)."""
+        state = self.state
+        if state is QUEUED:
+            self.fail(kind, message)
+        elif state is RUNNING:
+            self.cancelled = kind is FailureKind.CANCELLED
+            self.interrupted = True
+            executor = self.executor
+            assert executor is not None
+            executor.cancel(self)
+
+    def give_up(self, kind: FailureKind, message: str) -> None:
+        """Answer a running call whose code did not stop when cancelled: abandoned (counted)."""
+        if self.ctx is not None:
+            self.ctx.abandoned = True
+        plan = self.plan
+        if self.fail(kind, message) and plan is not None and self in plan.counters.orphans:
+            plan.counters.orphans[self] = self.settled_at  # known to ignore cancellation already
+
+    def timeout_message(self) -> str:
+        limit = f"{self.limit:g}s" if self.limit is not None else "its deadline"
+        return f"tool {self.call.name!r} did not finish within {limit}"
+
+    # -- the end ------------------------------------------------------------------------
+
+    def reported(self) -> bool:
+        """DONE -> REPORTED; False if it was reported already (the finishing step runs once)."""
+        if self.state is not DONE:
+            return False
+        self.state = REPORTED
+        plan = self.plan
+        if plan is not None:
+            plan.counters.record(self.result)  # type: ignore[arg-type]  # DONE: it has one
+        return True
+
+    def __repr__(self) -> str:
+        return f"<Call {self.call.id!r} {self.call.name!r} {self.state.value}>"
+
+
+_STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)

@@ -1,0 +1,327 @@
+"""The one entry: how every call gets in, whoever makes it.
+
+    prepare   route (a lookup in the registry actor's snapshot), the call's context (merged
+              metadata), its deadline, and begin: bounds + decode, the call chain; what is wrong
+              with the call itself settles it here (unknown tool, bad id, bad arguments)
+    starting  the features' `on_call_starting` hooks (driven here, or awaited if they may suspend)
+    admit     its tool's mailbox starts it (eager calls run right here), queues it, or refuses it
+    wait      on the call's reply slot: this task (`call`), a batch, an asyncio future
+    finish    counted once, the features' finishing hooks
+
+`Entry.call` is trio's `send` shape: a checkpoint, the attempt that needs no wait, then a park.
+The batch driver, the asyncio embedding and `RuntimeThread` use the same steps; only how they
+wait differs. Nothing here knows where a tool runs: that is its executor's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from ..exceptions import RuntimeClosed
+from ..features import drive, drive_now
+from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, echo
+from ..tools import Asker, CallContext
+from ._batch import Batch, lapse_due
+from ._call import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, Call
+from ._options import Settings
+from ._plan import call_chain
+from ._routing import RegistryActor
+
+__all__ = ["Entry"]
+
+log = logging.getLogger("runtime.engine")
+
+_HOOK_GRACE = 1.0  # seconds the shielded failure hooks of a cancelled call may take
+_EAGER_RUN = 128  # calls a batch admits in its caller's task between two checkpoints
+
+_Problem = tuple[FailureKind, str]
+
+
+class Entry:
+    """The engine's way in (an internal port: `Runtime` and the embeddings use it)."""
+
+    def __init__(self, routing: RegistryActor, settings: Settings, asking: Asker | None) -> None:
+        self._routing = routing
+        self._settings = settings
+        pipeline = settings.pipeline
+        self.pipeline = pipeline if pipeline.active else None
+        self._observer = pipeline if pipeline.observes else None
+        self._dormant = bool(pipeline.dormant)  # features that may turn on later (tracing, no SDK yet)
+        self.asking = asking
+        self.closed = False
+        self.closing = False
+        self.unknown = 0
+
+    @property
+    def direct(self) -> bool:
+        """Whether callers that are not trio tasks may run the whole entry themselves (no
+        feature hook can suspend)."""
+        pipeline = self.pipeline
+        return pipeline is None or pipeline.hooks_cannot_suspend
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise RuntimeClosed("the runtime is closed; open a new one with open_runtime()")
+        if self._dormant:
+            self._wake()
+
+    def _wake(self) -> None:
+        """A dormant feature may have turned on (a tracer provider set after opening): if so,
+        its hooks join every call from now on."""
+        pipeline = self._settings.pipeline
+        if not pipeline.wake():
+            return
+        self._dormant = bool(pipeline.dormant)
+        self.pipeline = pipeline if pipeline.active else None
+        self._observer = pipeline if pipeline.observes else None
+        for actor in self._routing.routes.values():
+            actor.use_pipeline(pipeline)
+        log.info("features turned on after the runtime opened: %s", ", ".join(map(repr, pipeline.features)))
+
+    # -- the steps -----------------------------------------------------------------------
+
+    def prepare(
+        self,
+        call: ToolCall,
+        metadata: Mapping[str, Any] | None,
+        deadline: float,
+        limit: float | None,
+        reply: Any = None,
+        index: int = 0,
+    ) -> Call:
+        """Route, give a context and a deadline, and begin (decode): nothing here waits."""
+        name = call.name
+        problem: _Problem | None = None
+        if type(name) is not str or type(call.id) is not str or len(name) > ECHO_LIMIT:
+            call, problem = _sanitized(call)
+            name = call.name
+        actor = (
+            self._routing.routes.get(name) if problem is None else None
+        )  # a malformed call reaches no tool
+        ctx = None
+        if self.pipeline is not None or (actor is not None and (actor.tool.takes_context or actor.asks)):
+            tool = actor.tool if actor is not None else None
+            merged = self._settings.pipeline.merge_metadata(call, tool, metadata)
+            ctx = CallContext(call.id, name, merged, None, tool, asking=self.asking, observer=self._observer)
+        if actor is None:
+            c = Call(call, ctx, None, deadline, limit, reply, index)
+            if problem is None:
+                self.unknown += 1
+                problem = (FailureKind.UNKNOWN_TOOL, self._routing.registry.missing_message(name))
+            c.fail(*problem)
+            return c
+        plan = actor.plan
+        c = Call(call, ctx, plan, deadline, limit, reply, index)
+        if self.closing:
+            c.fail(FailureKind.UNAVAILABLE, f"tool {name!r} is unavailable: the runtime is shutting down")
+        elif actor.mailbox.closed:  # down: that is what the model must hear, whatever its arguments
+            actor.mailbox.admit(c)
+        elif plan.chained and _waits_on_itself(c, actor.mailbox.capacity):
+            pass
+        else:
+            plan.decode(c)
+        return c
+
+    def admit_all(self, calls: Sequence[Call], host: bool = False) -> Call | None:
+        """Admit each call in turn; the first whose mailbox is full, if any (the caller waits for
+        room, then goes on from it)."""
+        for c in calls:
+            if c.state is QUEUED and not self.admit(c, host):
+                return c
+        return None
+
+    def admit(self, c: Call, host: bool = False) -> bool:
+        """Its tool's mailbox starts it, queues it or refuses it; False: full (wait for room).
+
+        `host`: the caller is asyncio code on the host loop (a `loop="any"` tool runs there).
+        """
+        plan = c.plan
+        assert plan is not None
+        return plan.mailbox.admit(c, plan.host_executor if host else None)
+
+    def finish_now(self, c: Call) -> None:
+        """Count the call and run its finishing hooks (they cannot suspend), once."""
+        if c.state is REPORTED or not c.reported():
+            return
+        pipeline = self.pipeline
+        if pipeline is not None:
+            drive_now(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
+
+    async def finish(self, c: Call) -> None:
+        """Count the call and run its finishing hooks, once (all callers)."""
+        if c.state is REPORTED or not c.reported():
+            return
+        pipeline = self.pipeline
+        if pipeline is not None:
+            await drive(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
+
+    def starting_now(self, c: Call) -> None:
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.has_starting:
+            drive_now(pipeline.starting(c.call, c.ctx))  # type: ignore[arg-type]
+
+    async def starting(self, c: Call) -> None:
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.has_starting:
+            if pipeline.hooks_cannot_suspend:
+                drive_now(pipeline.starting(c.call, c.ctx))  # type: ignore[arg-type]
+            else:
+                await drive(pipeline.starting(c.call, c.ctx), finish=False)  # type: ignore[arg-type]
+
+    # -- a trio caller -------------------------------------------------------------------
+
+    async def call(
+        self, call: ToolCall, metadata: Mapping[str, Any] | None, timeout: float | None
+    ) -> ToolResult:
+        """One call from a trio task: always its one result (`Runtime.call`)."""
+        self.check_open()
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        c = self.prepare(call, metadata, deadline, timeout)
+        try:
+            if self.pipeline is not None:
+                await self.starting(c)
+            await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
+            if c.state is QUEUED and not self.admit(c):
+                await self._wait_room(c)
+            state = c.state
+            if state is DONE:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            elif c.expires == math.inf and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope
+                await c.wait()
+            else:
+                await self._wait_timed(c)
+        except BaseException:
+            await self.cancelled([c])
+            raise
+        if self.pipeline is None:
+            c.reported()
+        else:
+            await self.finish(c)
+        return c.result  # type: ignore[return-value]  # DONE
+
+    async def _wait_room(self, c: Call) -> None:
+        """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
+        mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
+        with trio.CancelScope(deadline=c.expires) as waiting:
+            c.waiter = waiting
+            while c.state is QUEUED and not self.admit(c):
+                await mailbox.wait_room()
+        c.waiter = None
+        if c.state is QUEUED and waiting.cancelled_caught:
+            c.lapse()
+
+    async def _wait_timed(self, c: Call) -> None:
+        """Wait, answering the call from this side once its deadline lapses."""
+        while True:
+            with trio.CancelScope(deadline=c.expires) as waiting:
+                c.waiter = waiting
+                if c.state is not DONE:
+                    await c.wait()
+            c.waiter = None
+            if c.state is DONE:
+                return
+            c.lapse()
+            if c.state is DONE:
+                return
+
+    async def cancelled(self, calls: Sequence[Call]) -> None:
+        """The caller was cancelled: every call not yet answered fails CANCELLED, hooks included."""
+        for c in calls:
+            state = c.state
+            if state is not DONE and state is not REPORTED:
+                c.abandon(FailureKind.CANCELLED, CANCELLED_MESSAGE)
+                c.fail(
+                    FailureKind.CANCELLED, CANCELLED_MESSAGE
+                )  # a running call: its later result is dropped
+        with trio.CancelScope(shield=True), trio.move_on_after(_HOOK_GRACE):
+            for c in calls:
+                await self.finish(c)
+
+    async def batch(
+        self,
+        calls: Sequence[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> AsyncGenerator[list[Call], None]:
+        """A trio caller's batch: admit every call, then yield the finished ones in chunks, in
+        the order they finish (a thousand calls finishing together cost one resume)."""
+        self.check_open()
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        batch = Batch(deadline)
+        cs = [self.prepare(call, metadata, deadline, timeout, batch, i) for i, call in enumerate(calls)]
+        if not batch.timed:
+            batch.timed = any(c.plan is not None and not c.plan.untimed for c in cs)
+        finished = 0
+        try:
+            if self.pipeline is not None:
+                for c in cs:
+                    await self.starting(c)
+            with trio.move_on_at(deadline):
+                await trio.lowlevel.checkpoint()  # trio's rule; and a cancelled caller runs nothing
+                admitted = 0
+                for c in cs:
+                    if c.state is not QUEUED:
+                        continue
+                    if not self.admit(c):
+                        mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
+                        while c.state is QUEUED and not self.admit(c):
+                            await mailbox.wait_room()  # a full mailbox: wait for room (backpressure)
+                    admitted += 1
+                    if admitted % _EAGER_RUN == 0:
+                        await trio.lowlevel.checkpoint()  # a long batch lets others run too
+            while finished < len(cs):
+                while not batch.done:
+                    await batch.wait()
+                    if not batch.done:  # a call's deadline lapsed
+                        batch.expires = lapse_due(cs, trio.current_time())
+                chunk = list(batch.done)
+                batch.done.clear()
+                for c in chunk:
+                    await self.finish(c)
+                finished += len(chunk)
+                yield chunk
+        except BaseException:
+            await self.cancelled([c for c in cs if c.state is not REPORTED])
+            raise
+
+
+def _waits_on_itself(c: Call, capacity: float) -> bool:
+    """A call from inside a tool with `max_concurrency` to itself, when every slot is held by
+    its own call chain, would wait forever: OVERLOADED instead."""
+    plan = c.plan
+    assert plan is not None
+    chain = call_chain.get()
+    if not chain or plan.counters not in chain:
+        return False
+    held = chain.count(plan.counters)
+    if held < capacity:
+        return False
+    c.fail(
+        FailureKind.OVERLOADED,
+        f"tool {c.call.name!r} would wait on itself: all {held} of its slots "
+        "(max_concurrency) are held by the chain of calls that makes this call",
+    )
+    return True
+
+
+def _sanitized(call: ToolCall) -> tuple[ToolCall, _Problem | None]:
+    """A copy of `call` safe to echo in results, spans and logs, and what was wrong with it."""
+    name, call_id = call.name, call.id
+    problem: _Problem | None = None
+    if type(call_id) is not str:
+        problem = (
+            FailureKind.INVALID_ARGUMENTS,
+            f"the tool call's id must be a string, not {type(call_id).__name__}",
+        )
+        call_id = "" if call_id is None else echo(call_id)
+    if type(name) is not str:
+        problem = (FailureKind.UNKNOWN_TOOL, f"a tool name must be a string, not {type(name).__name__}")
+        name = echo(name)
+    elif len(name) > ECHO_LIMIT:
+        name = echo(name)  # no tool has such a name: routing fails, and says so briefly
+    return ToolCall(id=call_id, name=name, arguments=call.arguments), problem

@@ -1,0 +1,322 @@
+"""The in-process executors: where a tool's calls run. Each starts, cancels and reports; no more.
+
+    Inline       a call that cannot suspend (an `async def` with no `await`, an `inline=True`
+                 sync tool), run to its end where it is admitted: in its caller's task
+    WorkerTasks  trio tasks of the tool actor's incarnation, one per running call (kept idle
+                 between bursts); also what serves a placed tool (its body awaits the placement)
+    Threads      the sync tool's own kept threads (`_threads`)
+    HostTasks    tasks of the host asyncio loop (`loop="asyncio"` tools, and `loop="any"` ones
+                 called from asyncio code under `open_asyncio_runtime`)
+
+Each reports a call's end through the call (`returned`, `raised`, `stopped`, `lost`), which
+maps it to a result; each frees the mailbox slot when what the call held is free again. The
+Subprocess and Ray executors are WorkerTasks whose body is the placement's `call`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import outcome
+import trio
+
+from ..tools import is_cancellation
+from ._call import QUEUED, Call
+from ._plan import InContext, ToolPlan
+from ._threads import Job, KeptThreads
+
+__all__ = ["KEEP_IDLE", "HostTasks", "Inline", "Threads", "WorkerTasks"]
+
+KEEP_IDLE = 4
+"""Idle worker tasks an async tool keeps between bursts."""
+
+
+class Inline:
+    """Runs a call that cannot suspend to its end, right where it is admitted (no hop).
+
+    Such a call can be neither cancelled nor timed out anywhere: it runs in one step. A tool
+    whose function was replaced by code that was not checked goes to `fallback` from then on.
+    """
+
+    stuck = 0
+
+    def __init__(self, plan: ToolPlan, fallback: Callable[[], Any]) -> None:
+        self._plan = plan
+        self._fallback = fallback
+        self._sync = not plan.tool.is_async
+
+    def start(self, call: Call) -> None:
+        plan = self._plan
+        if self._sync:
+            if call.start(self):
+                try:
+                    value = call.context.run(plan.sync_call, call.args, call.ctx)
+                except BaseException as exc:  # KeyboardInterrupt too: the tool's own (nothing here awaits)
+                    call.raised(exc)
+                else:
+                    call.returned(value)
+            plan.mailbox.release()
+            return
+        if call.state is not QUEUED:  # answered while it waited
+            plan.mailbox.release()
+            return
+        coro = plan.eager_coroutine(call)
+        if coro is None:  # its code changed: worker tasks serve it from now on
+            executor = self._fallback()
+            plan.mailbox.executor = executor
+            executor.start(call)
+            return
+        if not call.start(self):
+            coro.close()
+            plan.mailbox.release()
+            return
+        try:
+            value = call.context.run(plan.run_to_end, coro, call.ctx)
+        except BaseException as exc:  # KeyboardInterrupt too: the tool's own
+            call.raised(exc)
+        else:
+            call.returned(value)
+        plan.mailbox.release()
+
+    def cancel(self, call: Call) -> None:
+        pass  # it ran to its end in `start`
+
+
+class WorkerTasks:
+    """Trio tasks that run one call at a time each, in the nursery of the actor's incarnation.
+
+    A worker that frees a slot takes the next call itself; a new call wakes an idle worker, or
+    starts one. One cancel scope serves a worker's calls: a call's deadline is set on it while
+    it runs, and a caller that gives up cancels it (a cancelled scope is replaced).
+    """
+
+    stuck = 0
+
+    def __init__(self, plan: ToolPlan, body: Callable[[Call], Any] | None = None) -> None:
+        self._plan = plan
+        self._body = body if body is not None else plan.coroutine
+        self._ready: collections.deque[Call] = collections.deque()
+        self._idle: list[trio.lowlevel.Task] = []
+        self._nursery: trio.Nursery | None = None
+        self._releasing = False
+        self._name = f"tool {plan.name} worker"
+
+    def serve(self, nursery: trio.Nursery | None) -> None:
+        """Run in `nursery` (an incarnation), or in none (it ended: what was handed over waits again)."""
+        self._nursery = nursery
+        if nursery is None:
+            self._idle.clear()
+            ready, self._ready = list(self._ready), collections.deque()
+            self._plan.mailbox.take_back(ready)
+
+    def start(self, call: Call) -> None:
+        self._ready.append(call)
+        if self._releasing:
+            return  # the worker that freed the slot takes it
+        if self._idle:
+            trio.lowlevel.reschedule(self._idle.pop())
+        else:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._worker, name=self._name)
+
+    def cancel(self, call: Call) -> None:
+        scope = call.job
+        if scope is not None:
+            scope.cancel()
+
+    async def _worker(self) -> None:
+        # The hot path. A parked call costs this task, this frame and the tool's own coroutine.
+        ready = self._ready
+        body = self._body
+        mailbox = self._plan.mailbox
+        while True:
+            with trio.CancelScope() as scope:
+                while True:
+                    while not ready:
+                        if len(self._idle) >= KEEP_IDLE:
+                            return
+                        await self._park()
+                    call = ready.popleft()
+                    if call.start(self):
+                        call.job = scope
+                        deadline = call.deadline
+                        if deadline != math.inf:
+                            scope.deadline = deadline
+                        try:
+                            value = await body(call)
+                        except BaseException as exc:  # KeyboardInterrupt too: the tool's own
+                            if scope.cancel_called:  # its deadline, or its caller gave up
+                                call.stopped()
+                            else:
+                                if is_cancellation(exc):
+                                    # Not this call's: an outer one (a crash, shutdown) goes on;
+                                    # otherwise the tool raised a Cancelled that is not its own.
+                                    try:
+                                        await trio.lowlevel.checkpoint_if_cancelled()
+                                    except BaseException:
+                                        call.lost()
+                                        mailbox.release()
+                                        raise
+                                call.raised(exc)
+                        else:
+                            call.returned(value)
+                        if deadline != math.inf:
+                            scope.deadline = math.inf
+                    self._releasing = True
+                    try:
+                        mailbox.release()
+                    finally:
+                        self._releasing = False
+                    if scope.cancel_called:
+                        break  # a call was cancelled or timed out: take a fresh scope
+
+    async def _park(self) -> None:
+        task = trio.lowlevel.current_task()
+        idle = self._idle
+        idle.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if task in idle:
+                idle.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+class Threads:
+    """A sync tool's calls on its kept threads; the mailbox's capacity is its thread budget.
+
+    A call cancelled while its job is queued never runs. One cancelled while its thread runs
+    it is answered now (no thread can be interrupted): the thread runs on, abandoned and
+    counted (`stuck`), and keeps its slot until it returns.
+    """
+
+    def __init__(self, plan: ToolPlan, threads: KeptThreads) -> None:
+        self.stuck = 0
+        self._plan = plan
+        self.threads = threads
+        self.calls: dict[Job, Call] = {}
+
+    def start(self, call: Call) -> None:
+        plan = self._plan
+        if not call.start(self):
+            plan.mailbox.release()
+            return
+        try:
+            call.job = self.threads.submit(call.context, plan.sync_call, (call.args, call.ctx), self._done)
+        except Exception as exc:  # no thread can start now (a resource limit): this call fails
+            call.raised(exc)
+            plan.mailbox.release()
+            return
+        self.calls[call.job] = call
+
+    def cancel(self, call: Call) -> None:
+        job = call.job
+        if job is None:
+            return
+        plan = self._plan
+        if self.threads.drop(job):  # it never ran: its slot is free
+            del self.calls[job]
+            call.stopped()
+            plan.mailbox.release()
+            return
+        self.stuck += 1  # it runs on: `_done` frees its slot when it returns
+        plan.counters.abandoned_threads += 1
+        if call.ctx is not None:
+            call.ctx.abandoned = True
+        call.stopped()
+
+    def kill(self) -> None:
+        """The incarnation ended under these calls (a crash, down, shutdown): each is answered
+        UNAVAILABLE now; those not started never run, the others run on, abandoned."""
+        for job, call in list(self.calls.items()):
+            if call.job is not job:
+                continue  # answered already (a thread that was abandoned)
+            if self.threads.drop(job):
+                del self.calls[job]
+                call.lost()
+                self._plan.mailbox.release()
+            else:
+                self.stuck += 1
+                self._plan.counters.abandoned_threads += 1
+                call.lost()
+
+    def _done(self, job: Job, result: outcome.Outcome[Any]) -> None:
+        """A job's thread returned (on the runtime's thread)."""
+        call = self.calls.pop(job)
+        if call.job is job:
+            if type(result) is outcome.Value:
+                call.returned(result.value)
+            else:
+                call.raised(result.error)  # type: ignore[attr-defined]  # an Error
+        else:  # abandoned while it ran: its thread is free again
+            self.stuck -= 1
+        self._plan.mailbox.release()
+
+
+class HostTasks:
+    """Tasks of the host asyncio loop: an asyncio tool's coroutine runs there, in the call's
+    context; cancelling the call cancels the task, and its end reports the call's."""
+
+    stuck = 0
+
+    def __init__(self, plan: ToolPlan, loop: asyncio.AbstractEventLoop) -> None:
+        self._plan = plan
+        self._loop = loop
+        self.running: set[Call] = set()
+        self._killed = False
+
+    def serve(self) -> None:
+        self._killed = False
+
+    def start(self, call: Call) -> None:
+        plan = self._plan
+        if not call.start(self):
+            plan.mailbox.release()
+            return
+        task = self._loop.create_task(plan.host_coroutine(call), context=call.context)
+        call.job = task
+        self.running.add(call)
+        task.add_done_callback(functools.partial(self._done, call))
+
+    def cancel(self, call: Call) -> None:
+        task = call.job
+        if task is not None:
+            task.cancel()
+
+    def kill(self) -> None:
+        """The incarnation ends: cancel every task (each reports its call UNAVAILABLE)."""
+        self._killed = True
+        for call in self.running:
+            task = call.job
+            if task is not None:
+                task.cancel()
+
+    def _done(self, call: Call, task: asyncio.Task[Any]) -> None:
+        self.running.discard(call)
+        if task.cancelled():
+            if call.interrupted:  # cancelled by its deadline or its caller
+                call.stopped()
+            elif self._killed:
+                call.lost()
+            else:  # the tool's code cancelled its own task
+                call.raised(asyncio.CancelledError())
+        elif (exc := task.exception()) is not None:
+            call.raised(exc)
+        else:
+            call.returned(task.result())
+        self._plan.mailbox.release()
+
+
+def awaiting(plan: ToolPlan) -> Callable[[Call], Any]:
+    """A worker task's body for a placed tool: the placement's call, in the call's context."""
+
+    def body(call: Call) -> Any:
+        return InContext(call.context, plan.placed_call(call))
+
+    return body

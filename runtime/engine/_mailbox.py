@@ -1,0 +1,220 @@
+"""A tool's mailbox: who runs now, who waits, who is refused. The one admission point of its calls.
+
+Every call of a tool, whoever makes it (a trio task, asyncio code, a batch) and wherever the
+tool runs (a worker task, its own threads, the host loop, another process), is admitted here:
+
+    a slot free (running < capacity) and nobody waiting  -> its executor starts it now
+    else, fewer than `size` waiting                      -> it waits its turn, in order
+    else (full)                                          -> OVERLOADED (`on_full="reject"`),
+                                                            or its caller waits for room
+A slot is held until the executor frees it: a call whose thread is blocked keeps its slot even
+after it was answered, so a tool whose every thread is stuck takes no more work than it can do.
+
+Between incarnations (restarting) calls wait here and start when the tool serves again; a
+tool that is down or stopping refuses them (UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..messages import FailureKind
+from ._call import QUEUED, Call, Executor
+
+__all__ = ["Mailbox"]
+
+
+class Mailbox:
+    """Admission for one tool actor (all its incarnations).
+
+    Args:
+        name: the tool's name (for messages).
+        capacity: calls that may run at once.
+        size: calls that may wait (`mailbox_size`).
+        reject_when_full: OVERLOADED instead of backpressure when `size` are waiting.
+        executor: what starts its calls.
+        why_closed: what a refused call hears (down, shutting down).
+    """
+
+    __slots__ = (
+        "_closed",
+        "_dead",
+        "_queue",
+        "_room",
+        "_serving",
+        "_why_closed",
+        "capacity",
+        "executor",
+        "name",
+        "reject_when_full",
+        "running",
+        "size",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        capacity: float,
+        size: int,
+        reject_when_full: bool,
+        executor: Executor,
+        why_closed: Callable[[], str],
+    ) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.size = size
+        self.reject_when_full = reject_when_full
+        self.executor = executor
+        self._why_closed = why_closed
+        self.running = 0
+        self._queue: collections.deque[Call] = collections.deque()
+        self._dead = 0  # calls in `_queue` answered while they waited (skipped when reached)
+        self._room: collections.deque[Callable[[], Any]] = collections.deque()  # callers waiting for room
+        self._serving = False
+        self._closed = False
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting now."""
+        return len(self._queue) - self._dead
+
+    def admit(self, call: Call, executor: Executor | None = None) -> bool:
+        """Start `call`, queue it, or settle it (refused); False: full, its caller must wait for room.
+
+        `executor`: where it runs, if not the tool's own (an asyncio caller's `loop="any"` tool).
+        """
+        if self._closed:
+            call.fail(FailureKind.UNAVAILABLE, self._why_closed())
+            return True
+        runner = executor if executor is not None else self.executor
+        stuck = runner.stuck
+        if stuck and stuck >= self.capacity:  # every slot is held by work that cannot be stopped
+            call.fail(FailureKind.OVERLOADED, _all_stuck(self.name, stuck))
+            return True
+        if self._serving and self.running < self.capacity and len(self._queue) == self._dead:
+            self.running += 1
+            runner.start(call)
+            return True
+        if len(self._queue) - self._dead >= self.size:
+            if not self.reject_when_full:
+                return False
+            call.fail(
+                FailureKind.OVERLOADED,
+                f"tool {self.name!r} is overloaded ({self.size} calls waiting); try again later",
+            )
+            return True
+        call.executor = runner
+        call.queued = True
+        self._queue.append(call)
+        return True
+
+    async def wait_room(self) -> None:
+        """Wait until a call may be queued again (backpressure; in order of arrival)."""
+        task = trio.lowlevel.current_task()
+        wake = self._room
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            with contextlib.suppress(ValueError):  # woken and cancelled in one tick
+                wake.remove(resume)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        def resume() -> None:
+            trio.lowlevel.reschedule(task)
+
+        wake.append(resume)
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def wait_room_soon(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Call `callback` once a call may be queued again (for waiters that are not trio tasks);
+        returns a function that withdraws it."""
+        self._room.append(callback)
+
+        def withdraw() -> None:
+            with contextlib.suppress(ValueError):
+                self._room.remove(callback)
+
+        return withdraw
+
+    def left(self, call: Call) -> None:
+        """A queued call was answered while it waited (its caller gave up, a deadline)."""
+        self._dead += 1
+        if self._dead > 64 and self._dead * 2 > len(self._queue):  # mostly dead: drop them now
+            self._queue = collections.deque(c for c in self._queue if c.queued)
+            self._dead = 0
+        self._wake_room()
+
+    def release(self) -> None:
+        """A slot is free again: start the next waiting call, if the tool serves."""
+        self.running -= 1
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        queue = self._queue
+        while queue and self._serving and self.running < self.capacity:
+            call = queue.popleft()
+            if not call.queued:
+                self._dead -= 1
+                continue
+            call.queued = False
+            runner = call.executor
+            assert runner is not None
+            self.running += 1
+            self._wake_room()
+            runner.start(call)
+
+    def take_back(self, calls: list[Call]) -> None:
+        """Calls handed to an executor that ended before it ran them: they wait again, first."""
+        for call in reversed(calls):
+            self.running -= 1
+            if call.state is QUEUED:
+                call.queued = True
+                self._queue.appendleft(call)
+
+    def _wake_room(self) -> None:
+        room = self._room
+        if room and len(self._queue) - self._dead < self.size:
+            room.popleft()()
+
+    # -- the actor's side ----------------------------------------------------------------
+
+    def resume(self) -> None:
+        """The tool serves (an incarnation began): start what waits."""
+        if self._closed:
+            return
+        self._serving = True
+        self._start_waiting()
+
+    def pause(self) -> None:
+        """The tool stops serving for now (crashed, restarting): calls wait, none start."""
+        self._serving = False
+
+    def close(self) -> None:
+        """Refuse calls from now on (down, stopping); the waiting ones fail UNAVAILABLE now."""
+        self._closed = True
+        self._serving = False
+        message = self._why_closed()
+        queue, self._queue = self._queue, collections.deque()
+        self._dead = 0
+        for call in queue:
+            if call.queued:
+                call.queued = False
+                call.fail(FailureKind.UNAVAILABLE, message)
+        room, self._room = self._room, collections.deque()
+        for wake in room:  # they find it closed and are refused
+            wake()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def _all_stuck(name: str, stuck: int) -> str:
+    return (
+        f"tool {name!r} is overloaded: all {stuck} of its threads are still running calls that "
+        "timed out or were cancelled (they are blocked and cannot be interrupted); try again later"
+    )

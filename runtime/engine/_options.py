@@ -1,0 +1,159 @@
+"""The runtime's settings, declared once: `RuntimeOptions` and the supervisor's `RestartPolicy`.
+
+`open_runtime`, `open_asyncio_runtime` and `RuntimeThread` take the same keywords
+(`RuntimeOptionsKw`, typed for checkers with `Unpack`), or a `RuntimeOptions` value; both are
+validated by msgspec (constraints as `Meta`), so a bad setting fails where the runtime is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+
+import msgspec
+
+from ..features import Feature, FeaturePipeline
+
+if TYPE_CHECKING:
+    from ..tools import ElicitHandler, RootsHandler, SampleHandler
+    from ._source import ToolSource
+
+__all__ = ["RestartPolicy", "RuntimeOptions", "RuntimeOptionsKw", "Settings"]
+
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+Count = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class RestartPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the supervisor restarts a crashed tool actor (OTP restart intensity).
+
+    The same window counts the deaths of a placed tool's workers and replicas.
+
+    Attributes:
+        max_restarts: restarts allowed within `within` seconds; one more marks the tool down.
+        within: the intensity period, in seconds.
+        backoff: seconds before the first restart; doubles for each recent restart.
+        max_backoff: the longest wait between restarts.
+    """
+
+    max_restarts: Annotated[int, msgspec.Meta(ge=0)] = 3
+    within: Positive = 5.0
+    backoff: Seconds = 0.1
+    max_backoff: Seconds = 5.0
+
+    def delay(self, recent: int) -> float:
+        """The wait before a restart when `recent` restarts happened within the period."""
+        return float(min(self.max_backoff, self.backoff * 2 ** max(0, recent - 1)))
+
+
+class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything `open_runtime` can be told, with its default.
+
+    Attributes:
+        features: call hooks, in order.
+        tracing: True for OpenTelemetry spans and metrics through the global providers,
+            False for none, or a configured `runtime.tracing.Tracing`.
+        default_timeout: seconds a call may run when neither its tool nor its caller says.
+        restart: how crashed actors are restarted.
+        mcp_servers: tool sources (`runtime.mcp.stdio(...)` ...); opening waits for their first listing.
+        max_argument_bytes: larger arguments are INVALID_ARGUMENTS before decoding.
+        max_argument_depth: arguments nested deeper are INVALID_ARGUMENTS before decoding.
+        max_result_chars: longer texts going back (content, text parts, failures) are cut, with a marker.
+        thread_limit: worker threads of each sync tool that sets no `max_concurrency` (each
+            sync tool has its own budget, so one tool's stuck threads never starve another).
+        shutdown_timeout: seconds running calls get to finish at shutdown before they are
+            cancelled; work that ignores cancellation is abandoned half a second later.
+        on_elicit: answers the tools' `ctx.elicit` and `requires_approval` questions
+            (`async def on_elicit(q: Elicitation) -> Answer`), and MCP servers' elicitation
+            requests to this runtime's connections. Without it a tool that asks fails UNAVAILABLE.
+        on_sample: answers `ctx.sample` and MCP servers' sampling requests
+            (`async def on_sample(r: Sampling) -> Sampled`), e.g. with the agent's own model.
+        on_roots: answers `ctx.list_roots` and MCP servers' roots requests
+            (`async def on_roots(r: RootsRequest) -> list[Root]`).
+    """
+
+    features: tuple[Feature, ...] = ()
+    tracing: Any = True  # True, False or a Feature (msgspec has no union of bool and a class)
+    default_timeout: Positive | None = None
+    restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
+    mcp_servers: tuple[Any, ...] = ()
+    max_argument_bytes: Count = 1 << 20
+    max_argument_depth: Count = 64
+    max_result_chars: Count = 100_000
+    thread_limit: Count = 40
+    shutdown_timeout: Seconds = 5.0
+    on_elicit: Any = None
+    on_sample: Any = None
+    on_roots: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tracing, bool | Feature):
+            raise ValueError(f"tracing must be True, False or a Tracing instance, not {self.tracing!r}")
+        for name in ("on_elicit", "on_sample", "on_roots"):
+            handler = getattr(self, name)
+            if handler is not None and not callable(handler):
+                raise ValueError(f"{name} must be an async function or None, not {handler!r}")
+
+    @classmethod
+    def build(cls, base: RuntimeOptions | None = None, **values: Any) -> RuntimeOptions:
+        """`base` (default: the defaults) with `values` replacing its fields, validated.
+
+        Raises:
+            TypeError: an unknown keyword, or a value of the wrong type or out of range (the
+                message names the setting).
+        """
+        if base is not None:
+            values = {**{f: getattr(base, f) for f in cls.__struct_fields__}, **values}
+        for name in ("features", "mcp_servers"):
+            if name in values and not isinstance(values[name], tuple):
+                if not isinstance(values[name], Iterable):
+                    raise TypeError(f"{name} must be a sequence, not {values[name]!r}")
+                values[name] = tuple(values[name])
+        try:
+            return msgspec.convert(values, cls, dec_hook=_objects)
+        except msgspec.ValidationError as exc:
+            raise TypeError(f"open_runtime: {_sentence(exc)}") from None
+
+
+def _objects(kind: Any, value: Any) -> Any:
+    if isinstance(kind, type) and isinstance(value, kind):  # a Feature, a RestartPolicy
+        return value
+    raise TypeError(f"Expected `{getattr(kind, '__name__', kind)}`")
+
+
+def _sentence(exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    if text.startswith("Object contains unknown field"):
+        return f"unknown keyword {text.rpartition(' ')[2]}"
+    return text
+
+
+class RuntimeOptionsKw(TypedDict, total=False):
+    """`RuntimeOptions` as keywords (see it for each); a test keeps the two equal."""
+
+    features: Iterable[Feature]
+    tracing: bool | Feature
+    default_timeout: float | None
+    restart: RestartPolicy
+    mcp_servers: Iterable[ToolSource]
+    max_argument_bytes: int
+    max_argument_depth: int
+    max_result_chars: int
+    thread_limit: int
+    shutdown_timeout: float
+    on_elicit: ElicitHandler | None
+    on_sample: SampleHandler | None
+    on_roots: RootsHandler | None
+
+
+class Settings:
+    """What every part of one runtime reads: its options, its features, its host loop."""
+
+    __slots__ = ("host_loop", "options", "pipeline")
+
+    def __init__(self, options: RuntimeOptions, pipeline: FeaturePipeline, host_loop: Any = None) -> None:
+        self.options = options
+        self.pipeline = pipeline
+        self.host_loop = host_loop
+        """The asyncio loop this trio run is a guest of (`open_asyncio_runtime`), else None."""

@@ -1,0 +1,376 @@
+"""What the engine knows of one tool to serve its calls: built once per actor, read by every call.
+
+A `ToolPlan` holds the two halves of the call state machine that depend on the tool:
+
+- begin: `decode` checks the arguments' bounds and decodes them, in one strict pass;
+- end: `shape` (a value -> its ToolSuccess, cut to the limits) and `failure` (an exception ->
+  its ToolFailure, and whether the actor restarts), the one outcome mapping of `_outcome`;
+
+and what the executors run: the tool's code, in the call's context (a copy of its caller's
+contextvars), under the features' `around_call`, after its approval if it asks for one.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import types
+from collections.abc import Callable, Generator
+from contextvars import ContextVar
+from typing import Any
+
+import trio
+
+from ..exceptions import RemoteToolError
+from ..features import FeaturePipeline
+from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
+from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, cannot_suspend, result_encoder, run_to_end
+from ._arguments import check_arguments, not_unicode
+from ._call import ABANDON_GRACE, Call
+from ._mailbox import Mailbox
+from ._outcome import describe_error, exception_failure, failure, input_failure, success
+from ._stats import ToolCounters
+from ._threads import KeptThreads
+
+__all__ = ["InContext", "ToolPlan", "call_chain"]
+
+log = logging.getLogger("runtime.engine")
+
+call_chain: ContextVar[tuple[ToolCounters, ...]] = ContextVar("runtime_call_chain", default=())
+"""The tools (by their counters) whose calls are running in this context, outermost first.
+
+Set only around calls to tools with a `max_concurrency`: a call from inside such a tool to
+itself, when its whole capacity is held by its own call chain, would wait forever.
+"""
+
+_encode = result_encoder.encode
+
+
+def _default_text(value: Any) -> str:
+    """`ToolBase.result_to_text` of a tool that overrides neither it nor `encode_result`."""
+    return value if type(value) is str else _encode(value).decode()
+
+
+class InContext(Generator[Any, Any, Any]):
+    """Awaits a coroutine with each of its steps run in `context` (what asyncio does for a task).
+
+    A call's code runs in a copy of its caller's contextvars on every path: the caller's
+    OpenTelemetry context, request ids and the like reach the tool, and what the tool sets
+    stays in its call. An object with `send`/`throw` rather than a generator: a parked call
+    keeps this (56 bytes) instead of a generator frame.
+    """
+
+    __slots__ = ("_context", "_coro")
+
+    def __init__(self, context: contextvars.Context, coro: Any) -> None:
+        self._context = context
+        self._coro = coro
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self
+
+    def __iter__(self) -> Generator[Any, Any, Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return self._context.run(self._coro.send, None)
+
+    def send(self, value: Any) -> Any:
+        return self._context.run(self._coro.send, value)
+
+    def throw(self, typ: Any, value: Any = None, tb: Any = None) -> Any:
+        # Trio's answer to a trap (Cancelled, ...) goes into the tool, in its context.
+        exc = value if value is not None else typ
+        if tb is not None and isinstance(exc, BaseException):
+            exc = exc.with_traceback(tb)
+        return self._context.run(self._coro.throw, exc)
+
+    def close(self) -> None:
+        self._context.run(self._coro.close)
+
+
+class ToolPlan:
+    """One tool, as the engine serves it.
+
+    Args:
+        tool: the tool.
+        options: its options (read once, when its actor was made).
+        pipeline: the runtime's features.
+        counters: its counters.
+        max_bytes, max_depth: the bounds on a call's arguments.
+        max_chars: every text that goes back is cut here.
+        default_timeout: the runtime's default for calls that neither the tool nor the caller limits.
+        crashed: called with the reason when the tool raises one of its `restart_on` exceptions.
+        why_unavailable: what a call hears when the tool cannot serve it.
+    """
+
+    def __init__(
+        self,
+        tool: ToolBase[Any, Any],
+        options: ToolOptions,
+        pipeline: FeaturePipeline,
+        counters: ToolCounters,
+        *,
+        max_bytes: int,
+        max_depth: int,
+        max_chars: int,
+        default_timeout: float | None,
+        crashed: Callable[[str], None],
+        why_unavailable: Callable[[], str],
+    ) -> None:
+        self.tool = tool
+        self.name = tool.name
+        self.options = options
+        self.counters = counters
+        self.running: set[Call] = set()  # calls an executor runs now (not yet ended)
+        self.draining = False  # the actor waits for `running` to empty (a graceful stop)
+        self.drained: Callable[[], None] = _nothing
+        self.mailbox: Mailbox = None  # type: ignore[assignment]  # set by the actor, with its executor
+        self.placed: PlacedTool | None = None  # a placed tool's workers, per incarnation
+        self.threads: KeptThreads | None = None  # a sync tool's threads (set by the actor)
+        self.host_loop: Any = None  # the host asyncio loop (asyncio tools)
+        self.host_executor: Any = None  # where an asyncio caller's call runs, if not where a trio caller's
+        placement = options.placement
+        self.is_placed = placement is not None and not placement.in_process
+        self.crash_reason: str | None = None
+        self._crashed = crashed
+        self._why_unavailable = why_unavailable
+        self.timeout = options.timeout
+        self.default_timeout = default_timeout
+        self.untimed = options.timeout is None and default_timeout is None
+        self.restart_on = options.restart_on
+        self.approval = options.requires_approval
+        self.chained = options.max_concurrency is not None
+        self.max_bytes = max_bytes
+        self.max_depth = max_depth
+        self.max_chars = max_chars
+        cls = type(tool)
+        self._parts = cls.result_to_parts is not ToolBase.result_to_parts
+        self._value = cls.result_value is not ToolBase.result_value
+        self.dispatch = tool.dispatch
+        self._decode: Callable[[Any], Any] = tool.decode_args
+        codec = tool._codec
+        if cls.decode_args is ToolBase.decode_args and codec is not None:
+            self._decode = codec.decode  # skip a layer: the hook is not overridden
+        self._to_text: Callable[[Any], str] = tool.result_to_text
+        if cls.result_to_text is ToolBase.result_to_text and cls.encode_result is ToolBase.encode_result:
+            self._to_text = _default_text  # the hooks are not overridden: skip two method calls
+        self._around = pipeline if pipeline.wraps_calls else None
+        code = tool.dispatch_code() if tool.is_async else None
+        self.eager_code: types.CodeType | None = code if cannot_suspend(code) else None
+        """The code of the tool's coroutine when it can never suspend (no `await` in it)."""
+
+    def use_pipeline(self, pipeline: FeaturePipeline) -> None:
+        """The features changed (one turned on after the runtime opened)."""
+        self._around = pipeline if pipeline.wraps_calls else None
+
+    # -- begin ---------------------------------------------------------------------------
+
+    def decode(self, call: Call) -> bool:
+        """Check the call's arguments' bounds and decode them into `call.args`; False with the
+        call answered (INVALID_ARGUMENTS, or REJECTED by a `decode_args` hook) if they are bad."""
+        raw = call.call.arguments
+        try:
+            if (
+                type(raw) is not str
+                or (size := len(raw)) * 4 > self.max_bytes
+                or (size > self.max_depth and raw.count("[") + raw.count("{") > self.max_depth)
+            ):
+                check_arguments(raw, self.max_bytes, self.max_depth)
+            call.args = self._decode(raw)
+        except Exception as exc:
+            if isinstance(exc, UnicodeError):
+                exc = not_unicode(raw, exc)
+            call.settle(input_failure(call.call, self.name, exc, self.max_chars))
+            return False
+        return True
+
+    # -- end: the one outcome mapping ----------------------------------------------------
+
+    def shape(self, call: Call, value: Any) -> ToolResult:
+        """The result of a call whose tool returned `value`: its text (and parts), cut to the
+        limits; ERROR if the value cannot be turned into text."""
+        if self.is_placed and type(value) is ToolSuccess:  # built where the tool ran
+            return success(call.call, self.name, value.value, value.content, value.parts, self.max_chars)
+        try:
+            text = self._to_text(value)
+            if not self._parts and not self._value and len(text) <= self.max_chars:  # the common case
+                return ToolSuccess(call_id=call.call.id, tool=self.name, content=text, value=value)
+            parts = tuple(self.tool.result_to_parts(value)) if self._parts else ()
+            if self._value:
+                value = self.tool.result_value(value)
+            return success(call.call, self.name, value, text, parts, self.max_chars)
+        except Exception as exc:
+            error_type, text = describe_error(exc)
+            return failure(
+                call.call,
+                FailureKind.ERROR,
+                f"tool {self.name!r} returned a result that could not be encoded: {text}"[: self.max_chars],
+                error_type,
+            )
+
+    def failure(self, call: Call, exc: BaseException) -> ToolFailure:
+        """The result of a call whose tool raised `exc`; a `restart_on` exception also crashes
+        the actor (the only exceptions that count toward a restart are the tool's own)."""
+        if isinstance(exc, _Refused):
+            return failure(call.call, exc.kind, str(exc))
+        result = exception_failure(call.call, self.name, exc, self.max_chars)
+        if call.ctx is not None:
+            call.ctx.error = exc
+        restart_on = self.restart_on
+        if restart_on and (isinstance(exc, restart_on) or (isinstance(exc, RemoteToolError) and exc.restart)):
+            log.warning(
+                "tool %r raised %s, a restart_on exception", self.name, result.error_type, exc_info=exc
+            )
+            self.crash_reason = describe_error(exc)[1]
+            self._crashed(self.crash_reason)
+        elif result.kind is FailureKind.ERROR:
+            log.info("tool %r raised %s", self.name, result.error_type, exc_info=exc)
+        return result
+
+    def unavailable_message(self) -> str:
+        reason = self.crash_reason
+        if reason:
+            return f"tool {self.name!r} crashed while serving this call ({reason}) and is restarting"
+        return self._why_unavailable()
+
+    # -- what the executors run ------------------------------------------------------------
+
+    def coroutine(self, call: Call) -> Any:
+        """The call's awaitable for a trio worker task: the tool's code runs in `call.context`
+        (its approval, if it asks for one, first: in the worker's)."""
+        context = call.context
+        if self.approval is not False:
+            return self._approved(call)
+        if self._around is None and not self.chained:
+            return InContext(context, context.run(self.dispatch, call.args, call.ctx))
+        return InContext(context, self._wrapped(call))
+
+    async def _wrapped(self, call: Call) -> Any:
+        """The tool's code with what wraps it: its call chain, the features' `around_call`."""
+        if self.chained:
+            call_chain.set((*call_chain.get(), self.counters))  # the call's own context: no reset
+        if self._around is not None and call.ctx is not None:
+            with self._around.around(call.ctx):
+                return await self.dispatch(call.args, call.ctx)
+        return await self.dispatch(call.args, call.ctx)
+
+    async def _approved(self, call: Call) -> Any:
+        await self._approve(call)
+        if not self.tool.is_async:
+            if self.options.inline:
+                return call.context.run(self.sync_call, call.args, call.ctx)
+            return await self._in_thread(call)
+        if self.options.loop == "asyncio":
+            return await self._on_host(call)
+        return await InContext(call.context, self._wrapped(call))
+
+    async def _in_thread(self, call: Call) -> Any:
+        """A sync tool's call on its threads, awaited by a worker task (after its approval)."""
+        threads = self.threads
+        assert threads is not None
+        task = trio.lowlevel.current_task()
+        ran: list[Any] = []
+
+        def done(job: Any, result: Any) -> None:
+            if ran:  # abandoned meanwhile: nobody waits
+                return
+            ran.append(result)
+            trio.lowlevel.reschedule(task, result)
+
+        job = threads.submit(call.context, self.sync_call, (call.args, call.ctx), done)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if not threads.drop(job):  # it runs on: abandoned (its thread cannot be interrupted)
+                ran.append(None)
+                self.counters.abandoned_threads += 1
+                if call.ctx is not None:
+                    call.ctx.abandoned = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _on_host(self, call: Call) -> Any:
+        """An asyncio tool's call as a task of the host loop, awaited by a worker task (after its
+        approval); cancelling this cancels the task, which gets a grace to end."""
+        loop = self.host_loop
+        task = loop.create_task(self.host_coroutine(call), context=call.context)
+        ended = trio.Event()
+        task.add_done_callback(lambda _: ended.set())  # on the host thread, inside the guest run
+        try:
+            await ended.wait()
+        except trio.Cancelled:
+            task.cancel()
+            with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_GRACE):
+                await ended.wait()  # a task that ignores its cancellation runs on, abandoned
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: asyncio would log it as never retrieved
+            raise
+        return task.result()
+
+    def host_coroutine(self, call: Call) -> Any:
+        """The call's coroutine for a task of the host asyncio loop (it runs in `call.context`)."""
+        return self._wrapped(call)
+
+    def sync_call(self, args: Any, ctx: CallContext | None) -> Any:
+        """A sync tool's call (in a thread, or inline), under the features' `around_call`."""
+        if self._around is not None and ctx is not None:
+            with self._around.around(ctx):
+                return self.dispatch(args, ctx)
+        return self.dispatch(args, ctx)
+
+    def eager_coroutine(self, call: Call) -> Any:
+        """The coroutine of an async call that cannot suspend, made in the call's context; None
+        (nothing of it ran) if the tool's function was replaced by code that was not checked (a
+        test patching `tool.fn`): such a call must go to a worker task."""
+        coro = call.context.run(self.dispatch, call.args, call.ctx)
+        if getattr(coro, "cr_code", None) is not self.eager_code:
+            if hasattr(coro, "close"):
+                coro.close()  # never started
+            self.eager_code = None
+            return None
+        return coro
+
+    def run_to_end(self, coro: Any, ctx: CallContext | None) -> Any:
+        """Run an `eager_coroutine` here, to its end (in the call's context: `Context.run` it)."""
+        if self._around is not None and ctx is not None:
+            with self._around.around(ctx):
+                return run_to_end(coro)
+        return run_to_end(coro)
+
+    async def placed_call(self, call: Call) -> ToolSuccess:
+        """Serve the call where the tool's placement runs it (the arguments are checked already)."""
+        placed = self.placed
+        if placed is None:  # between incarnations: the call waits for none
+            raise _Refused(FailureKind.UNAVAILABLE, self._why_unavailable())
+        raw = call.call.arguments
+        arguments = raw.encode() if type(raw) is str else _encode(raw)
+        timeout = None
+        if call.deadline != math.inf:
+            timeout = max(0.0, call.deadline - trio.current_time())
+        if self._around is not None and call.ctx is not None:
+            with self._around.around(call.ctx):  # the span is current for its progress and logs
+                return await placed.call(call.call, arguments, call.ctx, timeout)
+        return await placed.call(call.call, arguments, call.ctx, timeout)
+
+    async def _approve(self, call: Call) -> None:  # in the worker's context, as before the tool's
+        """Ask before the tool runs (`requires_approval`); raises ToolRejected when denied."""
+        approval = self.approval
+        if approval is False or (approval is not True and not approval(call.args)):
+            return
+        ctx = call.ctx
+        assert ctx is not None  # routing makes a context for every tool that asks
+        await ctx.approve(call.call.arguments)
+
+
+class _Refused(Exception):
+    """The engine's own refusal of a call while it runs (a placed tool between incarnations)."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _nothing() -> None:
+    pass
