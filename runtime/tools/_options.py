@@ -8,6 +8,7 @@ names the tool, never a surprise in the middle of a call.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
@@ -71,8 +72,10 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True):
         if isinstance(values, dict):
             unknown = sorted(set(values) - set(_DEFAULTS))
             if unknown:
+                close = difflib.get_close_matches(unknown[0], list(_DEFAULTS), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
                 raise ToolDefinitionError(
-                    f"{what}: unknown option {unknown[0]!r}; the options are: {', '.join(_DEFAULTS)}"
+                    f"{what}: unknown option {unknown[0]!r}; {hint}the options are: {', '.join(_DEFAULTS)}"
                 )
             fields = {name: values.get(name, default) for name, default in _DEFAULTS.items()}
             if isinstance(fields["restart_on"], list | set | frozenset):  # any iterable, as a keyword
