@@ -22,7 +22,7 @@ How to write a page's blocks (the convention this runner holds them to):
   a server listens on `int(os.environ.get("PORT", "8000"))`, and its clients read the same.
 - The output a program prints, shown to the reader: a ```text block right after it, marked
   `<!-- docs: output -->`. The program's stdout must be exactly that text (for a chain, the
-  output blocks after its blocks, joined).
+  output blocks after its blocks, joined; trailing spaces do not count).
 - A block that cannot run here (it needs a network service, a key, a person): the line before
   it is `<!-- docs: skip REASON -->`; the reason is required. Keep these rare: a program that
   needs a server can usually start one (an MCP server is a subprocess; an HTTP one a `server`).
@@ -190,10 +190,15 @@ def _check(program: Program, done: subprocess.CompletedProcess[str]) -> None:
         raise PageError(
             f"{program.where}: exit status {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
         )
-    if program.output is not None and done.stdout.rstrip() != program.output.rstrip():
+    if program.output is not None and _lines(done.stdout) != _lines(program.output):
         raise PageError(
             f"{program.where}: printed\n{done.stdout}\nbut the page shows\n{program.output}"
         )
+
+
+def _lines(text: str) -> list[str]:
+    """The text's lines, without trailing spaces (which Markdown editors drop) or blank ends."""
+    return [line.rstrip() for line in text.strip("\n").splitlines()]
 
 
 @contextlib.contextmanager
