@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("doc_blocks", ROOT / "tools" / "doc_blocks.py")
-assert _spec is not None and _spec.loader is not None
+assert _spec is not None
+assert _spec.loader is not None
 doc_blocks = importlib.util.module_from_spec(_spec)
 sys.modules["doc_blocks"] = doc_blocks
 _spec.loader.exec_module(doc_blocks)
@@ -29,7 +30,8 @@ def test_every_program_of_the_page_runs(page: Path) -> None:
 
 def test_the_readme_opens_with_a_complete_program_and_shows_what_it_prints() -> None:
     first = doc_blocks.programs(ROOT / "README.md", ROOT)[0]
-    assert first.kind == "run" and first.output
+    assert first.kind == "run"
+    assert first.output
     assert "trio.run(" in first.code
 
 

@@ -191,9 +191,7 @@ def _check(program: Program, done: subprocess.CompletedProcess[str]) -> None:
             f"{program.where}: exit status {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
         )
     if program.output is not None and _lines(done.stdout) != _lines(program.output):
-        raise PageError(
-            f"{program.where}: printed\n{done.stdout}\nbut the page shows\n{program.output}"
-        )
+        raise PageError(f"{program.where}: printed\n{done.stdout}\nbut the page shows\n{program.output}")
 
 
 def _lines(text: str) -> list[str]:
@@ -213,7 +211,9 @@ def _serving(program: Program, script: Path, cwd: Path, env: dict[str, str], pyt
             deadline = time.monotonic() + 60
             while True:
                 if proc.poll() is not None:
-                    raise PageError(f"{program.where}: the server exited ({proc.returncode}):\n{log.read_text()}")
+                    raise PageError(
+                        f"{program.where}: the server exited ({proc.returncode}):\n{log.read_text()}"
+                    )
                 with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
                 if time.monotonic() > deadline:
