@@ -11,7 +11,7 @@ NODE_DIR := conformance
 NODE_BIN := $(NODE_DIR)/node_modules/.bin
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean node conformance
+.PHONY: demo test lint typecheck pytest bench soak clean node conformance docs dist wheel-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -79,5 +79,39 @@ endif
 soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak
 
+# The docs site (mkdocs-material + mkdocstrings, mkdocs.yml), built strictly into site/: a warning,
+# a broken link or anchor fails it. Its Python blocks run in tests/test_docs_blocks.py.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The sdist and the wheel built from it, into dist/ (`build`, the release extra).
+RELEASE_STAMP := $(VENV)/.release-installed
+
+$(RELEASE_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[release]'
+	touch $(RELEASE_STAMP)
+
+dist: $(RELEASE_STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# What a user gets: the built wheel alone in a fresh venv (no checkout on its path), which
+# must say its version and run the README's program, printing what the README shows.
+WHEEL_VENV := .venv-wheel
+
+wheel-check: dist
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet dist/*.whl
+	cd / && $(CURDIR)/$(WHEEL_VENV)/bin/tool-runtime --version
+	$(BIN)/python tools/doc_blocks.py README.md --python $(CURDIR)/$(WHEEL_VENV)/bin/python
+	rm -rf $(WHEEL_VENV)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results
+	rm -rf $(VENV) $(WHEEL_VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results site dist

@@ -3,8 +3,10 @@
 Import name `runtime` (distribution `tool-runtime`). Tools run on trio; asyncio programs embed
 the runtime with `runtime.embed` (on their own loop, or on a thread of its own).
 The root only re-exports; see docs/ARCHITECTURE.md section 3 for the contract these names make.
+`runtime.__version__` is the installed distribution's version (not in `__all__`, as in httpx).
 """
 
+from ._version import __version__ as __version__
 from .engine import RestartPolicy as RestartPolicy
 from .engine import Runtime as Runtime
 from .engine import open_runtime as open_runtime

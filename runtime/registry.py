@@ -11,7 +11,7 @@ from .messages import ECHO_LIMIT, echo
 from .schema import ToolDescriptor, render_tool
 from .tools import FunctionTool, ToolBase, ToolSet, check_tool_name, tool
 
-__all__ = ["ToolLike", "ToolRegistry"]
+__all__ = ["ToolLike", "ToolRegistry", "duplicate_message"]
 
 AnyTool = ToolBase[Any, Any]
 ToolLike = ToolBase[Any, Any] | ToolSet | Callable[..., Any]
@@ -35,7 +35,7 @@ class ToolRegistry:
         by_name: dict[str, AnyTool] = {}
         for t in _expand(tools):
             if t.name in by_name:
-                raise ValueError(f"Tool {t.name!r} is already defined")
+                raise ValueError(duplicate_message(t.name, same=by_name[t.name] is t))
             by_name[t.name] = t
         self._by_name = by_name
         self._schemas: dict[tuple[str, bool], list[dict[str, Any]]] = {}
@@ -155,6 +155,23 @@ class ToolRegistry:
             cached = [render_tool(t.descriptor, provider, strict=strict) for t in self._by_name.values()]
             self._schemas[key] = cached
         return cached
+
+
+def duplicate_message(name: str, *, same: bool = False, running: bool = False) -> str:
+    """What to say when a second tool is called `name`; it starts "Tool 'x' is already defined".
+
+    Args:
+        same: the very same tool was given twice.
+        running: the name is taken in a running runtime (`rt.register`), where `replace=True`
+            swaps the old tool for the new one.
+    """
+    head = f"Tool {name!r} is already defined"
+    if same:
+        return f"{head}: the same tool is listed twice"
+    rename = "give the new one another name (@tool(name=...), or a tool class's `name` attribute)"
+    if running:
+        return f"{head}; pass replace=True to rt.register to replace it, or {rename}"
+    return f"{head}; {rename}"
 
 
 def _expand(items: Iterable[ToolLike]) -> Iterator[AnyTool]:

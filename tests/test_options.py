@@ -6,20 +6,12 @@ import typing
 
 import pytest
 
-from runtime import ToolDefinitionError, tool
 from runtime.tools import ToolOptions
 from runtime.tools._options import ToolOptionsKw
 
 
 def test_the_tool_keywords_are_the_option_fields() -> None:
     assert tuple(typing.get_type_hints(ToolOptionsKw)) == ToolOptions.__struct_fields__
-
-
-def test_a_misspelt_option_names_the_closest_one() -> None:
-    with pytest.raises(ToolDefinitionError, match=r"unknown option 'timout'; did you mean 'timeout'\?"):
-
-        @tool(timout=5)  # type: ignore[call-overload]
-        def f() -> None: ...
 
 
 def test_options_built_directly_are_checked_too() -> None:

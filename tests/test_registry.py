@@ -76,7 +76,7 @@ def test_duplicate_name_is_a_value_error() -> None:
     def other(q: str) -> str:
         return q
 
-    with pytest.raises(ValueError, match=r"^Tool 'search' is already defined$"):
+    with pytest.raises(ValueError, match=r"^Tool 'search' is already defined; give the new one another name"):
         ToolRegistry([search, other])
 
 

@@ -1,3 +1,4 @@
 """The command line: demo, schema, call, serve."""
 
+from ._main import console_main as console_main
 from ._main import main as main

@@ -14,12 +14,13 @@ from typing import Any
 
 import trio
 
+from .._version import __version__
 from ..engine import open_runtime
 from ..messages import ToolCall, ToolFailure
 from ..registry import ToolRegistry
 from ..schema import DIALECTS
 
-__all__ = ["load_registry", "main"]
+__all__ = ["console_main", "load_registry", "main"]
 
 
 class CommandError(Exception):
@@ -159,8 +160,9 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runtime", description="tool-runtime command line")
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="tool-runtime command line")
+    parser.add_argument("--version", action="version", version=f"tool-runtime {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the offline demo")
     demo.set_defaults(run=_demo)
@@ -231,12 +233,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m runtime") -> int:
+    """Run the command line; returns the exit status.
+
+    Args:
+        argv: the arguments (default: `sys.argv[1:]`).
+        prog: the command's name in the usage line and in errors.
+    """
+    args = _parser(prog).parse_args(argv)
     try:
         status: int = args.run(args)
         return status
     except CommandError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def console_main() -> int:
+    """The `tool-runtime` console script: `python -m runtime`, under its own name.
+
+    `python -m runtime` puts the current folder first on `sys.path`; a console script puts
+    its own `bin/` folder there instead. So that `tool-runtime serve my_tools:registry` finds
+    `my_tools.py` where `python -m runtime serve my_tools:registry` does, the folder goes first.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return main(prog="tool-runtime")

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from ..exceptions import ToolDefinitionError
-from ..registry import ToolRegistry
+from ..registry import ToolRegistry, duplicate_message
 from ..tools import ToolBase, check_tool_name
 from ._actor import ToolActor
 from ._options import Settings
@@ -95,7 +95,7 @@ class RegistryActor:
         for t in tools:
             check_tool_name(t.name)
             if t.name in seen or (t.name in self.routes and not replace):
-                raise ValueError(f"Tool {t.name!r} is already defined")
+                raise ValueError(duplicate_message(t.name, running=t.name not in seen))
             seen.add(t.name)
             options = t.options
             placement = options.placement

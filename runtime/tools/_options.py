@@ -89,9 +89,9 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             unknown = sorted(set(values) - set(_FIELDS))
             if unknown:
                 close = difflib.get_close_matches(unknown[0], _FIELDS, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = f"did you mean {close[0]!r}? " if close else ""
                 raise ToolDefinitionError(
-                    f"{what}: unknown option {unknown[0]!r}{hint} The options are: {', '.join(_FIELDS)}"
+                    f"{what}: unknown option {unknown[0]!r}; {hint}the options are: {', '.join(_FIELDS)}"
                 )
             fields = dict(values)
             if isinstance(fields.get("restart_on"), list | set | frozenset):  # any iterable, as a keyword
