@@ -112,7 +112,11 @@ class Otel:
 
     def ours(self) -> list[ReadableSpan]:
         """The runtime's spans (scope tool-runtime)."""
-        return [s for s in self.spans if s.instrumentation_scope and s.instrumentation_scope.name == "tool-runtime"]
+        return [
+            s
+            for s in self.spans
+            if s.instrumentation_scope and s.instrumentation_scope.name == "tool-runtime"
+        ]
 
 
 def names(spans: Iterable[ReadableSpan]) -> list[str]:

@@ -19,13 +19,12 @@ from agents import Agent, RunConfig, Runner, default_tool_error_function, set_tr
 from agents.strict_schema import ensure_strict_json_schema
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
+from integrations_support import EVENTS, TOOLS, Otel, names, ran_in_parallel
 from opentelemetry.trace import StatusCode
 
 from runtime import FailureKind, ToolCall
 from runtime.embed import RuntimeThread, open_asyncio_runtime
 from runtime.integrations.openai_agents import OpenTelemetryTracingProcessor, ToolCallFailed, function_tools
-
-from integrations_support import EVENTS, TOOLS, Otel, names, ran_in_parallel
 
 
 @pytest.fixture(autouse=True)
@@ -78,12 +77,14 @@ def test_an_agent_runs_parallel_calls_and_reads_our_failures_as_tool_errors() ->
     assert result.final_output == "all done"
     assert offered(model) == ["add", "boom", "overlap", "positive", "sleepy"]
     read = outputs(model)
-    assert read["c1"] == "done a" and read["c2"] == "done b"
+    assert read["c1"] == "done a"
+    assert read["c2"] == "done b"
     assert ran_in_parallel("a", "b")
     assert read["c3"] == "3"
     assert read["c4"] == "Error: tool 'boom' raised ValueError: the backend is on fire"
     assert read["c5"] == "Error: n must be positive, got -1"
-    assert read["c6"].startswith("Error: ") and "$.a" in read["c6"]
+    assert read["c6"].startswith("Error: ")
+    assert "$.a" in read["c6"]
     assert read["c7"] == "Error: tool 'sleepy' did not finish within 0.05s"
     # the runtime's spans carry the SDK's call ids
     ours = {s.attributes["gen_ai.tool.call.id"]: s for s in otel.ours() if s.attributes}
@@ -94,9 +95,7 @@ def test_an_agent_runs_parallel_calls_and_reads_our_failures_as_tool_errors() ->
 def test_a_hidden_tool_is_not_offered_and_its_call_never_reaches_the_runtime() -> None:
     async def main() -> tuple[ScriptedModel, Any]:
         async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
-            model = ScriptedModel(
-                [[function_call("secret", {}, call_id="s1")], [assistant_message("fine")]]
-            )
+            model = ScriptedModel([[function_call("secret", {}, call_id="s1")], [assistant_message("fine")]])
             agent = Agent(name="assistant", model=model, tools=function_tools(rt, only={"add", "boom"}))
             config = RunConfig(tool_not_found_behavior="return_error_to_model")
             result = await Runner.run(agent, "go", run_config=config)
@@ -140,8 +139,20 @@ def test_our_spans_nest_under_the_sdk_trace_mirrored_as_opentelemetry() -> None:
 
     asyncio.run(main())
     add_span, boom_span = otel.one("execute_tool add"), otel.one("execute_tool boom")
-    assert otel.ancestors(add_span) == ["function add", "turn 1", "agent assistant", "task Agent workflow", "checkout workflow"]
-    assert otel.ancestors(boom_span) == ["function boom", "turn 1", "agent assistant", "task Agent workflow", "checkout workflow"]
+    assert otel.ancestors(add_span) == [
+        "function add",
+        "turn 1",
+        "agent assistant",
+        "task Agent workflow",
+        "checkout workflow",
+    ]
+    assert otel.ancestors(boom_span) == [
+        "function boom",
+        "turn 1",
+        "agent assistant",
+        "task Agent workflow",
+        "checkout workflow",
+    ]
     assert len({s.context.trace_id for s in otel.spans}) == 1
     # the SDK's function span of the failed call carries the failure, as it does for its own errors
     function_boom = otel.one("function boom")
@@ -177,9 +188,7 @@ def test_a_failure_error_function_chooses_the_text_the_model_reads() -> None:
 
     async def main() -> ScriptedModel:
         async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
-            model = ScriptedModel(
-                [[function_call("boom", {}, call_id="c1")], [assistant_message("ok")]]
-            )
+            model = ScriptedModel([[function_call("boom", {}, call_id="c1")], [assistant_message("ok")]])
             tools = function_tools(rt, failure_error_function=hide_details)
             await Runner.run(Agent(name="assistant", model=model, tools=tools), "go")
             return model
@@ -201,8 +210,9 @@ def test_the_schema_is_our_openai_dialect_and_the_sdk_keeps_it_as_it_is() -> Non
                     assert made.params_json_schema == function["parameters"]
                     assert made.strict_json_schema is bool(function.get("strict", False))
                     if made.strict_json_schema:
-                        assert ensure_strict_json_schema(json.loads(json.dumps(function["parameters"]))) == (
-                            function["parameters"]
+                        assert (
+                            ensure_strict_json_schema(json.loads(json.dumps(function["parameters"])))
+                            == (function["parameters"])
                         )
 
     asyncio.run(main())
@@ -235,10 +245,13 @@ def test_on_invoke_tool_called_directly_passes_the_arguments_as_they_are() -> No
     async def main() -> None:
         async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
             (add_tool,) = function_tools(rt, only={"add"})
-            ctx = ToolContext(context=None, tool_name="add", tool_call_id="x1", tool_arguments='{"a":4,"b":5}')
+            ctx = ToolContext(
+                context=None, tool_name="add", tool_call_id="x1", tool_arguments='{"a":4,"b":5}'
+            )
             assert await add_tool.on_invoke_tool(ctx, '{"a":4,"b":5}') == "9"
             text = await add_tool.on_invoke_tool(ctx, "{not json")
-            assert text.startswith("Error: ") and "JSON" in text
+            assert text.startswith("Error: ")
+            assert "JSON" in text
             assert (await rt.call(ToolCall(id="d", name="add", arguments='{"a":1,"b":1}'))).content == "2"
 
     asyncio.run(main())

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
+from integrations_support import EVENTS, TOOLS, Otel, ran_in_parallel
 from opentelemetry.trace import StatusCode
 from pydantic_ai import Agent, InstrumentationSettings
 from pydantic_ai.capabilities import Instrumentation
@@ -32,8 +33,6 @@ from pydantic_ai.models.test import TestModel
 from runtime import FailureKind
 from runtime.embed import RuntimeThread, open_asyncio_runtime
 from runtime.integrations.pydantic_ai import RuntimeToolset
-
-from integrations_support import EVENTS, TOOLS, Otel, ran_in_parallel
 
 
 @pytest.fixture(autouse=True)
@@ -89,19 +88,25 @@ def test_an_agent_runs_parallel_calls_and_our_failures_are_its_tool_errors() -> 
     assert ran_in_parallel("a", "b")
     assert [answers[c].content for c in ("c1", "c2", "c3")] == ["done a", "done b", "3"]
     for c in ("c1", "c2", "c3"):
-        assert isinstance(answers[c], ToolReturnPart) and answers[c].outcome == "success"
+        assert isinstance(answers[c], ToolReturnPart)
+        assert answers[c].outcome == "success"
     # ERROR and TIMEOUT: failed tool results (ToolFailed), no retry
     boom, sleepy = answers["c4"], answers["c7"]
-    assert isinstance(boom, ToolReturnPart) and boom.outcome == "failed"
+    assert isinstance(boom, ToolReturnPart)
+    assert boom.outcome == "failed"
     assert boom.content == "tool 'boom' raised ValueError: the backend is on fire"
-    assert isinstance(sleepy, ToolReturnPart) and sleepy.outcome == "failed"
+    assert isinstance(sleepy, ToolReturnPart)
+    assert sleepy.outcome == "failed"
     assert sleepy.content == "tool 'sleepy' did not finish within 0.05s"
     # REJECTED and INVALID_ARGUMENTS: retry prompts (ModelRetry), the model should fix its call
     rejected, invalid = answers["c5"], answers["c6"]
-    assert isinstance(rejected, ToolReturnPart) and rejected.outcome == "retried"
+    assert isinstance(rejected, ToolReturnPart)
+    assert rejected.outcome == "retried"
     assert rejected.content == "n must be positive, got -1"
-    assert rejected.retry is not None and rejected.retry.cause == "model_retry"
-    assert isinstance(invalid, ToolReturnPart) and invalid.outcome == "retried"
+    assert rejected.retry is not None
+    assert rejected.retry.cause == "model_retry"
+    assert isinstance(invalid, ToolReturnPart)
+    assert invalid.outcome == "retried"
     assert "$.a" in str(invalid.content)
 
 
@@ -129,7 +134,8 @@ def test_retry_on_chooses_which_failures_are_retried() -> None:
 
     asyncio.run(main())
     answer = script.answers()["c1"]
-    assert isinstance(answer, ToolReturnPart) and answer.outcome == "failed"
+    assert isinstance(answer, ToolReturnPart)
+    assert answer.outcome == "failed"
 
 
 def test_a_hidden_tool_is_not_offered_and_never_reaches_the_runtime() -> None:
@@ -144,8 +150,10 @@ def test_a_hidden_tool_is_not_offered_and_never_reaches_the_runtime() -> None:
     asyncio.run(main())
     assert script.offered == ["add", "boom"]
     answer = script.answers()["s1"]
-    assert isinstance(answer, ToolReturnPart) and answer.outcome == "retried"  # pydantic-ai's own answer
-    assert "secret" in str(answer.content) and "launch codes" not in str(answer.content)
+    assert isinstance(answer, ToolReturnPart)
+    assert answer.outcome == "retried"
+    assert "secret" in str(answer.content)
+    assert "launch codes" not in str(answer.content)
     assert "secret ran" not in EVENTS
 
 
@@ -183,7 +191,9 @@ def test_our_spans_nest_under_pydantic_ai_spans() -> None:
                 FunctionModel(script),
                 name="assistant",
                 toolsets=[RuntimeToolset(rt)],
-                capabilities=[Instrumentation(settings=InstrumentationSettings(tracer_provider=otel.provider))],
+                capabilities=[
+                    Instrumentation(settings=InstrumentationSettings(tracer_provider=otel.provider))
+                ],
             )
             await agent.run("go")
 
@@ -196,7 +206,8 @@ def test_our_spans_nest_under_pydantic_ai_spans() -> None:
         assert parent.instrumentation_scope is not None
         assert parent.instrumentation_scope.name == "pydantic-ai"
         assert parent.name == f"execute_tool {name}"
-        assert parent.attributes is not None and parent.attributes["gen_ai.tool.call.id"] == call_id
+        assert parent.attributes is not None
+        assert parent.attributes["gen_ai.tool.call.id"] == call_id
         assert "invoke_agent assistant" in otel.ancestors(span)
     assert ours["c2"].status.status_code is StatusCode.ERROR
     assert otel.parent_of(ours["c2"]).status.status_code is StatusCode.ERROR  # its span shows ToolFailed
@@ -213,8 +224,10 @@ def test_pydantic_ai_test_model_calls_every_tool_with_arguments_from_our_schemas
 
     output = asyncio.run(main())
     # TestModel answers with what each tool returned; ours include the failures as text
-    assert '"add":' in output and '"overlap":"done ' in output
-    assert "the backend is on fire" in output and "did not finish within 0.05s" in output
+    assert '"add":' in output
+    assert '"overlap":"done ' in output
+    assert "the backend is on fire" in output
+    assert "did not finish within 0.05s" in output
 
 
 def test_a_runtime_thread_backs_the_toolset_too() -> None:

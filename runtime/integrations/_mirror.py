@@ -41,6 +41,7 @@ class SpanMirror:
     def __init__(self, scope: str, tracer_provider: TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer(scope, tracer_provider=tracer_provider)
         self._spans: dict[Hashable, Span] = {}
+        self._aliases: dict[Hashable, Hashable | None] = {}  # framework spans not mirrored -> their parent
         self._lock = threading.Lock()  # the frameworks may report from worker threads
         _MIRRORS.add(self)
 
@@ -53,17 +54,27 @@ class SpanMirror:
     ) -> None:
         """A framework span began: mirror it under its parent's mirror, or under the current context."""
         with self._lock:
-            parent_span = self._spans.get(parent) if parent is not None else None
+            parent_span = self._find(parent)
         context = trace.set_span_in_context(parent_span) if parent_span is not None else None
         span = self._tracer.start_span(name, context=context, kind=SpanKind.INTERNAL, attributes=attributes)
         with self._lock:
             self._spans[key] = span
 
+    def alias(self, key: Hashable, parent: Hashable | None) -> None:
+        """A framework span began that is not mirrored: its children go under its parent's mirror."""
+        with self._lock:
+            self._aliases[key] = parent
+
     def end(
-        self, key: Hashable, *, error: str | None = None, attributes: Mapping[str, AttributeValue] | None = None
+        self,
+        key: Hashable,
+        *,
+        error: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> None:
         """A framework span ended (with `error`, if it failed); its mirror ends too."""
         with self._lock:
+            self._aliases.pop(key, None)
             span = self._spans.pop(key, None)
         if span is None:
             return
@@ -74,14 +85,25 @@ class SpanMirror:
         span.end()
 
     def span(self, key: Hashable) -> Span | None:
-        """The mirror of the framework span `key`, while it runs."""
+        """The mirror of the framework span `key` (or of its nearest mirrored parent), while it runs."""
         with self._lock:
-            return self._spans.get(key)
+            return self._find(key)
+
+    def _find(self, key: Hashable | None) -> Span | None:
+        for _ in range(64):  # aliases form chains, not cycles; the bound only guards a framework bug
+            if key is None:
+                return None
+            span = self._spans.get(key)
+            if span is not None or key not in self._aliases:
+                return span
+            key = self._aliases[key]
+        return None
 
     def close(self) -> None:
         """End every mirrored span still open (the framework will not report them any more)."""
         with self._lock:
             spans, self._spans = list(self._spans.values()), {}
+            self._aliases.clear()
         for span in spans:
             span.end()
 
