@@ -187,6 +187,14 @@ class Selection:
                 + "; ".join(registry.missing_message(name) for name in missing)
             )
 
+    def sends(self, name: str, registry: ToolRegistry) -> bool:
+        """Whether a call of `name` goes to the runtime (else `hidden` answers it here).
+
+        With a selection, an unknown name is answered here too: the runtime's answer would
+        list every tool, the hidden ones included.
+        """
+        return self.shows(name) and (self.unrestricted or name in registry)
+
     def hidden(self, call: ToolCall, registry: ToolRegistry) -> ToolFailure:
         """The answer to a call of a tool this selection hides (or that does not exist)."""
         return ToolFailure(
@@ -203,9 +211,7 @@ class Selection:
         sent: list[ToolCall] = []
         answered: dict[int, ToolFailure] = {}
         for i, call in enumerate(calls):
-            # With a selection, an unknown name is answered here too: the runtime's answer would
-            # list every tool, the hidden ones included.
-            if self.shows(call.name) and (self.unrestricted or call.name in registry):
+            if self.sends(call.name, registry):
                 sent.append(call)
             else:
                 answered[i] = self.hidden(call, registry)

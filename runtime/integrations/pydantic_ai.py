@@ -135,11 +135,11 @@ class RuntimeToolset(AbstractToolset[AgentDepsT]):
     ) -> Any:
         """Run the call through the runtime: its content, or `ModelRetry` / `ToolFailed`."""
         call = ToolCall(id=ctx.tool_call_id or new_call_id("pydantic-ai"), name=name, arguments=tool_args)
-        selection = self._selection
-        if selection.unrestricted or selection.shows(name):
+        registry = self._caller.registry
+        if self._selection.sends(name, registry):
             result = await self._caller.call(call, metadata=self._metadata, timeout=self._timeout)
-        else:  # pydantic-ai calls only listed tools; a hidden one never reaches the runtime anyway
-            result = selection.hidden(call, self._caller.registry)
+        else:  # pydantic-ai calls only listed tools, but a hidden one must never reach the runtime
+            result = self._selection.hidden(call, registry)
         if isinstance(result, ToolFailure):
             if result.kind in self._retry_on:
                 raise ModelRetry(result.message)
