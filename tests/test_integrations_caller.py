@@ -85,3 +85,36 @@ def test_the_package_imports_no_framework() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
     assert runtime.integrations.__all__ == sorted(runtime.integrations.__all__)
+
+
+def test_each_adapter_exports_what_users_need_and_nothing_else() -> None:
+    import importlib
+
+    surfaces = {
+        "runtime.integrations": [
+            "BlockingCaller",
+            "Caller",
+            "RuntimeLike",
+            "Selection",
+            "ToolCallFailed",
+            "caller_of",
+        ],
+        "runtime.integrations.openai_agents": [
+            "OpenTelemetryTracingProcessor",
+            "ToolCallFailed",
+            "failure_text",
+            "function_tools",
+        ],
+        "runtime.integrations.pydantic_ai": ["RETRY_ON", "RuntimeToolset"],
+        "runtime.integrations.langchain": [
+            "OpenTelemetryCallbackHandler",
+            "RuntimeTool",
+            "RuntimeToolException",
+            "RuntimeToolNode",
+            "tools",
+        ],
+    }
+    for name, expected in surfaces.items():
+        module = importlib.import_module(name)
+        assert sorted(module.__all__) == expected, name
+        assert all(getattr(module, n, None) is not None for n in expected), name
