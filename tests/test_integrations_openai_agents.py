@@ -249,6 +249,10 @@ def test_on_invoke_tool_called_directly_passes_the_arguments_as_they_are() -> No
                 context=None, tool_name="add", tool_call_id="x1", tool_arguments='{"a":4,"b":5}'
             )
             assert await add_tool.on_invoke_tool(ctx, '{"a":4,"b":5}') == "9"
+            (boom_tool,) = function_tools(rt, only={"boom"})
+            assert await boom_tool.on_invoke_tool(ctx, "") == (
+                "Error: tool 'boom' raised ValueError: the backend is on fire"
+            )  # empty arguments are no arguments, as for the SDK's own tools
             text = await add_tool.on_invoke_tool(ctx, "{not json")
             assert text.startswith("Error: ")
             assert "JSON" in text

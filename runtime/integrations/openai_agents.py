@@ -87,7 +87,6 @@ def function_tools(
     tools: list[FunctionTool] = []
     for schema in visible.schemas("openai", strict=strict):
         function = copy.deepcopy(schema["function"])  # the registry's copy is cached: never handed out
-
         tools.append(
             FunctionTool(
                 name=function["name"],
@@ -109,7 +108,8 @@ def _invoker(
 ) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
         call_id = getattr(ctx, "tool_call_id", None) or new_call_id("agents")
-        call = ToolCall(id=call_id, name=name, arguments=arguments)
+        # Empty arguments mean none, as for the SDK's own tools (models send "" for a tool without any).
+        call = ToolCall(id=call_id, name=name, arguments=arguments or "{}")
         span = get_current_span()  # the SDK's `function` span of this call
         with parent_context(_key(span.span_id) if span is not None else None):
             result = await caller.call(call, metadata=metadata, timeout=timeout)
