@@ -26,19 +26,27 @@ $(RAY_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[ray]'
 	touch $(RAY_STAMP)
 
+# runtime.integrations is tested under each framework's own agent: the integrations extra is part of
+# the test set-up too (and of lint: mypy reads the frameworks' types).
+INTEGRATIONS_STAMP := $(VENV)/.integrations-installed
+
+$(INTEGRATIONS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[integrations]'
+	touch $(INTEGRATIONS_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/python -m runtime demo
 
-lint: $(STAMP) $(RAY_STAMP)
+lint: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
 	$(BIN)/ruff check runtime tests benchmarks examples conformance
 	$(BIN)/ruff format --check runtime tests benchmarks examples conformance
 	$(BIN)/mypy
 	$(BIN)/python tools/check_layers.py .
 
-typecheck: $(STAMP) $(RAY_STAMP)
+typecheck: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(RAY_STAMP) $(NODE_STAMP)
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest

@@ -1,0 +1,247 @@
+"""What every adapter needs of a runtime: the `Caller` protocol, tool selection, hidden tools.
+
+The agent frameworks are asyncio programs and the runtime is a trio program, so an adapter
+never holds a trio `Runtime`: it holds a `Caller`, an object with the runtime's registry and
+its two awaitable call methods, usable from asyncio tasks.
+
+- `AsyncioRuntime` (from `open_asyncio_runtime`, on the framework's own loop) is a `Caller`
+  as it is, and so will be a scoped view of one (`rt.scoped(principal=, only=, exclude=)`).
+- `RuntimeThread` is wrapped: its `acall` / `acall_many` are the awaitable calls, and its
+  blocking `call_many` serves the frameworks' sync entry points (LangChain's `invoke`).
+
+`caller_of` does that choice once, when an adapter is built.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..embed import RuntimeThread
+from ..engine import Runtime
+from ..exceptions import RuntimeClosed, ToolRuntimeError
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, echo
+from ..registry import ToolRegistry
+
+__all__ = [
+    "BlockingCaller",
+    "Caller",
+    "RuntimeLike",
+    "Selection",
+    "ToolCallFailed",
+    "caller_of",
+    "merge",
+    "new_call_id",
+]
+
+
+@runtime_checkable
+class Caller(Protocol):
+    """A runtime as the adapters see it: a registry and two calls awaited from asyncio.
+
+    Every call gets exactly one result (a `ToolSuccess` or a `ToolFailure`); the only
+    exception is the caller's own mistake (`RuntimeClosed`).
+    """
+
+    @property
+    def registry(self) -> ToolRegistry: ...
+
+    async def call(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult: ...
+
+    async def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]: ...
+
+
+@runtime_checkable
+class BlockingCaller(Caller, Protocol):
+    """A `Caller` that can also be called from sync code (a `RuntimeThread`)."""
+
+    def call_many_blocking(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]: ...
+
+
+RuntimeLike = Caller | RuntimeThread
+"""What the adapters accept: an `AsyncioRuntime` (or any `Caller`), or a `RuntimeThread`."""
+
+
+def caller_of(runtime: RuntimeLike) -> Caller:
+    """The `Caller` for `runtime`.
+
+    Raises:
+        TypeError: `runtime` is a trio `Runtime` (asyncio code cannot await it) or not a runtime.
+    """
+    if isinstance(runtime, RuntimeThread):
+        return _ThreadCaller(runtime)
+    if isinstance(runtime, Runtime):
+        raise TypeError(
+            "the agent frameworks run on asyncio and cannot call a trio Runtime; open the runtime with "
+            "runtime.embed.open_asyncio_runtime(...) on the framework's loop, or use runtime.embed.RuntimeThread"
+        )
+    if isinstance(runtime, Caller):
+        return runtime
+    raise TypeError(
+        f"expected an AsyncioRuntime (open_asyncio_runtime), a RuntimeThread or an object with `registry`, "
+        f"`call` and `call_many`; got {type(runtime).__name__}"
+    )
+
+
+class _ThreadCaller:
+    """A `RuntimeThread` as a `BlockingCaller`."""
+
+    __slots__ = ("_thread",)
+
+    def __init__(self, thread: RuntimeThread) -> None:
+        self._thread = thread
+
+    @property
+    def registry(self) -> ToolRegistry:
+        registry = getattr(self._thread, "registry", None)
+        if isinstance(registry, ToolRegistry):
+            return registry
+        # RuntimeThread has no public `registry` yet; its runtime's is a snapshot (an immutable
+        # object swapped whole), so reading it from this thread is safe.
+        inner = self._thread._runtime
+        if inner is None:
+            raise RuntimeClosed("the RuntimeThread is not running; use it inside its `with` block")
+        return inner.registry
+
+    async def call(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult:
+        return await self._thread.acall(call, metadata=metadata, timeout=timeout)
+
+    async def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        return await self._thread.acall_many(calls, metadata=metadata, timeout=timeout)
+
+    def call_many_blocking(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        return self._thread.call_many(calls, metadata=metadata, timeout=timeout)
+
+
+class Selection:
+    """Which of a runtime's tools an adapter shows: `only` these names (None: all), minus `exclude`.
+
+    A hidden tool is never listed to the framework, and a call of one never reaches the
+    runtime: it is answered UNKNOWN_TOOL naming only the visible tools, so the model learns
+    nothing of what it may not see.
+    """
+
+    __slots__ = ("exclude", "only")
+
+    def __init__(self, only: Collection[str] | None = None, exclude: Collection[str] = ()) -> None:
+        if isinstance(only, str) or isinstance(exclude, str):
+            raise TypeError("`only` and `exclude` take a collection of tool names, not one string")
+        self.only = None if only is None else frozenset(only)
+        self.exclude = frozenset(exclude)
+
+    @property
+    def unrestricted(self) -> bool:
+        """Every tool is shown."""
+        return self.only is None and not self.exclude
+
+    def shows(self, name: str) -> bool:
+        return (self.only is None or name in self.only) and name not in self.exclude
+
+    def visible(self, registry: ToolRegistry) -> ToolRegistry:
+        """The tools of `registry` this selection shows, in the registry's order."""
+        if self.unrestricted:
+            return registry
+        return ToolRegistry([t for t in registry if self.shows(t.name)])
+
+    def check(self, registry: ToolRegistry) -> None:
+        """For adapters that list the tools once: a name in `only` must be a tool.
+
+        Raises:
+            ValueError: `only` names a tool the registry does not have.
+        """
+        if self.only is None:
+            return
+        missing = sorted(self.only.difference(registry.names()))
+        if missing:
+            raise ValueError(
+                "`only` names no tool of this runtime: "
+                + "; ".join(registry.missing_message(name) for name in missing)
+            )
+
+    def sends(self, name: str, registry: ToolRegistry) -> bool:
+        """Whether a call of `name` goes to the runtime (else `hidden` answers it here).
+
+        With a selection, an unknown name is answered here too: the runtime's answer would
+        list every tool, the hidden ones included.
+        """
+        return self.shows(name) and (self.unrestricted or name in registry)
+
+    def hidden(self, call: ToolCall, registry: ToolRegistry) -> ToolFailure:
+        """The answer to a call of a tool this selection hides (or that does not exist)."""
+        return ToolFailure(
+            call_id=call.id,
+            tool=echo(call.name),
+            kind=FailureKind.UNKNOWN_TOOL,
+            message=self.visible(registry).missing_message(call.name),
+        )
+
+    def partition(
+        self, calls: Sequence[ToolCall], registry: ToolRegistry
+    ) -> tuple[list[ToolCall], dict[int, ToolFailure]]:
+        """The calls to send to the runtime, and the answers (by position) of the hidden ones."""
+        sent: list[ToolCall] = []
+        answered: dict[int, ToolFailure] = {}
+        for i, call in enumerate(calls):
+            if self.sends(call.name, registry):
+                sent.append(call)
+            else:
+                answered[i] = self.hidden(call, registry)
+        return sent, answered
+
+
+def merge(sent: list[ToolResult], answered: dict[int, ToolFailure], total: int) -> list[ToolResult]:
+    """Results in call order, from what the runtime answered and what was answered here."""
+    served = iter(sent)
+    return [answered[i] if i in answered else next(served) for i in range(total)]
+
+
+class ToolCallFailed(ToolRuntimeError):
+    """A call ended in a `ToolFailure`; given to a framework's error formatter.
+
+    openai-agents' `failure_error_function` and LangChain's `handle_tool_error` take an
+    exception; this is the one they get. `str()` is the text the model reads.
+
+    Attributes:
+        failure: the structured failure (`kind`, `message`, `call_id`, `tool`).
+    """
+
+    def __init__(self, failure: ToolFailure) -> None:
+        self.failure = failure
+        super().__init__(failure.content)
+
+
+_ids = itertools.count(1)
+
+
+def new_call_id(prefix: str) -> str:
+    """An id for a call the framework gave none."""
+    return f"{prefix}-{next(_ids)}"

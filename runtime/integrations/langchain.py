@@ -1,0 +1,462 @@
+"""A runtime's tools as LangChain tools, and a LangGraph-compatible tool node (the `langchain` extra).
+
+    async with open_asyncio_runtime(registry) as rt:
+        model = chat_model.bind_tools(tools(rt))              # LangChain tools: BaseTool
+        graph.add_node("tools", RuntimeToolNode(rt))          # in place of langgraph's ToolNode
+
+`tools(rt)` gives one `RuntimeTool` (a `BaseTool`) per runtime tool, its `args_schema` the
+runtime's plain JSON Schema; invoked with a model's tool call it answers a `ToolMessage`, its
+`artifact` the runtime's `ToolSuccess`. `RuntimeToolNode` takes what `langgraph.prebuilt.ToolNode`
+takes (a state dict or object with `messages`, a list of messages, or a list of tool calls) and
+returns what it returns (`{"messages": [ToolMessage, ...]}`, or a list for a list of messages),
+but runs all the tool calls of the last AIMessage as one batch through `rt.call_many`, so they
+run in parallel on the runtime; each `ToolMessage.artifact` is the call's `ToolResult`. The node
+needs only langchain-core; LangGraph runs it as any node.
+
+Failures: a tool never raises into LangChain. A `ToolFailure` becomes `ToolMessage(status="error")`
+with the failure's text: `RuntimeTool` raises a `RuntimeToolException` (a `ToolException`
+carrying the `ToolFailure`) that its `handle_tool_error` turns into that message, LangChain's own
+path for a handled tool error; the node builds the message itself. A call of a hidden tool never
+reaches the runtime: it is answered UNKNOWN_TOOL naming only the visible tools.
+
+Spans: LangChain traces with callbacks (its run tree), not OpenTelemetry. The runtime's
+`execute_tool` spans are children of the OpenTelemetry context current when the tool or node
+runs; with `OpenTelemetryCallbackHandler` among the run's callbacks, LangChain's runs are mirrored
+as OTel spans (graph -> node -> tool, model calls too) and the runtime's span of a `RuntimeTool`
+call nests under the mirror of its tool run, the spans of a node's batch under the mirror of the
+node's run.
+
+`runtime` is an `AsyncioRuntime` (on the agent's event loop), a `RuntimeThread` (which also serves
+LangChain's sync `invoke`), or any `Caller` (see `runtime.integrations`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Any, Literal
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import ToolCall as LangChainToolCall
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.tools import BaseTool, ToolException
+from opentelemetry.trace import TracerProvider
+from pydantic import PrivateAttr
+
+from ..messages import ToolCall, ToolFailure, ToolResult
+from ._caller import BlockingCaller, Caller, RuntimeLike, Selection, caller_of, merge, new_call_id
+from ._mirror import SpanMirror, parent_context
+
+__all__ = [
+    "OpenTelemetryCallbackHandler",
+    "RuntimeTool",
+    "RuntimeToolException",
+    "RuntimeToolNode",
+    "tools",
+]
+
+_TOOL_CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tool_runtime_lc_call_id", default=None
+)
+
+
+class RuntimeToolException(ToolException):
+    """A runtime call ended in a `ToolFailure`; `str()` is the text the model reads.
+
+    Attributes:
+        failure: the structured failure (`kind`, `message`, `call_id`, `tool`).
+    """
+
+    def __init__(self, failure: ToolFailure) -> None:
+        self.failure = failure
+        super().__init__(failure.content)
+
+
+def _failure_text(error: ToolException) -> str:
+    return str(error)
+
+
+def tools(
+    runtime: RuntimeLike,
+    *,
+    only: Collection[str] | None = None,
+    exclude: Collection[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    handle_tool_error: Callable[[ToolException], str] = _failure_text,
+) -> list[RuntimeTool]:
+    """The runtime's tools (those it has now) as LangChain tools that call it.
+
+    Args:
+        runtime: an `AsyncioRuntime`, a `RuntimeThread` or any `Caller`.
+        only: show only these tools (None: all).
+        exclude: hide these tools.
+        metadata: given to every call (never to the model).
+        timeout: a deadline per call, in seconds (besides the tools' and the runtime's own).
+        handle_tool_error: the text of a failed call's `ToolMessage(status="error")`, from a
+            `RuntimeToolException`; by default the failure's own text.
+
+    Raises:
+        ValueError: `only` names a tool the runtime does not have.
+        TypeError: `runtime` is not one of the above (a trio `Runtime`, say).
+    """
+    caller = caller_of(runtime)
+    selection = Selection(only, exclude)
+    registry = caller.registry
+    selection.check(registry)
+    made = []
+    for schema in selection.visible(registry).schemas("jsonschema"):
+        parameters = copy.deepcopy(schema["parameters"])  # the registry's copy is cached
+        parameters.pop("$schema", None)
+        tool = RuntimeTool(
+            name=schema["name"],
+            description=schema.get("description") or "",
+            args_schema=parameters,
+            handle_tool_error=handle_tool_error,
+            response_format="content_and_artifact",
+        )
+        tool._bind(caller, metadata, timeout)
+        made.append(tool)
+    return made
+
+
+class RuntimeTool(BaseTool):
+    """One runtime tool as a LangChain `BaseTool` (made by `tools()`).
+
+    The model's arguments go to the runtime as they are (LangChain does not validate them
+    against a JSON-Schema `args_schema`; the runtime does). Returns `(content, ToolSuccess)`
+    (`response_format="content_and_artifact"`), so a tool call's `ToolMessage` carries the
+    runtime's result as its artifact; a failure raises `RuntimeToolException`, handled into
+    `ToolMessage(status="error")`.
+    """
+
+    _caller: Caller = PrivateAttr()
+    _metadata: Mapping[str, Any] | None = PrivateAttr(default=None)
+    _timeout: float | None = PrivateAttr(default=None)
+
+    def _bind(self, caller: Caller, metadata: Mapping[str, Any] | None, timeout: float | None) -> None:
+        self._caller = caller
+        self._metadata = metadata
+        self._timeout = timeout
+
+    # The call id of a model's tool call reaches neither `_run` nor `_arun`: it rides a context
+    # variable from `invoke` / `ainvoke`, so the runtime's call (and its span) carries the id.
+    def invoke(
+        self,
+        input: str | dict[str, Any] | LangChainToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        token = _TOOL_CALL_ID.set(_call_id_of(input))
+        try:
+            return super().invoke(input, config, **kwargs)
+        finally:
+            _TOOL_CALL_ID.reset(token)
+
+    async def ainvoke(
+        self,
+        input: str | dict[str, Any] | LangChainToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        token = _TOOL_CALL_ID.set(_call_id_of(input))
+        try:
+            return await super().ainvoke(input, config, **kwargs)
+        finally:
+            _TOOL_CALL_ID.reset(token)
+
+    def _call(self, arguments: dict[str, Any]) -> ToolCall:
+        return ToolCall(
+            id=_TOOL_CALL_ID.get() or new_call_id("langchain"), name=self.name, arguments=arguments
+        )
+
+    async def _arun(self, *args: Any, **kwargs: Any) -> tuple[str, ToolResult]:
+        call = self._call(kwargs)
+        with parent_context(_key(_current_run())):
+            result = await self._caller.call(call, metadata=self._metadata, timeout=self._timeout)
+        return _content(result)
+
+    def _run(self, *args: Any, **kwargs: Any) -> tuple[str, ToolResult]:
+        call = self._call(kwargs)
+        with parent_context(_key(_current_run())):
+            (result,) = _blocking(self._caller).call_many_blocking(
+                [call], metadata=self._metadata, timeout=self._timeout
+            )
+        return _content(result)
+
+
+def _content(result: ToolResult) -> tuple[str, ToolResult]:
+    if isinstance(result, ToolFailure):
+        raise RuntimeToolException(result)
+    return result.content, result
+
+
+def _call_id_of(input: Any) -> str | None:
+    if isinstance(input, dict) and input.get("type") == "tool_call":
+        call_id = input.get("id")
+        return call_id if isinstance(call_id, str) else None
+    return None
+
+
+def _current_run(config: RunnableConfig | None = None) -> UUID | None:
+    """The id of the LangChain run this code runs in (a tool's run, a graph node's run)."""
+    callbacks = ensure_config(config).get("callbacks")
+    return callbacks.parent_run_id if isinstance(callbacks, BaseCallbackManager) else None
+
+
+def _blocking(caller: Caller) -> BlockingCaller:
+    if not isinstance(caller, BlockingCaller):
+        raise RuntimeError(
+            "a sync LangChain call (invoke) needs a runtime that sync code can call: a "
+            "runtime.embed.RuntimeThread; with open_asyncio_runtime use ainvoke / astream"
+        )
+    return caller
+
+
+class RuntimeToolNode(Runnable[Any, Any]):
+    """A LangGraph tool node backed by the runtime: the last AIMessage's tool calls, run as one batch.
+
+    Input and output are those of `langgraph.prebuilt.ToolNode`: a state dict (or object)
+    with `messages_key` -> `{messages_key: [ToolMessage, ...]}`; a list of messages -> a list
+    of ToolMessages; a list of tool calls (or LangGraph's `Send` payload with a `tool_call`)
+    -> `{messages_key: [...]}`. One ToolMessage per tool call, in the calls' order, each with
+    `status` "success" or "error" and the `ToolResult` as `artifact`.
+
+    Args:
+        runtime: an `AsyncioRuntime`, a `RuntimeThread` (also for sync `invoke`) or any `Caller`.
+        only: the tools the node runs (None: all); others are answered UNKNOWN_TOOL here.
+        exclude: tools the node refuses the same way.
+        messages_key: the state's key (or attribute) holding the messages.
+        metadata: given to every call (never to the model).
+        timeout: a deadline for the whole batch, in seconds.
+        name: the node's name.
+    """
+
+    def __init__(
+        self,
+        runtime: RuntimeLike,
+        *,
+        only: Collection[str] | None = None,
+        exclude: Collection[str] = (),
+        messages_key: str = "messages",
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        name: str = "tools",
+    ) -> None:
+        self._caller = caller_of(runtime)
+        self._selection = Selection(only, exclude)
+        self._messages_key = messages_key
+        self._metadata = metadata
+        self._timeout = timeout
+        self.name = name
+
+    def tools(self) -> list[RuntimeTool]:
+        """The node's tools as LangChain tools, to bind to the chat model (`bind_tools`)."""
+        visible = self._selection.visible(self._caller.registry)
+        return tools(self._caller, only=visible.names(), metadata=self._metadata, timeout=self._timeout)
+
+    # Like ToolNode, the node makes no run of its own: in a graph its run is the graph's node run
+    # (whose child config it is given), and its calls' spans nest under that run's mirror.
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        calls, shape = self._parse(input)
+        caller = _blocking(self._caller)
+        sent, answered = self._selection.partition(calls, caller.registry)
+        served: list[ToolResult] = []
+        if sent:
+            with parent_context(_key(_current_run(config))):
+                served = caller.call_many_blocking(sent, metadata=self._metadata, timeout=self._timeout)
+        return self._shape(calls, merge(served, answered, len(calls)), shape)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        calls, shape = self._parse(input)
+        sent, answered = self._selection.partition(calls, self._caller.registry)
+        served: list[ToolResult] = []
+        if sent:
+            with parent_context(_key(_current_run(config))):
+                served = await self._caller.call_many(sent, metadata=self._metadata, timeout=self._timeout)
+        return self._shape(calls, merge(served, answered, len(calls)), shape)
+
+    def _parse(self, input: Any) -> tuple[list[ToolCall], Literal["list", "dict"]]:
+        """The runtime calls for `input`'s tool calls, and the output's shape (as ToolNode does)."""
+        shape: Literal["list", "dict"] = "dict"
+        key = self._messages_key
+        if (
+            isinstance(input, list)
+            and input
+            and isinstance(input[-1], dict)
+            and input[-1].get("type") == "tool_call"
+        ):
+            return [_runtime_call(c) for c in input], shape
+        if isinstance(input, dict) and input.get("__type") == "tool_call_with_context":
+            return [_runtime_call(input["tool_call"])], shape
+        if isinstance(input, list):
+            shape, messages = "list", input
+        elif isinstance(input, dict):
+            messages = input.get(key) or []
+        else:
+            messages = getattr(input, key, None) or []
+        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        if last is None:
+            raise ValueError(f"no AIMessage in the node's input (looked in {key!r})")
+        return [_runtime_call(c) for c in last.tool_calls], shape
+
+    def _shape(
+        self, calls: Sequence[ToolCall], results: Sequence[ToolResult], shape: Literal["list", "dict"]
+    ) -> Any:
+        messages: list[BaseMessage] = [
+            ToolMessage(
+                content=result.content,
+                tool_call_id=call.id,
+                name=call.name,
+                status="error" if isinstance(result, ToolFailure) else "success",
+                artifact=result,
+            )
+            for call, result in zip(calls, results, strict=True)
+        ]
+        return messages if shape == "list" else {self._messages_key: messages}
+
+
+def _runtime_call(tool_call: Mapping[str, Any]) -> ToolCall:
+    call_id = tool_call.get("id")
+    return ToolCall(
+        id=call_id if isinstance(call_id, str) and call_id else new_call_id("langchain"),
+        name=str(tool_call.get("name") or ""),
+        arguments=tool_call.get("args") or {},
+    )
+
+
+def _key(run_id: UUID | None) -> Hashable | None:
+    return None if run_id is None else ("langchain", run_id)
+
+
+class OpenTelemetryCallbackHandler(BaseCallbackHandler):
+    """Mirrors LangChain's runs as OpenTelemetry spans, so the runtime's spans nest in them.
+
+    Give it as a callback (`config={"callbacks": [handler]}`, or `with_config`). Each run becomes
+    a span, a child of its parent run's (the outermost under the OTel span current when it
+    starts): chains and LangGraph nodes by their name, `"tool {name}"`, `"chat {name}"`,
+    `"llm {name}"`, `"retriever {name}"`; status ERROR when the run raised or a tool answered
+    `status="error"`. Runs LangChain marks hidden (`langsmith:hidden`) are not mirrored; their
+    children go to the nearest mirrored parent.
+
+    Args:
+        tracer_provider: where the mirrored spans go (default: the global provider).
+    """
+
+    run_inline = True  # called in the run's own task, in order: a run's span exists before its code runs
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        self._mirror = SpanMirror("tool-runtime.integrations.langchain", tracer_provider)
+
+    def _start(
+        self, name: str, run_id: UUID, parent_run_id: UUID | None, tags: list[str] | None, kind: str
+    ) -> None:
+        if tags and "langsmith:hidden" in tags:
+            self._mirror.alias(_key(run_id), _key(parent_run_id))
+            return
+        attributes = {"langchain.run_id": str(run_id), "langchain.run_type": kind}
+        self._mirror.start(_key(run_id), _key(parent_run_id), name, attributes)
+
+    def _end(self, run_id: UUID, error: str | None = None) -> None:
+        self._mirror.end(_key(run_id), error=error)
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._start(_name(serialized, kwargs, "chain"), run_id, parent_run_id, tags, "chain")
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, _error(error))
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._start(f"tool {_name(serialized, kwargs, 'tool')}", run_id, parent_run_id, tags, "tool")
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        failed = isinstance(output, ToolMessage) and output.status == "error"
+        self._end(run_id, str(output.content) if failed else None)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, _error(error))
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._start(f"chat {_name(serialized, kwargs, 'model')}", run_id, parent_run_id, tags, "llm")
+
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any] | None,
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._start(f"llm {_name(serialized, kwargs, 'model')}", run_id, parent_run_id, tags, "llm")
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, _error(error))
+
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any] | None,
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._start(
+            f"retriever {_name(serialized, kwargs, 'retriever')}", run_id, parent_run_id, tags, "retriever"
+        )
+
+    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, _error(error))
+
+
+def _name(serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any], default: str) -> str:
+    name = kwargs.get("name") or (serialized or {}).get("name")
+    if not name and serialized and isinstance(serialized.get("id"), list) and serialized["id"]:
+        name = serialized["id"][-1]
+    return str(name or default)
+
+
+def _error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,147 @@
+"""A pydantic-ai toolset backed by the runtime (the `pydantic-ai` extra).
+
+    async with open_asyncio_runtime(registry) as rt:
+        agent = Agent(model, toolsets=[RuntimeToolset(rt, exclude={"drop_table"})])
+        result = await agent.run("...")
+
+`RuntimeToolset` is an `AbstractToolset`: at every run step it lists the runtime's tools (the
+live registry, so tools registered later and MCP tools show up) with the runtime's plain JSON
+Schema, and `call_tool` runs each call through the runtime. pydantic-ai's own argument
+validation is a pass-through: the runtime decodes and validates the arguments (strict, typed,
+one pass), so a wrong argument comes back as our INVALID_ARGUMENTS.
+
+Failures become pydantic-ai's two tool-error forms; the tool never raises anything else:
+
+| our failure | pydantic-ai | what the model gets |
+|---|---|---|
+| INVALID_ARGUMENTS, REJECTED, UNKNOWN_TOOL (`retry_on`) | `ModelRetry(message)` | a retry prompt; counts against the tool's `max_retries` (past it, the run ends with pydantic-ai's `UnexpectedModelBehavior`, as for its own tools) |
+| ERROR, TIMEOUT, CANCELLED, UNAVAILABLE, OVERLOADED | `ToolFailed(message)` | a failed tool result (native where the provider has one); no retry budget spent |
+
+The model should fix its arguments after the first kind; after the second, calling again with
+the same arguments would not help (or must wait), so the model sees the failure and adapts.
+
+Spans: with the agent instrumented (the `Instrumentation` capability, or
+`Agent.instrument_all()`),
+pydantic-ai's `execute_tool {name}` span is the current OpenTelemetry span while `call_tool`
+runs, so the runtime's own `execute_tool {name}` span is its child (the same trace, one level
+down).
+
+`runtime` is an `AsyncioRuntime` (on the agent's event loop), a `RuntimeThread`, or any
+`Caller` (see `runtime.integrations`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from pydantic_ai import ModelRetry, RunContext, ToolFailed
+from pydantic_ai.tools import AgentDepsT, ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
+
+from ..messages import FailureKind, ToolCall, ToolFailure
+from ..registry import ToolRegistry
+from ._caller import RuntimeLike, Selection, caller_of, new_call_id
+
+__all__ = ["RETRY_ON", "RuntimeToolset"]
+
+RETRY_ON: frozenset[FailureKind] = frozenset(
+    {FailureKind.INVALID_ARGUMENTS, FailureKind.REJECTED, FailureKind.UNKNOWN_TOOL}
+)
+"""The failures the model can fix by calling again differently: raised as `ModelRetry`."""
+
+# The runtime validates the arguments: pydantic-ai only parses them (JSON text -> Python).
+_PASS_THROUGH = SchemaValidator(core_schema.any_schema())
+
+
+class RuntimeToolset(AbstractToolset[AgentDepsT]):
+    """The runtime's tools as a pydantic-ai toolset; calls run through the runtime.
+
+    Args:
+        runtime: an `AsyncioRuntime`, a `RuntimeThread` or any `Caller`.
+        only: show only these tools (None: all); names the runtime does not have are ignored
+            (tools may come later: MCP servers, `register`).
+        exclude: hide these tools; a call of a hidden tool never reaches the runtime.
+        id: the toolset's id (pydantic-ai needs one for durable execution).
+        max_retries: each tool's retry budget for `ModelRetry` (default: the agent's).
+        retry_on: the failure kinds raised as `ModelRetry`; the others are `ToolFailed`.
+        strict: pydantic-ai's `ToolDefinition.strict` (None: the model's default).
+        metadata: given to every call (never to the model).
+        timeout: a deadline per call, in seconds (besides the tools' and the runtime's own).
+    """
+
+    def __init__(
+        self,
+        runtime: RuntimeLike,
+        *,
+        only: Collection[str] | None = None,
+        exclude: Collection[str] = (),
+        id: str | None = None,
+        max_retries: int | None = None,
+        retry_on: Collection[FailureKind] = RETRY_ON,
+        strict: bool | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._caller = caller_of(runtime)
+        self._selection = Selection(only, exclude)
+        self._id = id
+        self._max_retries = max_retries
+        self._retry_on = frozenset(retry_on)
+        self._strict = strict
+        self._metadata = metadata
+        self._timeout = timeout
+        self._listed: tuple[ToolRegistry, dict[str, ToolDefinition]] | None = None
+
+    @property
+    def id(self) -> str | None:
+        return self._id
+
+    @property
+    def label(self) -> str:
+        return f"RuntimeToolset {self._id!r}" if self._id else "RuntimeToolset"
+
+    def _definitions(self) -> dict[str, ToolDefinition]:
+        """The visible tools' definitions, made once per registry snapshot."""
+        registry = self._caller.registry
+        if self._listed is not None and self._listed[0] is registry:
+            return self._listed[1]
+        definitions: dict[str, ToolDefinition] = {}
+        for schema in self._selection.visible(registry).schemas("jsonschema"):
+            parameters = copy.deepcopy(schema["parameters"])  # the registry's copy is cached
+            parameters.pop("$schema", None)
+            definitions[schema["name"]] = ToolDefinition(
+                name=schema["name"],
+                description=schema.get("description") or None,
+                parameters_json_schema=parameters,
+                strict=self._strict,
+            )
+        self._listed = (registry, definitions)
+        return definitions
+
+    async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
+        max_retries = self._max_retries if self._max_retries is not None else ctx.max_retries
+        return {
+            name: ToolsetTool(
+                toolset=self, tool_def=definition, max_retries=max_retries, args_validator=_PASS_THROUGH
+            )
+            for name, definition in self._definitions().items()
+        }
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
+    ) -> Any:
+        """Run the call through the runtime: its content, or `ModelRetry` / `ToolFailed`."""
+        call = ToolCall(id=ctx.tool_call_id or new_call_id("pydantic-ai"), name=name, arguments=tool_args)
+        registry = self._caller.registry
+        if self._selection.sends(name, registry):
+            result = await self._caller.call(call, metadata=self._metadata, timeout=self._timeout)
+        else:  # pydantic-ai calls only listed tools, but a hidden one must never reach the runtime
+            result = self._selection.hidden(call, registry)
+        if isinstance(result, ToolFailure):
+            if result.kind in self._retry_on:
+                raise ModelRetry(result.message)
+            raise ToolFailed(result.message)
+        return result.content
