@@ -160,6 +160,15 @@ class RuntimeThread:
         rt = self._open()
         return self._blocking(rt.call_many, list(calls), metadata=metadata, timeout=timeout)
 
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools callable now (a snapshot: an immutable registry swapped whole, safe to read
+        from any thread)."""
+        rt = self._runtime
+        if rt is None or self._closed:
+            raise RuntimeClosed("the RuntimeThread is not running; use it inside its `with` block")
+        return rt.registry
+
     def statistics(self) -> RuntimeStatistics:
         """`Runtime.statistics()`, read on the runtime's thread."""
         rt = self._open()

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..embed import RuntimeThread
 from ..engine import Runtime
-from ..exceptions import RuntimeClosed, ToolRuntimeError
+from ..exceptions import ToolRuntimeError
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, echo
 from ..registry import ToolRegistry
 
@@ -108,15 +108,7 @@ class _ThreadCaller:
 
     @property
     def registry(self) -> ToolRegistry:
-        registry = getattr(self._thread, "registry", None)
-        if isinstance(registry, ToolRegistry):
-            return registry
-        # RuntimeThread has no public `registry` yet; its runtime's is a snapshot (an immutable
-        # object swapped whole), so reading it from this thread is safe.
-        inner = self._thread._runtime
-        if inner is None:
-            raise RuntimeClosed("the RuntimeThread is not running; use it inside its `with` block")
-        return inner.registry
+        return self._thread.registry
 
     async def call(
         self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
