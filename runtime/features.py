@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Generator, Iterable, Mapping
+from collections.abc import Coroutine, Generator, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
 import trio
 
 from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
-from .tools import CallContext, ToolBase, cannot_suspend, run_to_end
+from .tools import CallContext, ToolBase, cannot_suspend
 from .tools._base import function_code
 
 __all__ = ["CALL_ID_KEY", "TOOL_NAME_KEY", "Feature", "FeaturePipeline", "Flow", "drive", "drive_now"]
@@ -129,7 +129,7 @@ def _overrides(feature: Feature, hook: str) -> bool:
     return getattr(type(feature), hook) is not getattr(Feature, hook)
 
 
-Flow = Generator[Awaitable[None], "BaseException | None", None]
+Flow = Generator[Coroutine[Any, Any, None], "BaseException | None", None]
 """The hooks of one phase of one call, in order: each step is a hook's awaitable, and the
 driver sends back what awaiting it raised (None if nothing). Written once, driven by `drive`
 (awaiting each) or `drive_now` (running each to its end: only for hooks that cannot suspend),
@@ -175,19 +175,25 @@ async def drive(flow: Flow, *, finish: bool = True) -> None:
 def drive_now(flow: Flow) -> None:
     """Run a flow's hooks here, each to its end (they cannot suspend: `hooks_cannot_suspend`)."""
     error: BaseException | None = None
-    try:
-        while True:
-            try:
-                step = flow.send(error)
-            except StopIteration:
-                return
-            try:
-                run_to_end(step)
-                error = None
-            except Exception as exc:
-                error = exc
-    finally:
-        flow.close()
+    send = flow.send
+    while True:
+        try:
+            step = send(error)
+        except StopIteration:
+            return
+        try:
+            step.send(None)  # the hook's one step: it returns (StopIteration) or raises
+        except StopIteration:
+            error = None
+        except Exception as exc:
+            error = exc
+        except BaseException:
+            flow.close()
+            raise
+        else:
+            step.close()
+            flow.close()
+            raise RuntimeError(f"a feature's hook {step!r} suspended where it cannot")
 
 
 class FeaturePipeline:
@@ -208,6 +214,7 @@ class FeaturePipeline:
         "_supervision",
         "dormant",
         "features",
+        "has_starting",
         "hooks_cannot_suspend",
     )
 
@@ -234,6 +241,8 @@ class FeaturePipeline:
         self._completed = tuple(f for f in self.features if _overrides(f, "on_call_completed"))
         self._failed = tuple(f for f in self.features if _overrides(f, "on_call_failed"))
         self._event_hooks = tuple(f for f in self.features if _overrides(f, "on_call_event"))
+        self.has_starting = bool(self._starting)
+        """Some feature has an `on_call_starting`."""
         self.hooks_cannot_suspend = all(
             cannot_suspend(function_code(getattr(type(f), hook)))
             for hook, overriders in (
@@ -324,10 +333,6 @@ class FeaturePipeline:
         merged[CALL_ID_KEY] = call.id
         merged[TOOL_NAME_KEY] = call.name
         return ToolCallMetadata(merged)
-
-    @property
-    def has_starting(self) -> bool:
-        return bool(self._starting)
 
     def starting(self, call: ToolCall, ctx: CallContext) -> Flow:
         """The `on_call_starting` hooks of a call (before it is sent to its tool; unknown tools too)."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext
 from ._outcome import failure
 
@@ -77,6 +77,9 @@ class Executor(Protocol):
 
     stuck: int
     """Slots held by work that was answered but could not be stopped (blocked threads)."""
+
+    holds: bool
+    """A started call holds a slot until the executor frees it (False: it ends within `start`)."""
 
 
 class Reply(Protocol):
@@ -275,7 +278,8 @@ class Call:
         if self.state is RUNNING:
             self.state = DONE
             self.result = result
-            self._notify()
+            if self.reply is not None:
+                self._notify()
         else:
             self._late(result)
         if plan.draining and not plan.running:
@@ -382,7 +386,13 @@ class Call:
         self.state = REPORTED
         plan = self.plan
         if plan is not None:
-            plan.counters.record(self.result)  # type: ignore[arg-type]  # DONE: it has one
+            counters = plan.counters
+            counters.calls += 1
+            result = self.result
+            if type(result) is ToolSuccess:
+                counters.succeeded += 1
+            else:
+                counters.record_failure(result)  # type: ignore[arg-type]  # DONE: a failure
         return True
 
     def __repr__(self) -> str:

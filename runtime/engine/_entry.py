@@ -104,7 +104,7 @@ class Entry:
             self._routing.routes.get(name) if problem is None else None
         )  # a malformed call reaches no tool
         ctx = None
-        if self.pipeline is not None or (actor is not None and (actor.tool.takes_context or actor.asks)):
+        if self.pipeline is not None or (actor is not None and actor.needs_context):
             tool = actor.tool if actor is not None else None
             merged = self._settings.pipeline.merge_metadata(call, tool, metadata)
             ctx = CallContext(call.id, name, merged, None, tool, asking=self.asking, observer=self._observer)
@@ -176,17 +176,22 @@ class Entry:
     # -- a trio caller -------------------------------------------------------------------
 
     async def call(
-        self, call: ToolCall, metadata: Mapping[str, Any] | None, timeout: float | None
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> ToolResult:
         """One call from a trio task: always its one result (`Runtime.call`)."""
-        self.check_open()
+        if self.closed or self._dormant:
+            self.check_open()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         c = self.prepare(call, metadata, deadline, timeout)
+        pipeline = self.pipeline
         try:
-            if self.pipeline is not None:
-                await self.starting(c)
+            if pipeline is not None and pipeline.has_starting:
+                if pipeline.hooks_cannot_suspend:
+                    drive_now(pipeline.starting(c.call, c.ctx))  # type: ignore[arg-type]  # a pipeline makes one
+                else:
+                    await drive(pipeline.starting(c.call, c.ctx), finish=False)  # type: ignore[arg-type]
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
-            if c.state is QUEUED and not self.admit(c):
+            if c.state is QUEUED and not c.plan.mailbox.admit(c, None):  # type: ignore[union-attr]  # routed
                 await self._wait_room(c)
             state = c.state
             if state is DONE:
@@ -198,10 +203,11 @@ class Entry:
         except BaseException:
             await self.cancelled([c])
             raise
-        if self.pipeline is None:
-            c.reported()
-        else:
-            await self.finish(c)
+        if c.reported() and pipeline is not None:
+            if pipeline.hooks_cannot_suspend:
+                drive_now(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
+            else:
+                await drive(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
         return c.result  # type: ignore[return-value]  # DONE
 
     async def _wait_room(self, c: Call) -> None:

@@ -32,6 +32,15 @@ from ._threads import Job, KeptThreads
 
 __all__ = ["KEEP_IDLE", "HostTasks", "Inline", "Threads", "WorkerTasks"]
 
+
+async def _a_coroutine() -> None:
+    pass
+
+
+_probe = _a_coroutine()
+_COROUTINE = type(_probe)
+_probe.close()
+
 KEEP_IDLE = 4
 """Idle worker tasks an async tool keeps between bursts."""
 
@@ -39,11 +48,13 @@ KEEP_IDLE = 4
 class Inline:
     """Runs a call that cannot suspend to its end, right where it is admitted (no hop).
 
-    Such a call can be neither cancelled nor timed out anywhere: it runs in one step. A tool
-    whose function was replaced by code that was not checked goes to `fallback` from then on.
+    Such a call can be neither cancelled nor timed out anywhere: it runs in one step, within
+    `start`, so it holds no slot. A tool whose function was replaced by code that was not
+    checked goes to `fallback` from then on.
     """
 
     stuck = 0
+    holds = False
 
     def __init__(self, plan: ToolPlan, fallback: Callable[[], Any]) -> None:
         self._plan = plan
@@ -60,28 +71,36 @@ class Inline:
                     call.raised(exc)
                 else:
                     call.returned(value)
-            plan.mailbox.release()
             return
         if call.state is not QUEUED:  # answered while it waited
-            plan.mailbox.release()
             return
-        coro = plan.eager_coroutine(call)
-        if coro is None:  # its code changed: worker tasks serve it from now on
+        context = call.context
+        coro = context.run(plan.dispatch, call.args, call.ctx)
+        if type(coro) is not _COROUTINE or coro.cr_code is not plan.eager_code:  # type: ignore[attr-defined]
+            if hasattr(coro, "close"):
+                coro.close()  # never started: nothing of it ran
+            plan.eager_code = None  # its code changed: worker tasks serve it from now on
             executor = self._fallback()
             plan.mailbox.executor = executor
+            plan.mailbox.running += 1  # the slot the worker task frees
             executor.start(call)
             return
         if not call.start(self):
             coro.close()
-            plan.mailbox.release()
             return
         try:
-            value = call.context.run(plan.run_to_end, coro, call.ctx)
+            if plan.wraps:
+                value = context.run(plan.run_to_end, coro, call.ctx)
+            else:  # its one step, in its context: it returns (StopIteration) or raises
+                context.run(coro.send, None)
+                coro.close()
+                raise RuntimeError(f"{coro!r} suspended where it cannot")  # its code was checked
+        except StopIteration as stop:
+            call.returned(stop.value)
         except BaseException as exc:  # KeyboardInterrupt too: the tool's own
             call.raised(exc)
         else:
             call.returned(value)
-        plan.mailbox.release()
 
     def cancel(self, call: Call) -> None:
         pass  # it ran to its end in `start`
@@ -90,18 +109,24 @@ class Inline:
 class WorkerTasks:
     """Trio tasks that run one call at a time each, in the nursery of the actor's incarnation.
 
-    A worker that frees a slot takes the next call itself; a new call wakes an idle worker, or
-    starts one. One cancel scope serves a worker's calls: a call's deadline is set on it while
-    it runs, and a caller that gives up cancels it (a cancelled scope is replaced).
+    A worker that frees a slot takes the next call itself. A new call wakes an idle worker, or
+    starts one, only when no worker is already on its way to the calls that wait; the worker
+    that takes a call wakes (or starts) one more if others still wait. So a burst of quick
+    calls is served by a few workers taking call after call, and calls that park each get a
+    worker of their own, one scheduler turn after another (trio's memory channel does the same).
+    One cancel scope serves a worker's calls: a call's deadline is set on it while it runs, and
+    a caller that gives up cancels it (a cancelled scope is replaced).
     """
 
     stuck = 0
+    holds = True
 
     def __init__(self, plan: ToolPlan, body: Callable[[Call], Any] | None = None) -> None:
         self._plan = plan
         self._body = body if body is not None else plan.coroutine
         self._ready: collections.deque[Call] = collections.deque()
         self._idle: list[trio.lowlevel.Task] = []
+        self._waking = 0  # workers woken or started for `_ready` that have not looked at it yet
         self._nursery: trio.Nursery | None = None
         self._releasing = False
         self._name = f"tool {plan.name} worker"
@@ -109,6 +134,7 @@ class WorkerTasks:
     def serve(self, nursery: trio.Nursery | None) -> None:
         """Run in `nursery` (an incarnation), or in none (it ended: what was handed over waits again)."""
         self._nursery = nursery
+        self._waking = 0
         if nursery is None:
             self._idle.clear()
             ready, self._ready = list(self._ready), collections.deque()
@@ -116,8 +142,11 @@ class WorkerTasks:
 
     def start(self, call: Call) -> None:
         self._ready.append(call)
-        if self._releasing:
-            return  # the worker that freed the slot takes it
+        if not self._releasing and not self._waking:  # else a worker takes it, or wakes another for it
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        self._waking += 1
         if self._idle:
             trio.lowlevel.reschedule(self._idle.pop())
         else:
@@ -134,6 +163,7 @@ class WorkerTasks:
         ready = self._ready
         body = self._body
         mailbox = self._plan.mailbox
+        self._waking -= 1  # started for `_ready`
         while True:
             with trio.CancelScope() as scope:
                 while True:
@@ -142,6 +172,8 @@ class WorkerTasks:
                             return
                         await self._park()
                     call = ready.popleft()
+                    if ready and not self._waking:
+                        self._wake_one()  # more wait: one more worker on its way
                     if call.start(self):
                         call.job = scope
                         deadline = call.deadline
@@ -186,6 +218,7 @@ class WorkerTasks:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
+        self._waking -= 1  # woken for `_ready`
 
 
 class Threads:
@@ -195,6 +228,8 @@ class Threads:
     it is answered now (no thread can be interrupted): the thread runs on, abandoned and
     counted (`stuck`), and keeps its slot until it returns.
     """
+
+    holds = True
 
     def __init__(self, plan: ToolPlan, threads: KeptThreads) -> None:
         self.stuck = 0
@@ -264,6 +299,7 @@ class HostTasks:
     context; cancelling the call cancels the task, and its end reports the call's."""
 
     stuck = 0
+    holds = True
 
     def __init__(self, plan: ToolPlan, loop: asyncio.AbstractEventLoop) -> None:
         self._plan = plan

@@ -42,13 +42,13 @@ class Mailbox:
     """
 
     __slots__ = (
-        "_closed",
         "_dead",
         "_queue",
         "_room",
         "_serving",
         "_why_closed",
         "capacity",
+        "closed",
         "executor",
         "name",
         "reject_when_full",
@@ -76,7 +76,7 @@ class Mailbox:
         self._dead = 0  # calls in `_queue` answered while they waited (skipped when reached)
         self._room: collections.deque[Callable[[], Any]] = collections.deque()  # callers waiting for room
         self._serving = False
-        self._closed = False
+        self.closed = False
 
     @property
     def queued(self) -> int:
@@ -88,7 +88,7 @@ class Mailbox:
 
         `executor`: where it runs, if not the tool's own (an asyncio caller's `loop="any"` tool).
         """
-        if self._closed:
+        if self.closed:
             call.fail(FailureKind.UNAVAILABLE, self._why_closed())
             return True
         runner = executor if executor is not None else self.executor
@@ -97,7 +97,8 @@ class Mailbox:
             call.fail(FailureKind.OVERLOADED, _all_stuck(self.name, stuck))
             return True
         if self._serving and self.running < self.capacity and len(self._queue) == self._dead:
-            self.running += 1
+            if runner.holds:
+                self.running += 1
             runner.start(call)
             return True
         if len(self._queue) - self._dead >= self.size:
@@ -151,7 +152,8 @@ class Mailbox:
     def release(self) -> None:
         """A slot is free again: start the next waiting call, if the tool serves."""
         self.running -= 1
-        self._start_waiting()
+        if self._queue:
+            self._start_waiting()
 
     def _start_waiting(self) -> None:
         queue = self._queue
@@ -163,7 +165,8 @@ class Mailbox:
             call.queued = False
             runner = call.executor
             assert runner is not None
-            self.running += 1
+            if runner.holds:
+                self.running += 1
             self._wake_room()
             runner.start(call)
 
@@ -184,7 +187,7 @@ class Mailbox:
 
     def resume(self) -> None:
         """The tool serves (an incarnation began): start what waits."""
-        if self._closed:
+        if self.closed:
             return
         self._serving = True
         self._start_waiting()
@@ -195,7 +198,7 @@ class Mailbox:
 
     def close(self) -> None:
         """Refuse calls from now on (down, stopping); the waiting ones fail UNAVAILABLE now."""
-        self._closed = True
+        self.closed = True
         self._serving = False
         message = self._why_closed()
         queue, self._queue = self._queue, collections.deque()
@@ -207,10 +210,6 @@ class Mailbox:
         room, self._room = self._room, collections.deque()
         for wake in room:  # they find it closed and are refused
             wake()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
 
 def _all_stuck(name: str, stuck: int) -> str:

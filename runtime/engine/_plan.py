@@ -165,6 +165,11 @@ class ToolPlan:
         """The features changed (one turned on after the runtime opened)."""
         self._around = pipeline if pipeline.wraps_calls else None
 
+    @property
+    def wraps(self) -> bool:
+        """Some feature wraps the tool's code (`around_call`)."""
+        return self._around is not None
+
     # -- begin ---------------------------------------------------------------------------
 
     def decode(self, call: Call) -> bool:
@@ -319,18 +324,6 @@ class ToolPlan:
             with self._around.around(ctx):
                 return self.dispatch(args, ctx)
         return self.dispatch(args, ctx)
-
-    def eager_coroutine(self, call: Call) -> Any:
-        """The coroutine of an async call that cannot suspend, made in the call's context; None
-        (nothing of it ran) if the tool's function was replaced by code that was not checked (a
-        test patching `tool.fn`): such a call must go to a worker task."""
-        coro = call.context.run(self.dispatch, call.args, call.ctx)
-        if getattr(coro, "cr_code", None) is not self.eager_code:
-            if hasattr(coro, "close"):
-                coro.close()  # never started
-            self.eager_code = None
-            return None
-        return coro
 
     def run_to_end(self, coro: Any, ctx: CallContext | None) -> Any:
         """Run an `eager_coroutine` here, to its end (in the call's context: `Context.run` it)."""

@@ -50,6 +50,8 @@ class Runtime(metaclass=_NoPublicConstructor):
         self._entry = entry
         self._supervisor = supervisor
         self._ids = itertools.count(1)
+        # The hot path: `rt.call` is the entry's own (same signature, one coroutine frame less).
+        self.call = entry.call  # type: ignore[method-assign]
 
     # -- introspection ---------------------------------------------------------------
 
@@ -140,7 +142,7 @@ class Runtime(metaclass=_NoPublicConstructor):
             RuntimeClosed: the runtime is closed (the only exception this raises, besides
                 the caller's own cancellation).
         """
-        return await self._entry.call(call, metadata, timeout)
+        return await self._entry.call(call, metadata=metadata, timeout=timeout)
 
     async def call_many(
         self,
@@ -198,7 +200,7 @@ class Runtime(metaclass=_NoPublicConstructor):
         """
         name = tool if isinstance(tool, str) else tool.name
         call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
-        return await self._entry.call(call, _metadata, _timeout)
+        return await self._entry.call(call, metadata=_metadata, timeout=_timeout)
 
     async def _close(self) -> None:
         if self._entry.closing:
