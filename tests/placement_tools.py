@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -131,6 +132,16 @@ def span_parent() -> str:
     """The trace context the tool's code runs in (what a span it starts would be a child of)."""
     ctx = trace.get_current_span().get_span_context()
     return f"{ctx.trace_id:032x}-{ctx.span_id:016x}"
+
+
+@tool(placement=Subprocess(workers=1))
+def scribble(megabytes: int) -> int:
+    """Write `megabytes` MiB to stderr without a newline (a progress bar gone wrong)."""
+    block = b"#" * (1 << 20)
+    for _ in range(megabytes):
+        sys.stderr.buffer.write(block)
+    sys.stderr.flush()
+    return megabytes
 
 
 class Echo(msgspec.Struct):
