@@ -144,6 +144,18 @@ def scribble(megabytes: int) -> int:
     return megabytes
 
 
+@tool(placement=Subprocess(workers=1))
+def big_text(megabytes: int) -> str:
+    """A text result of `megabytes` MiB (a log, a file, a page: what a model cannot read whole)."""
+    return "0123456789abcdef" * (megabytes << 16)
+
+
+@tool(placement=Subprocess(workers=1))
+def big_rows(megabytes: int) -> list[dict[str, object]]:
+    """A structured result of about `megabytes` MiB: rows of a table."""
+    return [{"id": i, "name": f"row {i}", "tags": ["a", "b"]} for i in range(megabytes * 24_000)]
+
+
 class Echo(msgspec.Struct):
     text: str
 
@@ -214,3 +226,8 @@ if Ray is not None:
             fail("n must not be negative")
         ctx = trace.get_current_span().get_span_context()
         return f"{ctx.trace_id:032x}-{ctx.span_id:016x}"
+
+    @tool(placement=Ray(replicas=1, num_cpus=0))
+    def ray_big_text(megabytes: int) -> str:
+        """A text result of `megabytes` MiB from a Ray replica."""
+        return "0123456789abcdef" * (megabytes << 16)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,3 +131,32 @@ async def test_the_calls_span_is_the_parent_of_the_work_on_the_ray_side() -> Non
     assert result.value == f"{span.context.trace_id:032x}-{span.context.span_id:016x}"
     assert rejected.kind is FailureKind.REJECTED
     assert rejected.message == "n must not be negative"
+
+
+async def test_a_200_mb_result_from_a_replica_does_not_stall_the_loop() -> None:
+    # The replica hands a large reply to Ray out of band (no copy on the way) and the runtime
+    # puts it together piece by piece (tests/test_placement_heavy.py has the Subprocess side).
+    async with open_runtime([pt.ray_big_text], tracing=False) as rt:
+        assert (await rt.call(call("ray_big_text", '{"megabytes": 0}'))).ok
+        busiest = longest = 0.0
+        async with trio.open_nursery() as nursery:
+
+            async def tick() -> None:
+                nonlocal busiest, longest
+                last, last_cpu = time.perf_counter(), time.thread_time()
+                while True:
+                    await trio.sleep(0.001)
+                    now, now_cpu = time.perf_counter(), time.thread_time()
+                    busiest = max(busiest, now_cpu - last_cpu)
+                    longest = max(longest, now - last)
+                    last, last_cpu = now, now_cpu
+
+            nursery.start_soon(tick)
+            result = await rt.call(call("ray_big_text", '{"megabytes": 200}'))
+            await trio.sleep(0.05)  # the tick after the result: what the engine did with it counts
+            nursery.cancel_scope.cancel()
+    print(f"200 MB from Ray: loop busy at most {busiest * 1000:.1f} ms, wall gap {longest * 1000:.1f} ms")
+    assert result.ok
+    assert len(result.value) == 200 << 20
+    assert len(result.content) < 101_000
+    assert busiest <= 0.050  # CPU of the loop's thread between two 1 ms ticks (see test_placement_heavy)

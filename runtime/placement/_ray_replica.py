@@ -9,13 +9,15 @@ from Ray's method threads with `trio.from_thread.run`; sync tools run in Ray's t
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 from typing import Any
 
 import trio
 
-from ._host import ToolHost, box, encode_reply
+from ._host import ToolHost, box
+from ._pieces import reply_buffer
 from ._protocol import Load, Ready, decode_to_worker, encode
 
 __all__ = ["Replica"]
@@ -61,11 +63,11 @@ class Replica:
         """Ready (with the pid), or the exception that `setup()` raised, boxed."""
         return self._ready
 
-    def call(self, request_bytes: bytes) -> bytes:
+    def call(self, request_bytes: bytes) -> bytes | pickle.PickleBuffer:
         request = decode_to_worker(request_bytes)
         host = self.host
         reply = self._run(host.serve, request) if host.is_async else host.serve_sync(request)
-        return encode_reply(reply)
+        return reply_buffer(reply)  # a large one out of band: no copy on its way to the driver
 
     def stop(self) -> None:
         """Run `teardown()` and end the replica's trio loop."""

@@ -35,10 +35,12 @@ from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
 from ._frames import FdFrames
 from ._lines import LineSplitter
+from ._pieces import assemble
 from ._protocol import (
     Done,
     Load,
     LogRecord,
+    Piece,
     Progress,
     Raised,
     Ready,
@@ -385,6 +387,8 @@ class _Pool:
                 answer = await worker.frames.read()
                 while answer is not None:
                     reply = decode_reply(answer)
+                    if isinstance(reply, Piece):  # a large result: the loop runs between its pieces
+                        reply = await assemble(reply, worker.frames.read)
                     if not isinstance(reply, Progress | LogRecord):
                         break
                     await _relay(reply, ctx)  # the tool's progress and logs come before its reply

@@ -38,6 +38,7 @@ import trio
 from ..exceptions import RemoteToolError, ToolDefinitionError, WorkerLost
 from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
+from ._pieces import reply_from_frames
 from ._protocol import Done, Load, Raised, Ready, Request, decode_reply, encode, encode_request
 from ._reference import main_path, reference
 from ._subprocess import rebuild, trace_carrier
@@ -385,7 +386,7 @@ class _Replicas:
         finally:
             replica.in_flight -= 1
             self._wake()
-        reply = decode_reply(answer)
+        reply = decode_reply(answer) if isinstance(answer, bytes) else await reply_from_frames(answer)
         if isinstance(reply, Done):
             return reply.result
         if isinstance(reply, Raised):
