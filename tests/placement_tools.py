@@ -231,3 +231,17 @@ if Ray is not None:
     def ray_big_text(megabytes: int) -> str:
         """A text result of `megabytes` MiB from a Ray replica."""
         return "0123456789abcdef" * (megabytes << 16)
+
+    @tool(placement=Ray(replicas=1, num_cpus=0), max_concurrency=4)
+    async def ray_nap(seconds: float, notes: str = "") -> int:
+        """Sleep on trio in a Ray replica, four at once; in `notes` (a folder) say it started and
+        whether it was cancelled."""
+        if notes:
+            (Path(notes) / "started").write_text(str(os.getpid()))
+        try:
+            await trio.sleep(seconds)
+        except trio.Cancelled:
+            if notes:
+                (Path(notes) / "cancelled").write_text(str(os.getpid()))
+            raise
+        return os.getpid()
