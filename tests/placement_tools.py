@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -133,6 +134,28 @@ def span_parent() -> str:
     return f"{ctx.trace_id:032x}-{ctx.span_id:016x}"
 
 
+@tool(placement=Subprocess(workers=1))
+def scribble(megabytes: int) -> int:
+    """Write `megabytes` MiB to stderr without a newline (a progress bar gone wrong)."""
+    block = b"#" * (1 << 20)
+    for _ in range(megabytes):
+        sys.stderr.buffer.write(block)
+    sys.stderr.flush()
+    return megabytes
+
+
+@tool(placement=Subprocess(workers=1))
+def big_text(megabytes: int) -> str:
+    """A text result of `megabytes` MiB (a log, a file, a page: what a model cannot read whole)."""
+    return "0123456789abcdef" * (megabytes << 16)
+
+
+@tool(placement=Subprocess(workers=1))
+def big_rows(megabytes: int) -> list[dict[str, object]]:
+    """A structured result of about `megabytes` MiB: rows of a table."""
+    return [{"id": i, "name": f"row {i}", "tags": ["a", "b"]} for i in range(megabytes * 24_000)]
+
+
 class Echo(msgspec.Struct):
     text: str
 
@@ -203,3 +226,22 @@ if Ray is not None:
             fail("n must not be negative")
         ctx = trace.get_current_span().get_span_context()
         return f"{ctx.trace_id:032x}-{ctx.span_id:016x}"
+
+    @tool(placement=Ray(replicas=1, num_cpus=0))
+    def ray_big_text(megabytes: int) -> str:
+        """A text result of `megabytes` MiB from a Ray replica."""
+        return "0123456789abcdef" * (megabytes << 16)
+
+    @tool(placement=Ray(replicas=1, num_cpus=0), max_concurrency=4)
+    async def ray_nap(seconds: float, notes: str = "") -> int:
+        """Sleep on trio in a Ray replica, four at once; in `notes` (a folder) say it started and
+        whether it was cancelled."""
+        if notes:
+            (Path(notes) / "started").write_text(str(os.getpid()))
+        try:
+            await trio.sleep(seconds)
+        except trio.Cancelled:
+            if notes:
+                (Path(notes) / "cancelled").write_text(str(os.getpid()))
+            raise
+        return os.getpid()

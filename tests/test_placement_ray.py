@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from runtime import FailureKind, ToolCall, open_runtime  # noqa: E402
+from runtime import FailureKind, ToolCall, ToolResult, open_runtime  # noqa: E402
 from runtime.placement.ray import ensure_ray  # noqa: E402
 from runtime.tracing import Tracing  # noqa: E402
 
@@ -130,3 +131,85 @@ async def test_the_calls_span_is_the_parent_of_the_work_on_the_ray_side() -> Non
     assert result.value == f"{span.context.trace_id:032x}-{span.context.span_id:016x}"
     assert rejected.kind is FailureKind.REJECTED
     assert rejected.message == "n must not be negative"
+
+
+async def test_a_200_mb_result_from_a_replica_does_not_stall_the_loop() -> None:
+    # The replica hands a large reply to Ray out of band (no copy on the way) and the runtime
+    # puts it together piece by piece (tests/test_placement_heavy.py has the Subprocess side).
+    async with open_runtime([pt.ray_big_text], tracing=False) as rt:
+        assert (await rt.call(call("ray_big_text", '{"megabytes": 0}'))).ok
+        busiest = longest = 0.0
+        async with trio.open_nursery() as nursery:
+
+            async def tick() -> None:
+                nonlocal busiest, longest
+                last, last_cpu = time.perf_counter(), time.thread_time()
+                while True:
+                    await trio.sleep(0.001)
+                    now, now_cpu = time.perf_counter(), time.thread_time()
+                    busiest = max(busiest, now_cpu - last_cpu)
+                    longest = max(longest, now - last)
+                    last, last_cpu = now, now_cpu
+
+            nursery.start_soon(tick)
+            result = await rt.call(call("ray_big_text", '{"megabytes": 200}'))
+            await trio.sleep(0.05)  # the tick after the result: what the engine did with it counts
+            nursery.cancel_scope.cancel()
+    print(f"200 MB from Ray: loop busy at most {busiest * 1000:.1f} ms, wall gap {longest * 1000:.1f} ms")
+    assert result.ok
+    assert len(result.value) == 200 << 20
+    assert len(result.content) < 101_000
+    assert busiest <= 0.050  # CPU of the loop's thread between two 1 ms ticks (see test_placement_heavy)
+
+
+async def test_one_callers_timeout_or_cancellation_stops_its_call_alone(tmp_path: Path) -> None:
+    # Before: the replica was killed, and its other calls failed ("killed to stop another call").
+    timed, gone = tmp_path / "timed", tmp_path / "gone"
+    timed.mkdir()
+    gone.mkdir()
+    async with open_runtime([pt.ray_nap], tracing=False) as rt:
+        pid = (await rt.call(call("ray_nap", '{"seconds": 0}'))).value  # the replica is up
+        siblings: list[ToolResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def sibling(i: int) -> None:
+                siblings.append(await rt.call(call("ray_nap", '{"seconds": 4}', id=f"s{i}")))
+
+            nursery.start_soon(sibling, 1)
+            nursery.start_soon(sibling, 2)
+            # A call cut by its own deadline...
+            cut = await rt.call(
+                call("ray_nap", f'{{"seconds": 60, "notes": "{timed}"}}', id="t"), timeout=1.5
+            )
+            # ... and one whose caller goes away once it runs.
+            with trio.CancelScope() as scope:
+
+                async def leave() -> None:
+                    await wait_for_file(gone / "started")
+                    scope.cancel()
+
+                nursery.start_soon(leave)
+                await rt.call(call("ray_nap", f'{{"seconds": 60, "notes": "{gone}"}}', id="g"))
+            assert scope.cancelled_caught
+        assert cut.kind is FailureKind.TIMEOUT
+        assert [r.ok for r in siblings] == [True, True]
+        assert {r.value for r in siblings} == {pid}  # the same replica served them to the end
+        for notes in (timed, gone):  # each cancelled call was cancelled in the replica
+            if (notes / "started").exists():
+                assert await wait_for_file(notes / "cancelled") == pid
+        assert (await rt.call(call("ray_nap", '{"seconds": 0}'))).value == pid
+        stats = rt.statistics().tools["ray_nap"]
+        assert stats.restarts == 0
+        assert stats.state == "up"
+
+
+async def test_a_cancelled_sync_call_that_ends_within_the_grace_keeps_its_replica() -> None:
+    # A thread cannot be stopped: the replica waits for it, and is killed only past cancel_grace
+    # (test_a_timeout_kills_the_replica_and_recreates_it has the one that never ends).
+    async with open_runtime([pt.ray_sleep], tracing=False) as rt:
+        pid = (await rt.call(call("ray_sleep", '{"seconds": 0}'))).value
+        cut = await rt.call(call("ray_sleep", '{"seconds": 0.5}'), timeout=0.1)
+        assert cut.kind is FailureKind.TIMEOUT
+        after = await rt.call(call("ray_sleep", '{"seconds": 0}'))  # waits for the slot to free
+        assert after.value == pid
+        assert rt.statistics().tools["ray_sleep"].restarts == 0

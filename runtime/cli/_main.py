@@ -77,7 +77,7 @@ def _call(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     registry = load_registry(args.target)
     address = _address(args.http) if args.http is not None else None
-    token = args.token if args.token is not None else os.environ.get(_TOKEN_ENV) or None
+    token = _token(args)
     if token is not None and address is None:
         raise CommandError("--token needs --http (stdio has no transport to authenticate)")
     from ..mcp import serve_http, serve_stdio  # the MCP SDK takes seconds to import: only when serving
@@ -94,7 +94,9 @@ def _serve(args: argparse.Namespace) -> int:
         "insecure_no_auth": args.insecure_no_auth,
         "read_timeout": args.read_timeout,
         "max_body": args.max_body,
+        "max_body_buffer": args.max_body_buffer,
         "max_sessions": args.max_sessions,
+        "max_sessions_per_principal": args.max_sessions_per_principal,
         "session_idle_timeout": args.session_idle_timeout,
         "sse_poll_after": args.sse_poll_after,
     }
@@ -103,6 +105,11 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    if args.token is not None:
+        print(
+            f"warning: --token is visible to every user of this machine (ps); use ${_TOKEN_ENV} or --token-file",
+            file=sys.stderr,
+        )
 
     async def serve() -> None:
         async with open_runtime(registry) as rt:
@@ -146,6 +153,26 @@ def _only_error(exc: BaseException) -> BaseException:
 _TOKEN_ENV = "TOOL_RUNTIME_MCP_TOKEN"
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """The bearer token: --token, else --token-file, else $TOOL_RUNTIME_MCP_TOKEN (else none)."""
+    if args.token is not None and args.token_file is not None:
+        raise CommandError("give --token or --token-file, not both")
+    if args.token is not None:
+        token: str = args.token
+        return token
+    if args.token_file is not None:
+        try:
+            with open(args.token_file, encoding="utf-8") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read --token-file {args.token_file}: {exc}") from None
+        token = text.rstrip("\r\n")  # the file's last newline is not part of the token
+        if not token.strip():
+            raise CommandError(f"--token-file {args.token_file} is empty: the MCP bearer token is empty")
+        return token
+    return os.environ.get(_TOKEN_ENV) or None
+
+
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
@@ -185,7 +212,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     serve.add_argument("--path", default="/mcp", help="the HTTP endpoint's path (default /mcp)")
     serve.add_argument(
-        "--token", help=f"require `Authorization: Bearer TOKEN` over HTTP (default: ${_TOKEN_ENV})"
+        "--token",
+        help=f"require `Authorization: Bearer TOKEN` over HTTP (visible in ps: prefer ${_TOKEN_ENV} or --token-file)",
+    )
+    serve.add_argument(
+        "--token-file", metavar="PATH", help="read the bearer token from this file (its last newline dropped)"
     )
     serve.add_argument(
         "--allowed-host",
@@ -204,7 +235,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="close a connection that sends no request for this long (default 30)",
+        help="close a connection that sends no request, or a request body, within this long (default 30)",
     )
     serve.add_argument(
         "--max-body",
@@ -214,7 +245,21 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="largest request body (413 above)",
     )
     serve.add_argument(
+        "--max-body-buffer",
+        type=int,
+        metavar="BYTES",
+        help="most bytes of request bodies still arriving, all requests together (default 16 x --max-body)",
+    )
+    serve.add_argument(
         "--max-sessions", type=int, default=1000, help="most MCP sessions held at once (default 1000)"
+    )
+    serve.add_argument(
+        "--max-sessions-per-principal",
+        type=int,
+        default=100,
+        metavar="N",
+        help="most sessions one principal holds (with --token or none: one client address); "
+        "at a cap the least recently used idle session makes room (default 100)",
     )
     serve.add_argument(
         "--session-idle-timeout",

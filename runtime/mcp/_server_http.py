@@ -12,10 +12,13 @@ Safe by default, on every bind:
 - Authentication through the SDK's interfaces: `token=` is checked (in constant time) by a
   `TokenVerifier`; any other verifier (OAuth 2.1 access tokens, with `auth=` for the
   protected-resource metadata) plugs in the same way. An empty token is refused, and a
-  non-loopback bind needs one (or `insecure_no_auth=True`). A refused request gets 401 and
-  a log line saying so.
-- Bounds: `read_timeout` (a connection that sends no request is closed), `max_body` (413),
-  `max_sessions` and `session_idle_timeout`.
+  non-loopback bind needs one (or `insecure_no_auth=True`). A refused request gets 401.
+- Bounds: `read_timeout` (a connection that sends no request is closed, and a request's body
+  must arrive within it: 408), `max_body` (413), `max_body_buffer` (the bytes of bodies still
+  arriving, all requests together: 503), `max_sessions` and `max_sessions_per_principal`
+  with fair eviction (`_http_sessions`), `session_idle_timeout`.
+- Refused requests are logged, at most one line per `log_interval` after the first (with how
+  many more, and why): a flood of bad requests is not a flood of log lines.
 
 SSE streams are resumable: each starts with a priming event (an id and a `retry` of 1 s),
 and the last `MAX_STORED_EVENTS` events are kept so that a client whose stream broke
@@ -24,24 +27,35 @@ reconnects with `Last-Event-ID` and gets what it missed.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import logging
-from collections.abc import Sequence
-from typing import Any, ClassVar, cast
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import trio
 from hypercorn.config import Config
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import JSONRPCMessage
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from ..engine import Runtime
+from ._http_limits import DEFAULT_LOG_INTERVAL, BoundBodies, LogRefusals, RefusalLog
+from ._http_sessions import FairSessions
 from ._server import DEFAULT_NAME, ServedRuntime
 
 __all__ = ["StaticToken", "serve_http"]
@@ -52,6 +66,8 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 DEFAULT_READ_TIMEOUT = 30.0
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
+BODY_BUFFER_BODIES = 16  # max_body_buffer defaults to this many bodies of max_body
 DEFAULT_SESSION_IDLE_TIMEOUT = 30 * 60.0
 RETRY_INTERVAL_MS = 1000  # what SSE clients are told to wait before they reconnect
 MAX_STORED_EVENTS = 10_000  # events kept for clients that reconnect with Last-Event-ID
@@ -132,9 +148,12 @@ async def serve_http(
     insecure_no_auth: bool = False,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     max_body: int = DEFAULT_MAX_BODY,
+    max_body_buffer: int | None = None,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
+    max_sessions_per_principal: int = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
     sse_poll_after: float | None = None,
+    log_interval: float = DEFAULT_LOG_INTERVAL,
     name: str = DEFAULT_NAME,
     instructions: str | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
@@ -155,13 +174,21 @@ async def serve_http(
         allowed_hosts: more names clients may reach the server by (`mcp.example.com`,
             `10.0.0.5:8000`); the bound host and loopback names always are.
         insecure_no_auth: allow a non-loopback bind without a token.
-        read_timeout: seconds a connection may stay open without sending a request.
+        read_timeout: seconds a connection may stay open without sending a request, and that a
+            request's body may take to arrive (longer: 408, and the connection is closed).
         max_body: the largest request body, in bytes (larger: 413).
+        max_body_buffer: the most bytes of request bodies still arriving, all requests together
+            (the one that would pass it: 503); None: 16 times `max_body`.
         max_sessions: the most handshake-era sessions held at once.
+        max_sessions_per_principal: the most one principal holds (clamped to `max_sessions`); at
+            a cap, the least recently used idle session makes room (see `_http_sessions`: with a
+            static `token` or none, a principal is a client address).
         session_idle_timeout: seconds after which an unused session is closed.
         sse_poll_after: a call still running after this many seconds closes its SSE stream, and
             the client polls for the rest (SEP-1699: no connection held by a long call; the
             SDK offers it to 2025-11-25 sessions); None: streams stay open.
+        log_interval: after a refused request is logged, more refusals within this many seconds
+            make one line at its end (with their count), not one each.
         name: the server's name in the handshake.
         instructions: text the client may show its model about these tools.
         task_status: receives the bound (host, port) once the server accepts connections.
@@ -171,11 +198,16 @@ async def serve_http(
         OSError: the address cannot be bound (in use, not local...).
     """
     check_http_options(host, token, token_verifier, insecure_no_auth)
+    if max_body_buffer is None:
+        max_body_buffer = BODY_BUFFER_BODIES * int(max_body) if isinstance(max_body, int) else 0
     for option, value in (
         ("read_timeout", read_timeout),
         ("max_body", max_body),
+        ("max_body_buffer", max_body_buffer),
         ("max_sessions", max_sessions),
+        ("max_sessions_per_principal", max_sessions_per_principal),
         ("session_idle_timeout", session_idle_timeout),
+        ("log_interval", log_interval),
     ):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError(f"serve_http {option} must be a positive number, not {value!r}")
@@ -193,19 +225,26 @@ async def serve_http(
         auth = AuthSettings.model_validate(
             {"issuer_url": f"http://{_url_host(host)}", "resource_server_url": None}
         )
-    app: ASGIApp = served.server.streamable_http_app(
-        streamable_http_path=path,
-        host=host,
-        transport_security=security_settings(host, allowed_hosts),
-        max_request_body_size=int(max_body),
+    sessions = FairSessions(
+        served.server,
         event_store=RecentEvents(),
+        security_settings=security_settings(host, allowed_hosts),
         retry_interval=RETRY_INTERVAL_MS,
-        max_sessions=int(max_sessions),
         session_idle_timeout=session_idle_timeout,
-        token_verifier=verifier,
-        auth=auth,
+        max_request_body_size=int(max_body),
+        max_sessions=int(max_sessions),
+        max_per_principal=min(int(max_sessions_per_principal), int(max_sessions)),
+        by_peer=token is not None or verifier is None,  # a shared token names no one
     )
-    app = LogRefusals(app)
+    refusals = RefusalLog(log, log_interval)
+    app: ASGIApp = LogRefusals(
+        BoundBodies(
+            _starlette_app(sessions, path, verifier, auth),
+            read_timeout=read_timeout,
+            max_buffered=int(max_body_buffer),
+        ),
+        refusals,
+    )
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
@@ -218,27 +257,42 @@ async def serve_http(
             sock.listen(config.backlog)
         bound: Any = sockets.insecure_sockets[0].getsockname()
         address = (str(bound[0]), int(bound[1]))
-        async with trio.open_nursery() as nursery:
-
-            async def run_server(*, task_status: trio.TaskStatus[list[str]]) -> None:
-                try:
-                    # cast: starlette and hypercorn spell the same ASGI callable with different types
-                    await worker_serve(
-                        wrap_app(cast(Any, app), config.wsgi_max_body_size, "asgi"),
-                        config,
-                        sockets=sockets,
-                        task_status=task_status,
-                    )
-                finally:
-                    nursery.cancel_scope.cancel()  # the server stopped: so does the announcer
-
-            nursery.start_soon(served.announce_changes)
-            await nursery.start(run_server)
-            log.info("serving MCP at http://%s:%d%s", *address, path)
-            task_status.started(address)
+        with _sdk_refusal_lines_dropped():
+            await _serve(config, sockets, app, served, refusals, address, path, task_status)
     finally:
         for sock in sockets.insecure_sockets:
             sock.close()
+
+
+async def _serve(
+    config: Config,
+    sockets: Any,
+    app: ASGIApp,
+    served: ServedRuntime,
+    refusals: RefusalLog,
+    address: tuple[str, int],
+    path: str,
+    task_status: trio.TaskStatus[tuple[str, int]],
+) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def run_server(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            try:
+                # cast: starlette and hypercorn spell the same ASGI callable with different types
+                await worker_serve(
+                    wrap_app(cast(Any, app), config.wsgi_max_body_size, "asgi"),
+                    config,
+                    sockets=sockets,
+                    task_status=task_status,
+                )
+            finally:
+                nursery.cancel_scope.cancel()  # the server stopped: so does the announcer
+
+        nursery.start_soon(served.announce_changes)
+        nursery.start_soon(refusals.run)
+        await nursery.start(run_server)
+        log.info("serving MCP at http://%s:%d%s", *address, path)
+        task_status.started(address)
 
 
 def is_loopback(host: str) -> bool:
@@ -276,37 +330,66 @@ def security_settings(host: str, allowed_hosts: Sequence[str]) -> TransportSecur
     )
 
 
-class LogRefusals:
-    """ASGI middleware: logs each refused request (401, 403, 413, 421) with its reason."""
+def _starlette_app(
+    sessions: FairSessions, path: str, verifier: TokenVerifier | None, auth: AuthSettings | None
+) -> Starlette:
+    """The SDK's streamable-HTTP app (as `Server.streamable_http_app` builds it from the SDK's own
+    parts: bearer-token middleware, protected-resource metadata), around our session manager."""
+    endpoint: ASGIApp = StreamableHTTPASGIApp(sessions)
+    middleware: list[Middleware] = []
+    routes: list[Route] = []
+    if verifier is not None:
+        assert auth is not None
+        resource = auth.resource_server_url
+        middleware = [
+            Middleware(
+                AuthenticationMiddleware,
+                backend=BearerAuthBackend(
+                    verifier, resource_server_url=resource if auth.validate_token_resource else None
+                ),
+            ),
+            Middleware(AuthContextMiddleware),
+        ]
+        metadata_url = build_resource_metadata_url(resource) if resource else None
+        endpoint = RequireAuthMiddleware(endpoint, auth.required_scopes or [], metadata_url)
+    routes.append(Route(path, endpoint=endpoint))
+    if auth is not None and auth.resource_server_url:
+        routes.extend(
+            create_protected_resource_routes(
+                resource_url=auth.resource_server_url,
+                authorization_servers=[auth.issuer_url],
+                scopes_supported=auth.required_scopes,
+            )
+        )
+    return Starlette(routes=routes, middleware=middleware, lifespan=lambda _: sessions.run())
 
-    _REASONS: ClassVar[dict[int, str]] = {
-        401: "not authenticated (missing or wrong bearer token)",
-        403: "forbidden (Origin not allowed, or the token lacks a scope)",
-        413: "request body too large",
-        421: "Host header not allowed (DNS rebinding protection)",
-    }
 
-    def __init__(self, app: ASGIApp) -> None:
-        self._app = app
+# The SDK's own line for each request it refuses (some with a client's header in them):
+# `RefusalLog` reports these refusals, rate-limited.
+_SDK_REFUSAL_LINES = {
+    "mcp.server.streamable_http_manager": ("Refusing to open a new session", "Rejecting request for session"),
+    "mcp.server.transport_security": ("Missing Host header", "Invalid Host header", "Invalid Origin header"),
+    "mcp.server.auth.middleware.bearer_auth": ("Bearer token resource",),
+}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
 
-        async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                reason = self._REASONS.get(message["status"])
-                if reason is not None:
-                    client = scope.get("client")
-                    log.warning(
-                        "MCP HTTP %s %s from %s: %d %s",
-                        scope.get("method"),
-                        scope.get("path"),
-                        f"{client[0]}:{client[1]}" if client else "?",
-                        message["status"],
-                        reason,
-                    )
-            await send(message)
+class _WithoutLines(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        super().__init__()
+        self._prefixes = prefixes
 
-        await self._app(scope, receive, watch)
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self._prefixes))
+
+
+@contextlib.contextmanager
+def _sdk_refusal_lines_dropped() -> Iterator[None]:
+    """While serving, the SDK's line per refused request is dropped (ours says it, rate-limited)."""
+    filters = [(logging.getLogger(name), _WithoutLines(lines)) for name, lines in _SDK_REFUSAL_LINES.items()]
+    for logger, quiet in filters:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger, quiet in filters:
+            logger.removeFilter(quiet)

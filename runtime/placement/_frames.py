@@ -1,4 +1,9 @@
-"""Length-prefixed frames over a byte stream (a worker's pipes): 4 bytes big-endian, then the body."""
+"""Length-prefixed frames over a byte stream (a worker's pipes): 4 bytes big-endian, then the body.
+
+A large frame is read straight into a buffer of its size (no growing buffer, no copy after), a
+pipe's worth at a time, and the loop runs at least every `YIELD_EVERY` bytes even while the
+writer keeps the pipe full.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,9 @@ import trio
 from ._protocol import MAX_FRAME
 
 __all__ = ["FdFrames", "FrameReader"]
+
+YIELD_EVERY = 1 << 20  # bytes read without a checkpoint, at most
+_DIRECT = 1 << 16  # a frame larger than this is read into a buffer of its own size
 
 
 def _take_frame(buffer: bytearray) -> bytes | None:
@@ -25,7 +33,8 @@ def _take_frame(buffer: bytearray) -> bytes | None:
     end = 4 + size
     if len(buffer) < end:
         return None
-    body = bytes(buffer[4:end])
+    with memoryview(buffer) as view:
+        body = bytes(view[4:end])  # one copy (a slice of the bytearray would be a second)
     del buffer[:end]
     return body
 
@@ -86,23 +95,59 @@ class FdFrames:
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(self._out)
 
-    async def read(self) -> bytes | None:
+    async def read(self) -> bytes | bytearray | None:
         """The next frame's body, or None at the end of the stream (the child is gone).
 
         Raises:
             ValueError: the stream is corrupt.
         """
         buffer = self._buffer
+        unyielded = 0
         while True:
             body = _take_frame(buffer)
             if body is not None:
                 return body
+            if len(buffer) >= 4 and int.from_bytes(buffer[:4], "big") > _DIRECT:
+                return await self._read_large()
+            if unyielded >= YIELD_EVERY:
+                unyielded = 0
+                await trio.lowlevel.checkpoint()
             try:
                 chunk = os.read(self._in, 1 << 16)
             except BlockingIOError:
+                unyielded = 0
                 await trio.lowlevel.wait_readable(self._in)
                 continue
             if not chunk:
                 _ended(buffer)
                 return None
+            unyielded += len(chunk)
             buffer += chunk
+
+    async def _read_large(self) -> bytearray:
+        """The rest of a frame whose length (and perhaps some bytes) is in the buffer."""
+        buffer = self._buffer
+        size = int.from_bytes(buffer[:4], "big")
+        if size > MAX_FRAME:
+            raise ValueError(f"frame of {size} bytes: the stream is corrupt")
+        body = bytearray(size)
+        have = min(len(buffer) - 4, size)
+        body[:have] = buffer[4 : 4 + have]
+        del buffer[: 4 + have]
+        unyielded = 0
+        with memoryview(body) as view:
+            while have < size:
+                if unyielded >= YIELD_EVERY:
+                    unyielded = 0
+                    await trio.lowlevel.checkpoint()
+                try:
+                    got = os.readv(self._in, [view[have:]])
+                except BlockingIOError:
+                    unyielded = 0
+                    await trio.lowlevel.wait_readable(self._in)
+                    continue
+                if not got:
+                    raise ValueError("the stream ended in the middle of a frame")
+                have += got
+                unyielded += got
+        return body

@@ -26,7 +26,7 @@ from ..tools import LOG_LEVELS, CallContext, ToolBase, is_cancellation
 from ._protocol import Done, Load, LogRecord, Progress, Raised, Reply, encode, encode_request
 from ._reference import resolve
 
-__all__ = ["RemoteContext", "ToolHost", "box", "encode_reply", "rss_mb"]
+__all__ = ["RemoteContext", "ToolHost", "box", "rss_mb"]
 
 log = logging.getLogger("runtime.placement")
 
@@ -230,15 +230,3 @@ class ToolHost:
         finally:
             self.end(token)
         return self.done(request.call_id, value)
-
-
-def encode_reply(reply: Reply) -> bytes:
-    """`reply` as bytes; a value that MessagePack cannot carry travels as None (its text still does)."""
-    try:
-        return encode(reply)
-    except (TypeError, ValueError, OverflowError):
-        if isinstance(reply, Done):
-            log.warning("tool %r: its result value does not encode; only its text travels", reply.result.tool)
-            result = msgspec.structs.replace(reply.result, value=None)
-            return encode(msgspec.structs.replace(reply, result=result))
-        raise

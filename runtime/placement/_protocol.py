@@ -5,7 +5,8 @@ subprocess's pipes each travels as a frame: a 4-byte big-endian length, then the
 
     runtime -> worker   Load (once), then Request ..., then Stop
     worker -> runtime   Ready | Raised (to Load); to each Request any number of Progress and
-                        LogRecord (the tool's `ctx.report_progress` / `ctx.log`), then Done | Raised
+                        LogRecord (the tool's `ctx.report_progress` / `ctx.log`), then Done | Raised;
+                        a large result's text or value comes first as Pieces (`_pieces`)
 
 A success travels as the same `ToolSuccess` the engine returns in-process; an exception as
 `Raised`, boxed where it happened (type name, message; the traceback is logged there).
@@ -22,6 +23,7 @@ from ..messages import ToolSuccess
 __all__ = [
     "MAX_FRAME",
     "Done",
+    "Piece",
     "Load",
     "LogRecord",
     "Progress",
@@ -100,10 +102,15 @@ class Done(msgspec.Struct, frozen=True, kw_only=True, tag="done", tag_field="typ
     Attributes:
         result: the success, as the engine would have built it in-process (text, parts, value).
         retire: the worker is above its `max_rss_mb`: replace it.
+        streamed: the fields of `result` that came before as pieces, in their order (here
+            empty: `_pieces.assemble` puts them in).
+        value_is_content: the value is the text itself (a text result), sent once, as `content`.
     """
 
     result: ToolSuccess
     retire: bool = False
+    streamed: tuple[Literal["content", "value"], ...] = ()
+    value_is_content: bool = False
 
 
 class Raised(msgspec.Struct, frozen=True, kw_only=True, tag="raised", tag_field="type"):
@@ -144,8 +151,22 @@ class LogRecord(msgspec.Struct, frozen=True, kw_only=True, tag="log", tag_field=
     data: dict[str, Any] = {}
 
 
+class Piece(msgspec.Struct, frozen=True, kw_only=True, tag="piece", tag_field="type"):
+    """A piece of a large result, before the `Done` it belongs to (the scheme: `_pieces`).
+
+    Attributes:
+        op: `text`, `list` and `map` open a value, `end` closes it; `chars` is text of the open
+            text, `items` elements of the open list, `entries` entries of the open map; `key`
+            names the entry of the open map that the next value is; `leaf` is a whole value.
+        data: the text, elements, entries, key or value.
+    """
+
+    op: Literal["text", "list", "map", "end", "chars", "items", "entries", "key", "leaf"]
+    data: Any = None
+
+
 ToWorker = Load | Request | Stop
-Reply = Ready | Done | Raised | Progress | LogRecord
+Reply = Ready | Done | Raised | Progress | LogRecord | Piece
 
 _encoder = msgspec.msgpack.Encoder()
 _request_encoder = msgspec.msgpack.Encoder(enc_hook=str)  # metadata values that do not encode travel as text
@@ -174,6 +195,10 @@ def decode_to_worker(data: bytes) -> ToWorker:
     return result
 
 
-def decode_reply(data: bytes) -> Reply:
+def decode_reply(data: bytes | bytearray | memoryview) -> Reply:
+    """The message in `data`; a text result's value (sent once, as its text) is put back."""
     result: Reply = _reply.decode(data)
+    if isinstance(result, Done) and result.value_is_content and not result.streamed:
+        value = msgspec.structs.replace(result.result, value=result.result.content)
+        return msgspec.structs.replace(result, result=value, value_is_content=False)
     return result

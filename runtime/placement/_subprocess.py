@@ -34,10 +34,13 @@ from ..exceptions import InvalidArguments, RemoteToolError, ToolDefinitionError,
 from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
 from ._frames import FdFrames
+from ._lines import LineSplitter
+from ._pieces import assemble
 from ._protocol import (
     Done,
     Load,
     LogRecord,
+    Piece,
     Progress,
     Raised,
     Ready,
@@ -303,29 +306,33 @@ class _Pool:
             self._lost(worker, death_cause(code))
 
     async def _forward_stderr(self, worker: _Worker) -> None:
-        """The worker's stderr (and the tool's print()) to our log, tagged with the tool and pid."""
+        """The worker's stderr (and the tool's print()) to our log, tagged with the tool and pid.
+
+        Linear in what the worker writes, newlines or not (`LineSplitter`: bounded lines).
+        """
         stream = worker.proc.stderr
         assert stream is not None
-        pending = b""
-        extra = {"tool": self.name, "worker_pid": worker.pid}
+        lines = LineSplitter()
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
             async for chunk in stream:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    log.info(
-                        "tool %r worker %d: %s",
-                        self.name,
-                        worker.pid,
-                        line.decode(errors="replace"),
-                        extra=extra,
-                    )
-        if pending:
-            log.info(
-                "tool %r worker %d: %s", self.name, worker.pid, pending.decode(errors="replace"), extra=extra
-            )
+                self._log_lines(worker, lines.feed(chunk))
+        self._log_lines(worker, lines.close())
         with contextlib.suppress(Exception):
             await stream.aclose()
+
+    def _log_lines(self, worker: _Worker, lines: list[tuple[bytes, bool]]) -> None:
+        if not lines or not log.isEnabledFor(logging.INFO):
+            return
+        extra = {"tool": self.name, "worker_pid": worker.pid}
+        for line, whole in lines:
+            log.info(
+                "tool %r worker %d: %s%s",
+                self.name,
+                worker.pid,
+                line.decode(errors="replace"),
+                "" if whole else " [line continues]",
+                extra=extra,
+            )
 
     async def _retire(self, worker: _Worker) -> None:
         """Stop a healthy worker (over its memory cap) and start another (not a loss)."""
@@ -380,6 +387,8 @@ class _Pool:
                 answer = await worker.frames.read()
                 while answer is not None:
                     reply = decode_reply(answer)
+                    if isinstance(reply, Piece):  # a large result: the loop runs between its pieces
+                        reply = await assemble(reply, worker.frames.read)
                     if not isinstance(reply, Progress | LogRecord):
                         break
                     await _relay(reply, ctx)  # the tool's progress and logs come before its reply

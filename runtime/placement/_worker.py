@@ -18,7 +18,8 @@ from typing import Any
 import trio
 
 from ._frames import FrameReader
-from ._host import ToolHost, box, encode_reply
+from ._host import ToolHost, box
+from ._pieces import reply_bodies
 from ._protocol import Load, Ready, Request, Stop, decode_to_worker, encode
 
 __all__ = ["main"]
@@ -138,7 +139,8 @@ async def _serve(protocol_in: int, protocol_out: int) -> None:
             if not isinstance(message, Request):
                 raise SystemExit(f"unexpected message {type(message).__name__}")
             reply = await host.serve(message)
-            await _send(out, encode_reply(reply))
+            for body in reply_bodies(reply):  # one, or a large result's pieces then its Done
+                await _send(out, body)
     finally:
         with trio.CancelScope(shield=True):
             try:

@@ -12,8 +12,11 @@ callback that wakes the trio task through the trio token.
     the tool raises                      -> mapped like a local exception (it is boxed there)
     the replica dies (ActorDiedError...) -> ERROR for its in-flight calls; re-created after the
                                             restart backoff, counted toward the restart intensity
-    a call's deadline passes / caller    -> the replica is killed (`ray.cancel` cannot stop a
-      cancels                               running actor method) and re-created
+    a call's deadline passes / caller    -> that call alone is cancelled on its replica (Ray task
+      cancels                               cancellation: the replica is an async actor, the tool's
+                                            task is cancelled); a call that has not stopped within
+                                            `cancel_grace` (a sync tool: a thread cannot be stopped)
+                                            has its replica killed and re-created
 
 Ray's traps, handled here: `ray.init` runs on the main thread only (Ray's processes die with
 the thread that started them), keeps the process's SIGTERM handler, and sends no worker logs
@@ -38,6 +41,7 @@ import trio
 from ..exceptions import RemoteToolError, ToolDefinitionError, WorkerLost
 from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
+from ._pieces import reply_from_frames
 from ._protocol import Done, Load, Raised, Ready, Request, decode_reply, encode, encode_request
 from ._reference import main_path, reference
 from ._subprocess import rebuild, trace_carrier
@@ -116,6 +120,23 @@ async def wait_ref(ref: Any) -> Any:
     return future.result()
 
 
+async def stop_call(ray: Any, ref: Any, grace: float) -> bool:
+    """Cancel one call on its replica (`ray.cancel` of its ObjectRef) and wait up to `grace`
+    seconds for it to end; the replica's other calls go on.
+
+    Returns:
+        True if it ended (cancelled, finished or failed), False if it still runs: only killing
+        its replica stops it.
+    """
+    with contextlib.suppress(Exception):  # it may have just finished
+        ray.cancel(ref)
+    with trio.move_on_after(grace):
+        with contextlib.suppress(Exception):  # TaskCancelledError, most likely
+            await wait_ref(ref)
+        return True
+    return False
+
+
 class Ray(Placement):
     """Run the tool on Ray actors (one per replica), locally or on a cluster.
 
@@ -130,6 +151,8 @@ class Ray(Placement):
             `pip`, `env_vars`); on a cluster, this is how the tool's code gets there.
         log_to_driver: show the replicas' output in this process (Ray's default is to; ours is not).
         stop_timeout: seconds a replica gets to run `teardown()` at shutdown.
+        cancel_grace: seconds a cancelled call (a timeout, a caller gone) gets to stop on its
+            replica before the replica is killed to stop it (its other calls fail then).
     """
 
     def __init__(
@@ -142,9 +165,14 @@ class Ray(Placement):
         runtime_env: Mapping[str, Any] | None = None,
         log_to_driver: bool = False,
         stop_timeout: float = 5.0,
+        cancel_grace: float = 2.0,
     ) -> None:
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
             raise ToolDefinitionError(f"Ray: replicas must be a positive int, not {replicas!r}")
+        if isinstance(cancel_grace, bool) or not isinstance(cancel_grace, int | float) or cancel_grace < 0:
+            raise ToolDefinitionError(
+                f"Ray: cancel_grace must be a number of seconds >= 0, not {cancel_grace!r}"
+            )
         self.replicas = replicas
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
@@ -152,6 +180,7 @@ class Ray(Placement):
         self.runtime_env = dict(runtime_env) if runtime_env is not None else None
         self.log_to_driver = log_to_driver
         self.stop_timeout = stop_timeout
+        self.cancel_grace = cancel_grace
 
     def __repr__(self) -> str:
         return f"Ray(replicas={self.replicas}, num_cpus={self.num_cpus}, num_gpus={self.num_gpus}, address={self.address!r})"
@@ -315,6 +344,22 @@ class _Replicas:
         if delay is not None:
             self.nursery.start_soon(self._replace, delay)
 
+    async def _stop_cancelled(self, replica: _Replica, ref: Any) -> None:
+        """A cancelled call: cancelled alone on its replica; the replica is killed only if the
+        call has not stopped within `cancel_grace`. Its slot stays taken until then."""
+        try:
+            if not await stop_call(self.ray, ref, self.placement.cancel_grace):
+                log.warning(
+                    "tool %r: a cancelled call on Ray replica %s did not stop within %g s: killing the replica",
+                    self.name,
+                    replica.name,
+                    self.placement.cancel_grace,
+                )
+                self._kill(replica)
+        finally:
+            replica.in_flight -= 1
+            self._wake()
+
     async def stop_all(self) -> None:
         self.closing = True
         replicas, self.live = list(self.live), []
@@ -354,10 +399,15 @@ class _Replicas:
         )
         replica = await self._pick()
         replica.in_flight += 1
+        ref: Any = None
+        stopping = False  # handed to _stop_cancelled, which lets go of the replica's slot
         try:
-            answer = await wait_ref(replica.handle.call.remote(request))
+            ref = replica.handle.call.remote(request)
+            answer = await wait_ref(ref)
         except (trio.Cancelled, BaseExceptionGroup):
-            self._kill(replica)  # ray.cancel cannot stop a running actor method
+            if ref is not None:  # stop that call alone, in the background: the caller goes now
+                stopping = True
+                self.nursery.start_soon(self._stop_cancelled, replica, ref)
             raise
         except Exception as exc:
             died = isinstance(
@@ -383,9 +433,10 @@ class _Replicas:
                 f"({type(exc).__name__})"
             ) from exc
         finally:
-            replica.in_flight -= 1
-            self._wake()
-        reply = decode_reply(answer)
+            if not stopping:
+                replica.in_flight -= 1
+                self._wake()
+        reply = decode_reply(answer) if isinstance(answer, bytes) else await reply_from_frames(answer)
         if isinstance(reply, Done):
             return reply.result
         if isinstance(reply, Raised):
