@@ -394,12 +394,38 @@ async def aio_sleep(seconds: float) -> str:
     return "slept"
 
 
+class Stubborn:
+    """What a test sees of a stubborn tool: when it got its cancellation and when it ended; it
+    ignores its cancellation until the test sets `release`. Made inside the test's loop."""
+
+    def __init__(self) -> None:
+        self.cancelled = anyio.Event()
+        self.release = anyio.Event()
+        self.ended = anyio.Event()
+
+
+stubborn: list[Stubborn] = []  # the running test's, last
+
+
+async def settled(done: Any) -> None:
+    """Let the loop run until `done()` (the runtime notices a task that ended a turn or two later)."""
+    for _ in range(1000):
+        if done():
+            return
+        await asyncio.sleep(0)
+    assert done()
+
+
 @tool(loop="asyncio", timeout=0.1)
 async def aio_stubborn() -> str:
+    state = stubborn[-1]
     try:
         await asyncio.sleep(5)
     except asyncio.CancelledError:
-        await asyncio.sleep(0.5)  # ignores its cancellation for a while
+        state.cancelled.set()
+        await state.release.wait()  # ignores its cancellation until the test lets it end
+    finally:
+        state.ended.set()
     return "late"
 
 
@@ -432,15 +458,18 @@ def test_an_asyncio_tool_from_asyncio_needs_no_trio_task() -> None:
 
 def test_an_asyncio_tool_that_ignores_its_cancellation_is_answered_a_grace_after_its_deadline() -> None:
     async def main() -> None:
+        state = Stubborn()
+        stubborn.append(state)
         async with open_asyncio_runtime([aio_stubborn], tracing=False) as rt:
-            started = time.monotonic()
-            result = await rt.call(_call("aio_stubborn", "{}"))
-            took = time.monotonic() - started
+            async with asyncio.timeout(10):  # not a measure: a runtime that waited for the tool hangs here
+                result = await rt.call(_call("aio_stubborn", "{}"))
             assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
             assert "did not stop when cancelled" in result.content  # type: ignore[union-attr]
-            assert took < 0.4  # 0.1 s deadline + 0.05 s grace, not the 0.5 s it insists on
-            await asyncio.sleep(0.6)
-            assert rt.statistics().tools["aio_stubborn"].in_flight == 0
+            # answered after its deadline cancelled it, while it still ignores that: not when it ends
+            assert (state.cancelled.is_set(), state.ended.is_set()) == (True, False)
+            state.release.set()
+            await state.ended.wait()
+            await settled(lambda: rt.statistics().tools["aio_stubborn"].in_flight == 0)
 
     asyncio.run(main())
 
@@ -467,10 +496,14 @@ async def any_sleep(seconds: float) -> str:
 
 @tool(loop="any", timeout=0.1)
 async def any_stubborn() -> str:
+    state = stubborn[-1]
     try:
         await anyio.sleep(5)
     except anyio.get_cancelled_exc_class():
-        await anyio.sleep(0.5)  # ignores its cancellation for a while
+        state.cancelled.set()
+        await state.release.wait()  # ignores its cancellation until the test lets it end
+    finally:
+        state.ended.set()
     return "late"
 
 
@@ -522,14 +555,18 @@ def test_a_tool_for_either_loop_runs_on_trio_when_trio_calls_it() -> None:
 
 def test_a_tool_for_either_loop_that_ignores_its_cancellation_is_answered_after_the_grace() -> None:
     async def main() -> None:
+        state = Stubborn()
+        stubborn.append(state)
         async with open_asyncio_runtime([any_stubborn], tracing=False) as rt:
-            started = time.monotonic()
-            result = await rt.call(_call("any_stubborn", "{}"))
-            assert time.monotonic() - started < 0.4  # 0.1 s deadline + 0.05 s grace, not 0.5 s
+            async with asyncio.timeout(10):  # not a measure: a runtime that waited for the tool hangs here
+                result = await rt.call(_call("any_stubborn", "{}"))
             assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
             assert "did not stop when cancelled" in result.content  # type: ignore[union-attr]
-            await asyncio.sleep(0.6)
-            assert rt.statistics().tools["any_stubborn"].in_flight == 0
+            # answered after its deadline cancelled it, while it still ignores that: not when it ends
+            assert (state.cancelled.is_set(), state.ended.is_set()) == (True, False)
+            state.release.set()
+            await state.ended.wait()
+            await settled(lambda: rt.statistics().tools["any_stubborn"].in_flight == 0)
 
     asyncio.run(main())
 
