@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -49,6 +50,26 @@ def threaded(n: int) -> int:
 
 def _call(name: str, arguments: str = '{"n": 1}', call_id: str = "c1") -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+class _Spawns(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+@contextlib.contextmanager
+def trio_tasks_spawned() -> Iterator[list[str]]:
+    """The names of the trio tasks spawned while the block runs (a trio instrument, added from
+    asyncio code: the loop's thread holds trio's run state while the guest run lasts)."""
+    spawns = _Spawns()
+    trio.lowlevel.add_instrument(spawns)
+    try:
+        yield spawns.names
+    finally:
+        trio.lowlevel.remove_instrument(spawns)
 
 
 def test_a_call_that_cannot_wait_runs_in_the_asyncio_task_that_makes_it() -> None:
@@ -329,16 +350,14 @@ def test_sync_calls_beyond_the_thread_budget_wait_on_the_loop_in_order_without_t
     async def main() -> None:
         gate.clear()
         async with open_asyncio_runtime([gated], tracing=False, thread_limit=2) as rt:
-            spawned: list[object] = []
-            spawn = rt._spawn
-            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
-            calls = [_call("gated", f'{{"n": {i}}}', f"g{i}") for i in range(6)]
-            task = asyncio.ensure_future(rt.call_many(calls))
-            await asyncio.sleep(0.05)
-            stats = rt.statistics().tools["gated"]
-            assert (stats.threads, stats.in_flight) == (2, 6)  # two run, four wait for a token
-            gate.set()
-            assert [r.value for r in await task] == list(range(6))  # type: ignore[union-attr]
+            with trio_tasks_spawned() as spawned:
+                calls = [_call("gated", f'{{"n": {i}}}', f"g{i}") for i in range(6)]
+                task = asyncio.ensure_future(rt.call_many(calls))
+                await asyncio.sleep(0.05)
+                stats = rt.statistics().tools["gated"]
+                assert (stats.threads, stats.in_flight) == (2, 6)  # two run, four wait for a token
+                gate.set()
+                assert [r.value for r in await task] == list(range(6))  # type: ignore[union-attr]
             assert spawned == []
             assert rt.statistics().tools["gated"].threads == 0
 
@@ -440,13 +459,12 @@ async def aio_raises(kind: str) -> str:
 def test_an_asyncio_tool_from_asyncio_needs_no_trio_task() -> None:
     async def main() -> None:
         async with open_asyncio_runtime([aio_sleep], tracing=False) as rt:
-            spawned: list[object] = []
-            spawn = rt._spawn
-            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
-            result = await rt.call(_call("aio_sleep", '{"seconds": 0}'))
-            assert isinstance(result, ToolSuccess) and result.value == "slept"  # noqa: PT018
-            results = await rt.call_many([_call("aio_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)])
-            assert [r.value for r in results] == ["slept"] * 5  # type: ignore[union-attr]
+            with trio_tasks_spawned() as spawned:
+                result = await rt.call(_call("aio_sleep", '{"seconds": 0}'))
+                assert isinstance(result, ToolSuccess) and result.value == "slept"  # noqa: PT018
+                batch = [_call("aio_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)]
+                results = await rt.call_many(batch)
+                assert [r.value for r in results] == ["slept"] * 5  # type: ignore[union-attr]
             assert spawned == []
             timed = await rt.call(_call("aio_sleep", '{"seconds": 5}'), timeout=0.05)
             assert timed.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
@@ -510,15 +528,13 @@ async def any_stubborn() -> str:
 def test_a_tool_for_either_loop_called_from_asyncio_runs_as_a_task_of_the_loop() -> None:
     async def main() -> None:
         async with open_asyncio_runtime([any_sleep], tracing=False) as rt:
-            spawned: list[object] = []
-            spawn = rt._spawn
-            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
-            result = await rt.call(_call("any_sleep", '{"seconds": 0}'))
-            assert isinstance(result, ToolSuccess) and result.value == "asyncio"  # noqa: PT018
-            batch = [_call("any_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)]
-            assert [r.value for r in await rt.call_many(batch)] == ["asyncio"] * 5  # type: ignore[union-attr]
-            got = [r.value async for r in rt.as_completed(batch)]  # type: ignore[union-attr]
-            assert got == ["asyncio"] * 5
+            with trio_tasks_spawned() as spawned:
+                result = await rt.call(_call("any_sleep", '{"seconds": 0}'))
+                assert isinstance(result, ToolSuccess) and result.value == "asyncio"  # noqa: PT018
+                batch = [_call("any_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)]
+                assert [r.value for r in await rt.call_many(batch)] == ["asyncio"] * 5  # type: ignore[union-attr]
+                got = [r.value async for r in rt.as_completed(batch)]  # type: ignore[union-attr]
+                assert got == ["asyncio"] * 5
             assert spawned == []  # no trio task for any of them
             timed = await rt.call(_call("any_sleep", '{"seconds": 5}'), timeout=0.05)
             assert timed.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
