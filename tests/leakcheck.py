@@ -16,8 +16,11 @@ Three kinds of leftovers fail a test:
   (process-wide pools that other tests or session fixtures started: Ray's driver threads, a
   shared server's), idle workers of trio's process-wide thread cache (trio keeps each for
   `IDLE_TIMEOUT`, 10 s, after its last job, by design; one is idle when it is parked in
-  `_thread_cache.py::_work` waiting for a job), and the threads of a runtime that a fixture of a
-  wider scope keeps open across tests (`keeps_threads`; checked when that fixture closes).
+  `_thread_cache.py::_work` waiting for a job), foreign threads (`threading._DummyThread`:
+  started outside Python by a library's own pool, such as Ray's core worker threads that run its
+  callbacks, and only seen by `threading` once they run Python code), and the threads of a
+  runtime that a fixture of a wider scope keeps open across tests (`keeps_threads`; checked when
+  that fixture closes).
 - **a child process**: a direct child of this process that was not there before the test,
   still alive (zombies included: a child nobody waited for) once exiting ones have had
   `PROCESS_GRACE` seconds. Processes under a child that existed before the test are not looked
@@ -169,6 +172,14 @@ def _busy_in_trio_cache(thread: threading.Thread) -> bool:
     return _TRIO_CACHE_FILE in files and not _idle_in_trio_cache(thread)
 
 
+def _ours(thread: threading.Thread) -> bool:
+    """A thread this process's Python code started and must stop: not an idle worker of trio's
+    cache, and not a foreign thread (`threading._DummyThread`: started outside Python, by a
+    library's own C++ pool such as Ray's core worker, and seen by `threading` once it runs a
+    Python callback; no Python code can stop or join it)."""
+    return not _idle_in_trio_cache(thread) and not isinstance(thread, threading._DummyThread)
+
+
 def _kept_by_a_wider_scope(thread: threading.Thread) -> bool:
     return any(thread.name.startswith(prefix) for prefixes in _kept for prefix in prefixes)
 
@@ -247,13 +258,12 @@ class Scope:
             left = [
                 t
                 for t in threading.enumerate()
-                if (t not in self.threads and not _idle_in_trio_cache(t) and not _kept_by_a_wider_scope(t))
+                if (t not in self.threads and _ours(t) and not _kept_by_a_wider_scope(t))
                 or (t not in self.busy and _busy_in_trio_cache(t))
             ]
             if not left or time.monotonic() >= deadline:
                 return [_describe_thread(t) for t in left]
-            for thread in left:
-                thread.join(max(0.0, min(0.05, deadline - time.monotonic())))
+            time.sleep(0.01)
 
     def leaked_processes(self) -> list[str]:
         deadline = time.monotonic() + PROCESS_GRACE
