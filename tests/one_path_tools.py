@@ -25,7 +25,10 @@ SHIELD = 0.8
 it, even on a loaded machine."""
 
 BLOCK = 0.8
-"""Seconds a blocking sync tool holds its thread (or its worker process): well past its deadline `T`."""
+"""Seconds a blocking sync tool holds its thread (or its worker process): well past its deadline `T`
+(on trio's virtual clock the deadline passes at once: there `BLOCK_VIRTUAL` will do)."""
+
+BLOCK_VIRTUAL = 0.2
 
 SLOW = 100 * T
 """Seconds a slow tool takes: it would return, but its caller's deadline (`T`) comes first."""
@@ -82,7 +85,7 @@ async def eager_kinds(kind: str, n: int = 0) -> int:
     return n
 
 
-def sync_kinds(kind: str, n: int = 0) -> int:
+def sync_kinds(kind: str, n: int = 0, seconds: float = BLOCK) -> int:
     """A sync tool: in the tool's kept threads (or inline, with inline=True; or in a worker process)."""
     if kind == "raise":
         raise ValueError(f"the tool raised for call {n}")
@@ -93,7 +96,7 @@ def sync_kinds(kind: str, n: int = 0) -> int:
     if kind == "stale":
         raise stale_cancelled()
     if kind == "block":
-        time.sleep(BLOCK)  # blocked in C: no thread can be interrupted
+        time.sleep(seconds)  # blocked in C: no thread can be interrupted
     return n
 
 

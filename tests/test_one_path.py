@@ -182,10 +182,11 @@ else:
 opt.stale_cancelled()  # made here, once: the eager tool raises it without a thread of its own
 
 
-def _target(kind: str, executor: str) -> tuple[str, str]:
+def _target(kind: str, executor: str, block: float = opt.BLOCK) -> tuple[str, str]:
     """The tool a kind's call goes to on an executor, and the call's arguments."""
     if kind == "blocking":
-        return (f"{executor}_timed" if executor == "thread" else f"{executor}_blocking"), '{"kind": "block"}'
+        name = f"{executor}_timed" if executor == "thread" else f"{executor}_blocking"
+        return name, f'{{"kind": "block", "seconds": {block}}}'
     if kind in ("hang", "shielded"):
         return f"{executor}_timed", f'{{"kind": "{kind}"}}'
     if kind in ("cancel", "timeout"):
@@ -226,7 +227,11 @@ STREAMING = ("trio", "asyncio", "uvloop")  # the callers that have `as_completed
 
 
 def plan(
-    batch: list[str], executors: Iterable[str], caller: str, known_bugs: Mapping[tuple[str, str], str]
+    batch: list[str],
+    executors: Iterable[str],
+    caller: str,
+    known_bugs: Mapping[tuple[str, str], str],
+    block: float = opt.BLOCK,
 ) -> Plan:
     out = Plan()
     executors = tuple(executors)
@@ -248,7 +253,9 @@ def plan(
             for executor, name in targets:
                 value = 1000 * i + len(out.calls)
                 arguments = (
-                    _target(kind, executor)[1] if executor is not None else f'{{"kind": "ok", "n": {value}}}'
+                    _target(kind, executor, block)[1]
+                    if executor is not None
+                    else f'{{"kind": "ok", "n": {value}}}'
                 )
                 if kind == "ok":
                     arguments = f'{{"kind": "ok", "n": {value}}}'
@@ -576,11 +583,11 @@ def run_route(
     if caller in ("asyncio", "uvloop"):
         executors = (*executors, "asyncio") if "task" in executors else executors
         tools = [*tools, *ASYNCIO_TOOLS.values()] if "task" in executors else tools
-    plan_ = plan(batch, executors, caller, known_bugs)
+    virtual = caller == "trio" and not any(e in executors for e in ("subprocess", "ray"))
+    plan_ = plan(batch, executors, caller, known_bugs, opt.BLOCK_VIRTUAL if virtual else opt.BLOCK)
     opt.RELEASE.clear()
     with leakcheck.scope() as scope:
         if caller == "trio":
-            virtual = not any(e in executors for e in ("subprocess", "ray"))
             seen, recorder = run_trio(plan_, tools, virtual=virtual)
         elif caller in ("asyncio", "uvloop"):
             seen, recorder = run_guest(plan_, tools, loop=caller)
@@ -606,7 +613,7 @@ def _settings(examples: int) -> settings:
 
 
 IN_PROCESS = ("task", "eager", "inline", "thread")
-EXAMPLES = {"trio": 60, "asyncio": 8, "uvloop": 8, "threads": 8, "thread_asyncio": 8}
+EXAMPLES = {"trio": 50, "asyncio": 6, "uvloop": 6, "threads": 6, "thread_asyncio": 6}
 
 # -- the tests -------------------------------------------------------------------------------------
 
