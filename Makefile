@@ -11,7 +11,7 @@ NODE_DIR := conformance
 NODE_BIN := $(NODE_DIR)/node_modules/.bin
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean node conformance docs dist wheel-check
+.PHONY: demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
+
+# The tests marked `slow` (left out of `make test`): more batches through Subprocess, Ray from every caller.
+test-slow: $(STAMP) $(RAY_STAMP)
+	$(BIN)/pytest -m slow
 
 
 $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json

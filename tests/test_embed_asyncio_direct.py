@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -49,6 +50,26 @@ def threaded(n: int) -> int:
 
 def _call(name: str, arguments: str = '{"n": 1}', call_id: str = "c1") -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+class _Spawns(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+@contextlib.contextmanager
+def trio_tasks_spawned() -> Iterator[list[str]]:
+    """The names of the trio tasks spawned while the block runs (a trio instrument, added from
+    asyncio code: the loop's thread holds trio's run state while the guest run lasts)."""
+    spawns = _Spawns()
+    trio.lowlevel.add_instrument(spawns)
+    try:
+        yield spawns.names
+    finally:
+        trio.lowlevel.remove_instrument(spawns)
 
 
 def test_a_call_that_cannot_wait_runs_in_the_asyncio_task_that_makes_it() -> None:
@@ -329,20 +350,18 @@ def test_sync_calls_beyond_the_thread_budget_wait_on_the_loop_in_order_without_t
     async def main() -> None:
         gate.clear()
         async with open_asyncio_runtime([gated], tracing=False, thread_limit=2) as rt:
-            spawned: list[object] = []
-            spawn = rt._spawn
-            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
-            calls = [_call("gated", f'{{"n": {i}}}', f"g{i}") for i in range(6)]
-            task = asyncio.ensure_future(rt.call_many(calls))
-            await asyncio.sleep(0.05)
-            stats = rt.statistics().tools["gated"]
-            assert (stats.threads, stats.in_flight, stats.queued) == (
-                2,
-                2,
-                4,
-            )  # two run, four wait their turn
-            gate.set()
-            assert [r.value for r in await task] == list(range(6))  # type: ignore[union-attr]
+            with trio_tasks_spawned() as spawned:
+                calls = [_call("gated", f'{{"n": {i}}}', f"g{i}") for i in range(6)]
+                task = asyncio.ensure_future(rt.call_many(calls))
+                await asyncio.sleep(0.05)
+                stats = rt.statistics().tools["gated"]
+                assert (stats.threads, stats.in_flight, stats.queued) == (
+                    2,
+                    2,
+                    4,
+                )  # two run, four wait their turn
+                gate.set()
+                assert [r.value for r in await task] == list(range(6))  # type: ignore[union-attr]
             assert spawned == []
             assert rt.statistics().tools["gated"].threads == 0
 
@@ -402,12 +421,38 @@ async def aio_sleep(seconds: float) -> str:
     return "slept"
 
 
+class Stubborn:
+    """What a test sees of a stubborn tool: when it got its cancellation and when it ended; it
+    ignores its cancellation until the test sets `release`. Made inside the test's loop."""
+
+    def __init__(self) -> None:
+        self.cancelled = anyio.Event()
+        self.release = anyio.Event()
+        self.ended = anyio.Event()
+
+
+stubborn: list[Stubborn] = []  # the running test's, last
+
+
+async def settled(done: Any) -> None:
+    """Let the loop run until `done()` (the runtime notices a task that ended a turn or two later)."""
+    for _ in range(1000):
+        if done():
+            return
+        await asyncio.sleep(0)
+    assert done()
+
+
 @tool(loop="asyncio", timeout=0.1)
 async def aio_stubborn() -> str:
+    state = stubborn[-1]
     try:
         await asyncio.sleep(5)
     except asyncio.CancelledError:
-        await asyncio.sleep(0.5)  # ignores its cancellation for a while
+        state.cancelled.set()
+        await state.release.wait()  # ignores its cancellation until the test lets it end
+    finally:
+        state.ended.set()
     return "late"
 
 
@@ -422,13 +467,12 @@ async def aio_raises(kind: str) -> str:
 def test_an_asyncio_tool_from_asyncio_needs_no_trio_task() -> None:
     async def main() -> None:
         async with open_asyncio_runtime([aio_sleep], tracing=False) as rt:
-            spawned: list[object] = []
-            spawn = rt._spawn
-            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
-            result = await rt.call(_call("aio_sleep", '{"seconds": 0}'))
-            assert isinstance(result, ToolSuccess) and result.value == "slept"  # noqa: PT018
-            results = await rt.call_many([_call("aio_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)])
-            assert [r.value for r in results] == ["slept"] * 5  # type: ignore[union-attr]
+            with trio_tasks_spawned() as spawned:
+                result = await rt.call(_call("aio_sleep", '{"seconds": 0}'))
+                assert isinstance(result, ToolSuccess) and result.value == "slept"  # noqa: PT018
+                batch = [_call("aio_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)]
+                results = await rt.call_many(batch)
+                assert [r.value for r in results] == ["slept"] * 5  # type: ignore[union-attr]
             assert spawned == []
             timed = await rt.call(_call("aio_sleep", '{"seconds": 5}'), timeout=0.05)
             assert timed.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
@@ -440,15 +484,18 @@ def test_an_asyncio_tool_from_asyncio_needs_no_trio_task() -> None:
 
 def test_an_asyncio_tool_that_ignores_its_cancellation_is_answered_a_grace_after_its_deadline() -> None:
     async def main() -> None:
+        state = Stubborn()
+        stubborn.append(state)
         async with open_asyncio_runtime([aio_stubborn], tracing=False) as rt:
-            started = time.monotonic()
-            result = await rt.call(_call("aio_stubborn", "{}"))
-            took = time.monotonic() - started
+            async with asyncio.timeout(10):  # not a measure: a runtime that waited for the tool hangs here
+                result = await rt.call(_call("aio_stubborn", "{}"))
             assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
             assert "did not stop when cancelled" in result.content  # type: ignore[union-attr]
-            assert took < 0.4  # 0.1 s deadline + 0.05 s grace, not the 0.5 s it insists on
-            await asyncio.sleep(0.6)
-            assert rt.statistics().tools["aio_stubborn"].in_flight == 0
+            # answered after its deadline cancelled it, while it still ignores that: not when it ends
+            assert (state.cancelled.is_set(), state.ended.is_set()) == (True, False)
+            state.release.set()
+            await state.ended.wait()
+            await settled(lambda: rt.statistics().tools["aio_stubborn"].in_flight == 0)
 
     asyncio.run(main())
 
@@ -475,25 +522,27 @@ async def any_sleep(seconds: float) -> str:
 
 @tool(loop="any", timeout=0.1)
 async def any_stubborn() -> str:
+    state = stubborn[-1]
     try:
         await anyio.sleep(5)
     except anyio.get_cancelled_exc_class():
-        await anyio.sleep(0.5)  # ignores its cancellation for a while
+        state.cancelled.set()
+        await state.release.wait()  # ignores its cancellation until the test lets it end
+    finally:
+        state.ended.set()
     return "late"
 
 
 def test_a_tool_for_either_loop_called_from_asyncio_runs_as_a_task_of_the_loop() -> None:
     async def main() -> None:
         async with open_asyncio_runtime([any_sleep], tracing=False) as rt:
-            spawned: list[object] = []
-            spawn = rt._spawn
-            rt._spawn = lambda fn: spawned.append(fn) or spawn(fn)  # type: ignore[method-assign]
-            result = await rt.call(_call("any_sleep", '{"seconds": 0}'))
-            assert isinstance(result, ToolSuccess) and result.value == "asyncio"  # noqa: PT018
-            batch = [_call("any_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)]
-            assert [r.value for r in await rt.call_many(batch)] == ["asyncio"] * 5  # type: ignore[union-attr]
-            got = [r.value async for r in rt.as_completed(batch)]  # type: ignore[union-attr]
-            assert got == ["asyncio"] * 5
+            with trio_tasks_spawned() as spawned:
+                result = await rt.call(_call("any_sleep", '{"seconds": 0}'))
+                assert isinstance(result, ToolSuccess) and result.value == "asyncio"  # noqa: PT018
+                batch = [_call("any_sleep", '{"seconds": 0.01}', f"s{i}") for i in range(5)]
+                assert [r.value for r in await rt.call_many(batch)] == ["asyncio"] * 5  # type: ignore[union-attr]
+                got = [r.value async for r in rt.as_completed(batch)]  # type: ignore[union-attr]
+                assert got == ["asyncio"] * 5
             assert spawned == []  # no trio task for any of them
             timed = await rt.call(_call("any_sleep", '{"seconds": 5}'), timeout=0.05)
             assert timed.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
@@ -530,14 +579,18 @@ def test_a_tool_for_either_loop_runs_on_trio_when_trio_calls_it() -> None:
 
 def test_a_tool_for_either_loop_that_ignores_its_cancellation_is_answered_after_the_grace() -> None:
     async def main() -> None:
+        state = Stubborn()
+        stubborn.append(state)
         async with open_asyncio_runtime([any_stubborn], tracing=False) as rt:
-            started = time.monotonic()
-            result = await rt.call(_call("any_stubborn", "{}"))
-            assert time.monotonic() - started < 0.4  # 0.1 s deadline + 0.05 s grace, not 0.5 s
+            async with asyncio.timeout(10):  # not a measure: a runtime that waited for the tool hangs here
+                result = await rt.call(_call("any_stubborn", "{}"))
             assert result.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
             assert "did not stop when cancelled" in result.content  # type: ignore[union-attr]
-            await asyncio.sleep(0.6)
-            assert rt.statistics().tools["any_stubborn"].in_flight == 0
+            # answered after its deadline cancelled it, while it still ignores that: not when it ends
+            assert (state.cancelled.is_set(), state.ended.is_set()) == (True, False)
+            state.release.set()
+            await state.ended.wait()
+            await settled(lambda: rt.statistics().tools["any_stubborn"].in_flight == 0)
 
     asyncio.run(main())
 

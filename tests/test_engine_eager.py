@@ -16,12 +16,24 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+import trio.testing
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from runtime import CallContext, FailureKind, RestartPolicy, Tool, ToolCall, ToolSuccess, open_runtime, tool
+from runtime import (
+    CallContext,
+    FailureKind,
+    Feature,
+    RestartPolicy,
+    Tool,
+    ToolCall,
+    ToolResult,
+    ToolSuccess,
+    open_runtime,
+    tool,
+)
 from runtime.tracing import Tracing
 
 seen: list[Any] = []  # what the tools saw: the task that ran them
@@ -355,12 +367,42 @@ async def test_eager_calls_are_traced_under_the_callers_span() -> None:
     assert failed.status.status_code is StatusCode.ERROR
 
 
-async def test_calls_during_shutdown_are_unavailable_not_run() -> None:
+class ShutdownBegan(Tool[NoArgs, int]):
+    """Its teardown says that shutdown is under way: the tools listed after it have stopped."""
+
+    name = "shutdown_began"
+
+    def __init__(self) -> None:
+        self.began = trio.Event()
+
+    async def teardown(self) -> None:
+        self.began.set()
+
+    async def execute(self, args: NoArgs) -> int:
+        return 0
+
+
+async def test_a_call_admitted_before_shutdown_whose_tool_stopped_meanwhile_is_unavailable_not_run() -> None:
     seen.clear()
-    async with open_runtime([quick]) as rt:
-        actor = rt._routing.routes["quick"]
-        actor.begin_stop()
-        result = await rt.call(_call("quick"))
+    shutdown = ShutdownBegan()
+
+    class HoldsTheCall(Feature):
+        async def on_call_starting(self, call: ToolCall, ctx: CallContext) -> None:
+            if call.name == "quick":
+                await shutdown.began.wait()  # the call goes on once its tool has stopped
+
+    results: list[ToolResult] = []
+    async with (
+        trio.open_nursery() as nursery,  # the caller outlives the runtime's block
+        open_runtime([shutdown, quick], features=[HoldsTheCall()], tracing=False) as rt,
+    ):
+
+        async def caller() -> None:
+            results.append(await rt.call(_call("quick")))
+
+        nursery.start_soon(caller)
+        await trio.testing.wait_all_tasks_blocked()  # the call waits in the feature's hook
+    (result,) = results
     assert result.kind is FailureKind.UNAVAILABLE  # type: ignore[union-attr]
     assert seen == []
 

@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import leakcheck
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -89,13 +90,17 @@ FUZZ = settings(max_examples=150, deadline=None)
 
 @pytest.fixture(scope="module")
 def rt() -> Iterator[RuntimeThread]:
-    with RuntimeThread(
-        TOOLS,
-        tracing=False,
-        max_result_chars=MAX_CHARS,
-        max_argument_bytes=MAX_BYTES,
-        max_argument_depth=MAX_DEPTH,
-    ) as runtime:
+    # The runtime outlives each test, and so do its sync tools' kept threads: checked when it closes.
+    with (
+        leakcheck.keeps_threads(*(f"tool {t.name} thread " for t in TOOLS)),
+        RuntimeThread(
+            TOOLS,
+            tracing=False,
+            max_result_chars=MAX_CHARS,
+            max_argument_bytes=MAX_BYTES,
+            max_argument_depth=MAX_DEPTH,
+        ) as runtime,
+    ):
         yield runtime
         # after everything the fuzzer sent, the runtime serves, every tool up, nothing running
         assert runtime.call(ToolCall(id="last", name="add", arguments='{"a": 2, "b": 3}')).value == 5

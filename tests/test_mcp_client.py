@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from runtime import (
     AudioPart,
+    CallContext,
     FailureKind,
     ImagePart,
     ResourceLinkPart,
@@ -42,6 +43,7 @@ from runtime import (
     ToolSuccess,
     mcp,
     open_runtime,
+    reporting,
     tool,
 )
 from runtime.mcp._client_tool import local_name, read_result
@@ -384,6 +386,14 @@ async def test_a_stdio_server_killed_mid_call(era: str) -> None:
 
 
 async def test_calls_in_flight_when_the_server_dies_fail_unavailable_and_none_hang() -> None:
+    running: set[str] = set()
+    all_running = trio.Event()
+
+    async def on_progress(ctx: CallContext, p: float, total: float | None, message: str | None) -> None:
+        running.add(ctx.call_id)  # the server's `sleep` reports progress as it starts
+        if len(running) == 5:
+            all_running.set()
+
     with trio.fail_after(LIMIT):
         async with open_runtime(mcp_servers=[demo_stdio(mode="legacy")]) as rt:
             calls = [call("sleep", {"seconds": 30}, id=f"s{i}") for i in range(5)]
@@ -391,10 +401,11 @@ async def test_calls_in_flight_when_the_server_dies_fail_unavailable_and_none_ha
                 results: list[Any] = []
 
                 async def run() -> None:
-                    results.extend(await rt.call_many(calls))
+                    with reporting(on_progress=on_progress):
+                        results.extend(await rt.call_many(calls))
 
                 nursery.start_soon(run)
-                await trio.sleep(0.3)  # the five calls are running on the server
+                await all_running.wait()  # the five calls are running on the server
                 failed(await rt.call(call("crash", {"after": 0.0})), FailureKind.UNAVAILABLE)
             assert [r.kind for r in results] == [FailureKind.UNAVAILABLE] * 5
 

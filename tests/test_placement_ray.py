@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.usefixtures("local_ray")  # tests/conftest.py: one local Ray for the session
 
 import placement_tools as pt  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
@@ -18,24 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from runtime import FailureKind, ToolCall, ToolResult, open_runtime  # noqa: E402
-from runtime.placement.ray import ensure_ray  # noqa: E402
 from runtime.tracing import Tracing  # noqa: E402
-
-
-@pytest.fixture(scope="session", autouse=True)
-def local_ray() -> Iterator[None]:
-    """One local Ray for every test here, started on the main thread (as Ray requires)."""
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ensure_ray(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def call(name: str, arguments: str = "{}", id: str = "c1") -> ToolCall:

@@ -25,7 +25,7 @@ from typing import Any
 import outcome
 import trio
 
-from ..tools import is_cancellation
+from ..tools import reraise_own_cancellation
 from ._call import QUEUED, Call
 from ._plan import InContext, ToolPlan
 from ._threads import Job, KeptThreads
@@ -185,15 +185,14 @@ class WorkerTasks:
                             if scope.cancel_called:  # its deadline, or its caller gave up
                                 call.stopped()
                             else:
-                                if is_cancellation(exc):
-                                    # Not this call's: an outer one (a crash, shutdown) goes on;
-                                    # otherwise the tool raised a Cancelled that is not its own.
-                                    try:
-                                        await trio.lowlevel.checkpoint_if_cancelled()
-                                    except BaseException:
-                                        call.lost()
-                                        mailbox.release()
-                                        raise
+                                # Not this call's: an outer cancellation (a crash, shutdown) goes
+                                # on; a Cancelled the tool raised that is not its own is its error.
+                                try:
+                                    await reraise_own_cancellation(exc)
+                                except BaseException:
+                                    call.lost()
+                                    mailbox.release()
+                                    raise
                                 call.raised(exc)
                         else:
                             call.returned(value)

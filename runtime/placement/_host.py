@@ -22,7 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..exceptions import InvalidArguments, ToolRejected, ToolUnavailable
 from ..messages import ToolCallMetadata, ToolSuccess
-from ..tools import LOG_LEVELS, CallContext, ToolBase, is_cancellation
+from ..tools import LOG_LEVELS, CallContext, ToolBase, reraise_own_cancellation
 from ._protocol import Done, Load, LogRecord, Progress, Raised, Reply, encode, encode_request
 from ._reference import resolve
 
@@ -224,8 +224,7 @@ class ToolHost:
         try:
             value = await self.tool.dispatch(args, ctx)
         except BaseException as exc:
-            if is_cancellation(exc):
-                raise
+            await reraise_own_cancellation(exc)  # the worker's own (its call was cancelled) goes on
             return self.raised(exc)
         finally:
             self.end(token)

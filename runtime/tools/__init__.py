@@ -23,6 +23,7 @@ from ._base import cannot_suspend as cannot_suspend
 from ._base import result_encoder as result_encoder
 from ._base import run_to_end as run_to_end
 from ._cancel import is_cancellation as is_cancellation
+from ._cancel import reraise_own_cancellation as reraise_own_cancellation
 from ._codec import ArgField as ArgField
 from ._codec import ArgsCodec as ArgsCodec
 from ._context import LOG_LEVELS as LOG_LEVELS

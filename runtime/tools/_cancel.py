@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import trio
 
-__all__ = ["is_cancellation"]
+__all__ = ["is_cancellation", "reraise_own_cancellation"]
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -19,3 +19,10 @@ def is_cancellation(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.subgroup(trio.Cancelled) is not None
     return False
+
+
+async def reraise_own_cancellation(exc: BaseException) -> None:
+    """Raise trio's Cancelled if `exc` is a cancellation and this task is being cancelled;
+    return if it is not (a Cancelled the tool raised that is not its own: the tool's error)."""
+    if is_cancellation(exc):
+        await trio.lowlevel.checkpoint_if_cancelled()
