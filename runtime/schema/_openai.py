@@ -6,11 +6,12 @@ depth. The strict renderer meets that from the IR instead of patching a finished
 
 - A parameter the model may omit becomes required. Its description says the default,
   `(default: 10)`, and the `default` keyword is left out (strict mode rejects it). At the
-  top level a parameter with a default also admits null, because the decoder reads a
-  top-level null as "use the default" (`runtime.tools._codec`); deeper down nothing turns
-  null into a default, so nested types stay as declared and the model sends a value. So
-  does an optional parameter without a known default (a TypedDict `NotRequired` key):
-  the decoder would refuse null for it.
+  top level such a parameter also admits null, because the decoder reads a top-level null
+  as "not sent": the default is used (`runtime.tools._codec`), and a parameter without a
+  known default (every optional property of a JSON-Schema or MCP tool, a TypedDict
+  `NotRequired` key) is left out, so the model never has to invent a value. Deeper down
+  nothing turns null into a default, so nested types stay as declared and the model sends
+  a value (its description says the default).
 - Keywords strict mode rejects (minLength, maxLength, uniqueItems, formats outside its
   list, patterns with lookaround, contentEncoding, a tuple's prefixItems) move into the
   description; the decoder still enforces them.
@@ -137,8 +138,8 @@ def _closed_object(properties: tuple[ToolParameter, ...], path: str, *, top: boo
 
 def _property(param: ToolParameter, path: str, *, top: bool) -> dict[str, Any]:
     body, notes = _body(param.type, path)
-    if top and param.has_default and not is_nullable(param.type):
-        body = _nullable(body)  # only a top-level null is decoded as "use the default"
+    if top and not param.required and not is_nullable(param.type):
+        body = _nullable(body)  # only a top-level null is decoded as "not sent"
     note = default_note(param)
     if note:
         notes.append(note)

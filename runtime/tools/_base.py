@@ -348,7 +348,7 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
         return codec, [(f.name, f.type, _shown_default(f)) for f in fields]
     if typing.is_typeddict(args_type):
         hints = _hints(args_type, tool_name)
-        required = args_type.__required_keys__
+        required = {k for k, t in hints.items() if _required_key(args_type, k, t)}
         fields = [
             ArgField(k, normalize(_strip_required(t), f"{where}: field {k!r}")) for k, t in hints.items()
         ]
@@ -384,6 +384,20 @@ def _kwargs_builder(target: Any, names: list[str]) -> Any:
 
 def _typeddict_builder(value: Any) -> dict[str, Any]:
     return {k: v for k, v in msgspec.structs.asdict(value).items() if v is not msgspec.UNSET}
+
+
+def _required_key(typed_dict: Any, key: str, hint: Any) -> bool:
+    """Whether a TypedDict key is required, from its resolved hint first.
+
+    Under `from __future__ import annotations` Python 3.11 cannot see `NotRequired[...]` in
+    the string annotation when it makes the class, so `__required_keys__` lists every key.
+    """
+    origin = typing.get_origin(hint)
+    if origin is typing.NotRequired:
+        return False
+    if origin is typing.Required:
+        return True
+    return key in typed_dict.__required_keys__
 
 
 def _strip_required(tp: Any) -> Any:

@@ -10,6 +10,8 @@ declared type; only the decoder is lenient.
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import types
 import typing
@@ -19,10 +21,12 @@ from typing import Any, Literal, NamedTuple, Optional
 import msgspec
 
 from ..exceptions import InvalidArguments, ToolDefinitionError
+from ._integral import decode_integral, refused_float
 
 __all__ = ["ArgField", "ArgsCodec", "accepts_none", "translate_error"]
 
 _AT_PATH = re.compile(r"^(?P<msg>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
+_encode = msgspec.json.Encoder().encode
 _FIELD = re.compile(r"^Object (?P<what>missing required|contains unknown) field `(?P<name>[^`]*)`$")
 
 
@@ -113,19 +117,31 @@ class ArgsCodec:
         fill: list[tuple[str, Any, Callable[[], Any] | None]] = []
         for f in fields:
             if f.name in unset_optional:
-                spec.append((f.name, f.type | msgspec.UnsetType, msgspec.UNSET))
+                if accepts_none(f.type):
+                    spec.append((f.name, f.type | msgspec.UnsetType, msgspec.UNSET))
+                else:  # OpenAI strict mode sends null for a key the model leaves out: it stays out
+                    spec.append((f.name, Optional[f.type] | msgspec.UnsetType, msgspec.UNSET))  # noqa: UP045
+                    fill.append((f.name, msgspec.UNSET, None))
             elif f.required:
                 spec.append((f.name, f.type))
             else:
-                default = msgspec.field(default_factory=f.default_factory) if f.default_factory else f.default
+                factory = f.default_factory
+                if factory is None and _mutable(f.default):
+                    # `tags: list[str] = ["a"]`: each call gets its own copy (msgspec refuses a
+                    # shared mutable default, and a function parameter has no default_factory).
+                    factory = functools.partial(copy.deepcopy, f.default)
+                default = msgspec.field(default_factory=factory) if factory else f.default
                 if accepts_none(f.type):
                     spec.append((f.name, f.type, default))
                 else:
                     spec.append((f.name, Optional[f.type], default))  # noqa: UP045 - f.type is a runtime value
-                    fill.append((f.name, f.default, f.default_factory))
-        struct_type = msgspec.defstruct(
-            name, spec, kw_only=True, forbid_unknown_fields=True, rename=dict(rename) if rename else None
-        )
+                    fill.append((f.name, f.default, factory))
+        try:
+            struct_type = msgspec.defstruct(
+                name, spec, kw_only=True, forbid_unknown_fields=True, rename=dict(rename) if rename else None
+            )
+        except TypeError as exc:  # msgspec's words name its own API; say what to change here
+            raise ToolDefinitionError(f"the arguments of {name!r} cannot be made into a type: {exc}") from exc
         return cls(struct_type, fill=fill, build=build)
 
     def _invalid(self, exc: msgspec.ValidationError) -> InvalidArguments:
@@ -152,7 +168,10 @@ class ArgsCodec:
             else:
                 raise InvalidArguments(f"arguments must be a JSON object, got {type(raw).__name__}")
         except msgspec.ValidationError as exc:
-            raise self._invalid(exc) from None
+            path = refused_float(exc)
+            if path is None:
+                raise self._invalid(exc) from None
+            value = self._integral(raw, exc, path)
         except msgspec.DecodeError as exc:
             if isinstance(raw, str | bytes) and not raw.strip():
                 return self.decode(b"{}")  # some models send "" for a tool without parameters
@@ -168,6 +187,36 @@ class ArgsCodec:
                 # decodes into the type directly.
                 raise InvalidArguments(str(exc) or type(exc).__name__) from exc
         return value
+
+    def _integral(self, raw: str | bytes | Mapping[str, Any], exc: msgspec.ValidationError, path: str) -> Any:
+        """`raw` decoded again with integral floats as ints where an int was refused (see `_integral`)."""
+        if isinstance(raw, Mapping):
+            data: Any = raw
+
+            def attempt(fixed: Any) -> Any:
+                return msgspec.convert(fixed, self.struct_type)
+        else:
+            try:
+                data = msgspec.json.decode(raw)
+            except msgspec.DecodeError as bad:  # broken after the value the typed decoder stopped at
+                raise InvalidArguments(
+                    f"arguments are not valid JSON ({bad}); send one JSON object"
+                ) from None
+
+            def attempt(fixed: Any) -> Any:
+                return self._decoder.decode(_encode(fixed))  # the JSON path's own semantics
+
+        value, error = decode_integral(data, attempt, path)
+        if error is not None or value is None:
+            raise self._invalid(error or exc) from None
+        return value
+
+
+def _mutable(default: Any) -> bool:
+    """A default msgspec will not share between instances: a non-empty list, dict, set or a mutable Struct."""
+    if isinstance(default, list | dict | set | bytearray):
+        return bool(default)
+    return isinstance(default, msgspec.Struct) and not default.__struct_config__.frozen
 
 
 def _unloosen(error: InvalidArguments, loosened: Sequence[str]) -> InvalidArguments:
