@@ -58,6 +58,29 @@ _SHAPE_KEYS = frozenset(
         "allOf",
     }
 )
+_COMBINATORS = frozenset({"anyOf", "oneOf", "allOf"})
+# Keywords that constrain an object beyond its properties (their words go to the description).
+_CONSTRAINT_KEYS = frozenset(
+    {"anyOf", "oneOf", "allOf", "not", "dependentRequired", "if", "minProperties", "maxProperties"}
+)
+_REF_SIBLINGS_IGNORED = frozenset(
+    {
+        "$ref",
+        "description",
+        "title",
+        "default",
+        "examples",
+        "$comment",
+        "deprecated",
+        "$defs",
+        "definitions",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "nullable",
+    }
+)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
@@ -90,19 +113,32 @@ def descriptor_from_json_schema(
         SchemaError: the schema does not describe an object, or cannot be parsed.
     """
     if schema is None or schema == {}:
-        return ToolDescriptor(name=name, description=description, **extra)
-    node, definitions = parse_json_schema(schema, max_depth=max_depth)
+        return ToolDescriptor(name=name, description=description, additional=True, **extra)
+    parser = _Parser(schema, max_depth)
+    parser.root_target = _root_target(schema)
+    node = parser.node(schema, 0)
+    definitions = parser.definitions
+    notes = list(parser.root_notes)
     if isinstance(node, Ref):
         node = definitions[node.name]
     if isinstance(node, Union):
-        node = _merged_objects(node, definitions) or node
+        merged = _merged_objects(node, definitions)
+        if merged is not None:
+            notes.extend(_shape_notes(node, definitions))
+            node = merged
     if not isinstance(node, Object):
         raise SchemaError(
             f"the parameters of tool {name!r} must be a JSON object schema, not {type(node).__name__.lower()}"
         )
     desc = description or node.description or ""
     return ToolDescriptor(
-        name=name, description=desc, parameters=node.properties, definitions=definitions, **extra
+        name=name,
+        description=desc,
+        parameters=node.properties,
+        definitions=definitions,
+        additional=node.additional,
+        notes=tuple(dict.fromkeys(notes)),
+        **extra,
     )
 
 
@@ -111,6 +147,9 @@ class _Parser:
         self.root = root
         self.max_depth = max_depth
         self.definitions: dict[str, TypeNode] = {}
+        self.root_target: Any = None  # the schema whose constraints are the tool's (its notes)
+        self.root_notes: list[str] = []
+        self._anchors: dict[str, Any] | None = None
         self._resolving: list[str] = []  # refs on the current path
         self._cyclic: set[str] = set()
         self._done: dict[str, TypeNode] = {}  # ref -> parsed node (non-recursive)
@@ -121,6 +160,13 @@ class _Parser:
     def _target(self, ref: str) -> Any:
         if not ref.startswith("#"):
             raise SchemaError(f"only local references are supported, not {ref!r}")
+        if len(ref) > 1 and not ref.startswith("#/"):  # `#name`: a `$anchor` (or `$dynamicAnchor`)
+            if self._anchors is None:
+                self._anchors = _anchors(self.root)
+            found = self._anchors.get(ref[1:])
+            if found is None:
+                raise SchemaError(f"reference {ref!r} points nowhere (no such $anchor)")
+            return found
         node: Any = self.root
         for raw in ref[1:].split("/")[1:] if ref != "#" else []:
             key = raw.replace("~1", "/").replace("~0", "~")
@@ -180,6 +226,12 @@ class _Parser:
         node = self._node(schema, depth)
         if schema.get("nullable") is True:
             node = union_of((node, Null()))
+        notes = _constraint_notes(schema) if not _CONSTRAINT_KEYS.isdisjoint(schema) else []
+        if notes and schema is self.root_target:
+            self.root_notes.extend(notes)  # the tool's own: the dialects add them to its description
+            notes = []
+        if notes and isinstance(node, Object | Union):
+            desc = " ".join([desc, *notes]) if desc else " ".join(notes)
         if desc and node.description != desc:
             node = msgspec.structs.replace(node, description=desc)
         return node
@@ -189,6 +241,10 @@ class _Parser:
             ref = schema["$ref"]
             if not isinstance(ref, str):
                 raise SchemaError("'$ref' must be a string")
+            rest = {k: v for k, v in schema.items() if k not in _REF_SIBLINGS_IGNORED}
+            if _has_shape(rest) or "required" in rest:
+                # 2020-12: keywords beside `$ref` apply too (`{"$ref": "#/$defs/Base", "properties": ...}`)
+                return self._all_of({"allOf": [{"$ref": ref}, rest]}, depth)
             return self._ref(ref, depth)
         for key in ("anyOf", "oneOf"):
             if key in schema:
@@ -430,7 +486,157 @@ def _joined(a: TypeNode, b: TypeNode) -> TypeNode:
 
 
 def _has_shape(schema: Any) -> bool:
-    return isinstance(schema, Mapping) and not _SHAPE_KEYS.isdisjoint(schema)
+    """Whether `schema` gives a value a shape (a type, properties...), not only constrains it.
+
+    `{"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}` only constrains: its options do.
+    """
+    if not isinstance(schema, Mapping):
+        return False
+    keys = _SHAPE_KEYS.intersection(schema)
+    if not keys:
+        return False
+    if keys <= _COMBINATORS:
+        return any(
+            _has_shape(option) for key in keys if isinstance(schema[key], list) for option in schema[key]
+        )
+    return True
+
+
+def _root_target(schema: Any) -> Any:
+    """The schema the tool's arguments are: the root, or what a root that is only a `$ref` points to."""
+    seen = 0
+    node = schema
+    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < 8:
+        rest = set(node) - _REF_SIBLINGS_IGNORED - {"$ref"}
+        if rest:
+            return node
+        try:
+            node = _Parser(schema, DEFAULT_MAX_DEPTH)._target(node["$ref"])
+        except SchemaError:
+            return schema
+        seen += 1
+    return node
+
+
+def _anchors(root: Any) -> dict[str, Any]:
+    """Every `$anchor` / `$dynamicAnchor` name in a schema document, and the schema it names."""
+    found: dict[str, Any] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for key in ("$anchor", "$dynamicAnchor"):
+                name = node.get(key)
+                if isinstance(name, str):
+                    found.setdefault(name, node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def _listed(names: list[str], word: str = "and") -> str:
+    quoted = [f"`{n}`" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} {word} {quoted[-1]}"
+
+
+def _alternatives(options: Any) -> list[str] | None:
+    """`[{"required": ["a"]}, {"required": ["b", "c"]}]` -> ["`a`", "`b` and `c`"], else None."""
+    if not isinstance(options, list) or not options:
+        return None
+    sets = []
+    for option in options:
+        if not isinstance(option, Mapping) or _has_shape(option):
+            return None
+        required = option.get("required")
+        if not isinstance(required, list) or not required or not all(isinstance(r, str) for r in required):
+            return None
+        sets.append(_listed(required))
+    return sets
+
+
+def _constraint_notes(schema: Mapping[str, Any]) -> list[str]:
+    """What an object schema requires beyond its properties and `required`, in words for the model.
+
+    The IR keeps the shape; these keywords only constrain it, and the dialects rendered from
+    the IR cannot carry them (OpenAI and Anthropic refuse `anyOf` at the top of a tool's
+    parameters): the description says them, and the tool's own check enforces them.
+    """
+    notes: list[str] = []
+    for key, lead in (("anyOf", "Requires"), ("oneOf", "Requires exactly one of")):
+        sets = _alternatives(schema.get(key))
+        if sets:
+            notes.append(f"{lead} {' or '.join(sets)}.")
+    for part in schema.get("allOf") or ():
+        if isinstance(part, Mapping) and not _has_shape(part):
+            notes.extend(_constraint_notes(part))
+    negated = schema.get("not")
+    if isinstance(negated, Mapping):
+        names = negated.get("required")
+        sets = _alternatives(negated.get("anyOf"))
+        if isinstance(names, list) and names and all(isinstance(n, str) for n in names) and len(negated) == 1:
+            notes.append(
+                f"Must not give {_listed(names)} together."
+                if len(names) > 1
+                else f"Must not give {_listed(names)}."
+            )
+        elif sets:
+            notes.append(f"Must not give {' or '.join(sets)}.")
+    dependent = schema.get("dependentRequired")
+    if isinstance(dependent, Mapping):
+        for name, needs in dependent.items():
+            if isinstance(needs, list) and needs:
+                notes.append(f"`{name}` requires {_listed([str(n) for n in needs])}.")
+    if "if" in schema and ("then" in schema or "else" in schema):
+        notes.append(_condition_note(schema))
+    low, high = schema.get("minProperties"), schema.get("maxProperties")
+    if isinstance(low, int) and low > 0:
+        notes.append(f"Give at least {low} argument{'s' if low != 1 else ''}.")
+    if isinstance(high, int):
+        notes.append(f"Give at most {high} argument{'s' if high != 1 else ''}.")
+    return notes
+
+
+def _condition_note(schema: Mapping[str, Any]) -> str:
+    """`if`/`then`/`else` in words when it has the common form (a property's value picks what is
+    required), else a pointer to the rule."""
+    condition = schema["if"]
+    then, otherwise = schema.get("then"), schema.get("else")
+    when = None
+    if isinstance(condition, Mapping):
+        props = condition.get("properties")
+        if isinstance(props, Mapping) and len(props) == 1:
+            ((name, rule),) = props.items()
+            if isinstance(rule, Mapping) and "const" in rule:
+                when = f"When `{name}` is {msgspec.json.encode(rule['const']).decode()}"
+            elif isinstance(rule, Mapping) and isinstance(rule.get("enum"), list):
+                shown = " or ".join(msgspec.json.encode(v).decode() for v in rule["enum"])
+                when = f"When `{name}` is {shown}"
+    parts: list[str] = []
+    for branch, lead in ((then, when), (otherwise, "Otherwise" if when else None)):
+        required = branch.get("required") if isinstance(branch, Mapping) else None
+        if lead is not None and isinstance(required, list) and required:
+            parts.append(
+                f"{lead}, {_listed([str(r) for r in required])} {'is' if len(required) == 1 else 'are'} required."
+            )
+    return (
+        " ".join(parts)
+        if parts
+        else "Some arguments are required depending on others (if/then/else in the schema)."
+    )
+
+
+def _shape_notes(union: Union, definitions: Mapping[str, TypeNode]) -> list[str]:
+    """The either-or of a union of object shapes merged into one object: which names each requires."""
+    objects = [definitions.get(o.name) if isinstance(o, Ref) else o for o in union.options]
+    shapes = [o for o in objects if isinstance(o, Object)]
+    if len(shapes) < 2:
+        return []
+    common = set.intersection(*(set(o.required) for o in shapes))
+    sets = [[r for r in o.required if r not in common] for o in shapes]
+    if not all(sets):
+        return []
+    return [f"Requires {' or '.join(_listed(names) for names in sets)}."]
 
 
 def _merge(base: Mapping[str, Any], option: Any) -> Any:

@@ -24,8 +24,9 @@ from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, parse_docstring
 from ..schema._annotations import normalize
 from ..schema._docstring import attribute_docs
-from ..schema._from_python import descriptor_from_fields
-from ._codec import ArgField, ArgsCodec, accepts_none
+from ..schema._from_python import descriptor_from_fields, descriptor_from_type, shown_default
+from ..schema._pydantic import is_model
+from ._codec import ArgField, ArgsCodec, ModelArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
 from ._options import Loop, OnFull, ToolOptions
 
@@ -94,7 +95,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     args_type: Any = None
     result_type: Any = None
     is_async: bool = True
-    _codec: ArgsCodec | None = None
+    _codec: ArgsCodec | ModelArgsCodec | None = None
 
     def __init_subclass__(cls, *, dynamic: bool = False, **kwargs: Any) -> None:
         """Build the codec and descriptor of a concrete tool class once.
@@ -275,6 +276,10 @@ def describe(
     args class's Attributes section) come before `param_docs` (the tool's docstring).
     """
     docs = dict(param_docs or {})
+    if is_model(args_type):  # described by its own JSON Schema, field descriptions included
+        return descriptor_from_type(
+            args_type, name=name, description=description, param_descriptions=docs, output=result_type
+        )
     if isinstance(args_type, type):
         docs.update(attribute_docs(args_type))
     return descriptor_from_fields(
@@ -301,7 +306,7 @@ def _generic_args(cls: type) -> tuple[Any, Any] | None:
 Described = list[tuple[str, Any, Any]]
 
 
-def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
+def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec | ModelArgsCodec, Described]:
     """The codec of an args type, and its fields as the descriptor shows them (JSON name, type, default)."""
     where = f"tool {tool_name!r}"
     if isinstance(args_type, type) and issubclass(args_type, msgspec.Struct):
@@ -332,6 +337,8 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
             build=_kwargs_builder(args_type, [f.name for f in infos]),
         )
         return codec, described
+    if is_model(args_type):
+        return ModelArgsCodec(args_type), []
     if isinstance(args_type, type) and dataclasses.is_dataclass(args_type):
         hints = _hints(args_type, tool_name)
         fields = []
@@ -360,8 +367,8 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
             (f.name, f.type, msgspec.UNSET if f.name in optional else msgspec.NODEFAULT) for f in fields
         ]
     raise ToolDefinitionError(
-        f"tool {tool_name!r}: its args type must be an object (a msgspec Struct, a dataclass or a "
-        f"TypedDict), not {args_type!r}; wrap a single value in one, e.g. "
+        f"tool {tool_name!r}: its args type must be an object (a msgspec Struct, a dataclass, a "
+        f"TypedDict or a pydantic model), not {args_type!r}; wrap a single value in one, e.g. "
         "`class Args(msgspec.Struct): value: int`"
     )
 
@@ -369,7 +376,7 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
 def _shown_default(field: ArgField) -> Any:
     """What the descriptor says of a field's default: NODEFAULT (required), UNSET (unknown) or the value."""
     if field.default_factory is not None:
-        return msgspec.UNSET
+        return shown_default(msgspec.NODEFAULT, field.default_factory)  # what an omitted field gets
     return field.default
 
 

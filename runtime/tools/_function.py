@@ -33,8 +33,8 @@ import msgspec
 
 from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, parse_docstring
-from ..schema._annotations import normalize
-from ..schema._from_python import descriptor_from_fields
+from ..schema._annotations import field_default, normalize
+from ..schema._from_python import descriptor_from_fields, shown_default
 from ._base import ToolBase, function_code
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
@@ -129,7 +129,7 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
         self.description = description if description is not None else doc.description
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
-        fields = [(f.name, f.type, f.default) for f in self._fields]
+        fields = [(f.name, f.type, _shown(f)) for f in self._fields]
         self.descriptor = descriptor_from_fields(
             fields,
             name=self.name,
@@ -181,11 +181,18 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
                     f"tool {self.name!r}: parameter {p.name!r} has no type annotation; "
                     f"annotate it (e.g. `{p.name}: str`) so the model knows what to send"
                 )
+            where = f"tool {self.name!r}: parameter {p.name!r}"
             default = msgspec.NODEFAULT if p.default is _EMPTY else p.default
+            factory = None
+            field = field_default(default, where)
+            if field is not None:  # `x: int = pydantic.Field(..., gt=10)`: required, constrained
+                default, factory, metas = field
+                if metas:
+                    hint = typing.Annotated[(hint, *metas)]
             # Descriptions and constraints from other libraries' metadata become msgspec.Meta,
             # so the decoder enforces what the schema shows.
-            hint = normalize(hint, f"tool {self.name!r}: parameter {p.name!r}")
-            fields.append(ArgField(p.name, hint, default))
+            hint = normalize(hint, where)
+            fields.append(ArgField(p.name, hint, default, factory))
             if p.kind is _KEYWORD_ONLY:
                 keywords.append(p.name)
             else:
@@ -375,6 +382,13 @@ def _unresolved(tp: Any) -> bool:
     if origin is typing.Annotated:
         args = args[:1]
     return any(_unresolved(a) for a in args)
+
+
+def _shown(field: ArgField) -> Any:
+    """A parameter's default as the descriptor shows it (a default_factory's value, made once)."""
+    if field.default_factory is None:
+        return field.default
+    return shown_default(msgspec.NODEFAULT, field.default_factory)
 
 
 def _is_context(hint: Any) -> bool:
