@@ -308,12 +308,18 @@ def main(quick: bool = False) -> Report:
     from . import _big_module
 
     s, _ = compare(lambda: _big_module.build_on_big_module(), lambda: 1000.0, 3 if quick else 5)
-    report.add(
-        Row("W3 tool, parameter class in a 4,000-line module", "@tool", "1 ms", s, 1000.0, target=1.0)
-    )
+    report.add(Row("W3 tool, parameter class in a 4,000-line module", "@tool", "1 ms", s, 1000.0, target=1.0))
     s, _ = compare(_big_module.first_on_big_module, lambda: 1000.0, 3 if quick else 5)
     report.add(
-        Row("W3 first tool on a 4,000-line module", "@tool", "1 ms", s, 1000.0, target=1.0, note="reads its source")
+        Row(
+            "W3 first tool on a 4,000-line module",
+            "@tool",
+            "1 ms",
+            s,
+            1000.0,
+            target=1.0,
+            note="reads its source",
+        )
     )
     s, _ = compare(lambda: per_op_sync(build_json_schema_tool_once, m), lambda: 100.0, repeats)
     report.add(Row("W3 JsonSchemaTool build", "JsonSchemaTool", "0.1 ms", s, 100.0, target=1.0))

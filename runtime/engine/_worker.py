@@ -25,7 +25,7 @@ from typing import Any
 import outcome
 import trio
 
-from ..exceptions import RemoteToolError
+from ..exceptions import RemoteToolError, ResultTypeError
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, cannot_suspend, result_encoder, run_to_end
 from ._arguments import check_arguments, not_unicode
@@ -53,11 +53,6 @@ itself, when its whole capacity is held by its own call chain, would wait foreve
 """
 
 _encode = result_encoder.encode
-
-
-def _default_text(value: Any) -> str:
-    """`ToolBase.result_to_text` of a tool that overrides neither it nor `encode_result`."""
-    return value if type(value) is str else _encode(value).decode()
 
 
 def eager_code(tool: ToolBase[Any, Any]) -> types.CodeType | None:
@@ -180,15 +175,12 @@ class WorkerPool:
         self._restart_on = options.restart_on
         self._approval = options.requires_approval
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
-        self._value = cls.result_value is not ToolBase.result_value
         self._tool_dispatch = tool.dispatch
         self._decode: Callable[[Any], Any] = tool.decode_args
         codec = tool._codec
         if cls.decode_args is ToolBase.decode_args and codec is not None:
             self._decode = codec.decode  # skip a layer: the hook is not overridden
-        self._to_text: Callable[[Any], str] = tool.result_to_text
-        if cls.result_to_text is ToolBase.result_to_text and cls.encode_result is ToolBase.encode_result:
-            self._to_text = _default_text  # the hooks are not overridden: skip two method calls
+        self._present = tool.result_presenter()  # value -> (text, ToolSuccess.value), checked
         self._around = config.pipeline if config.pipeline.wraps_calls else None
         self._max_bytes = config.max_argument_bytes
         self._max_depth = config.max_argument_depth
@@ -723,21 +715,18 @@ class WorkerPool:
 
     def _success(self, env: Envelope, value: Any) -> ToolResult:
         try:
-            text = self._to_text(value)
-            if not self._parts and not self._value and len(text) <= self._max_chars:  # the common case
-                return ToolSuccess(call_id=env.call.id, tool=self.name, content=text, value=value)
+            text, shown = self._present(value)
+            if not self._parts and len(text) <= self._max_chars:  # the common case
+                return ToolSuccess(call_id=env.call.id, tool=self.name, content=text, value=shown)
             parts = tuple(self.tool.result_to_parts(value)) if self._parts else ()
-            if self._value:
-                value = self.tool.result_value(value)
-            return success(env.call, self.name, value, text, parts, self._max_chars)
+            return success(env.call, self.name, shown, text, parts, self._max_chars)
         except Exception as exc:
             error_type, text = describe_error(exc)
-            return failure(
-                env.call,
-                FailureKind.ERROR,
-                f"tool {self.name!r} returned a result that could not be encoded: {text}"[: self._max_chars],
-                error_type,
-            )
+            if isinstance(exc, ResultTypeError):  # its message names the tool, the value and the type
+                text = str(exc)
+            else:
+                text = f"tool {self.name!r} returned a result that could not be encoded: {text}"
+            return failure(env.call, FailureKind.ERROR, text[: self._max_chars], error_type)
 
     def _interrupted(self, env: Envelope) -> ToolFailure:
         if env.cancelled:

@@ -11,6 +11,7 @@ shown, never out of the check.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
@@ -90,6 +91,7 @@ def decode_checked(validator: Any, raw: str | bytes | Mapping[str, Any]) -> dict
     except (
         jsonschema.SchemaError,
         jsonschema.exceptions.UnknownType,
+        re.error,
         TypeError,
         ValueError,
         KeyError,

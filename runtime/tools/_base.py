@@ -14,7 +14,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
@@ -29,6 +29,7 @@ from ..schema._pydantic import is_model
 from ._codec import ArgField, ArgsCodec, ModelArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
 from ._options import Loop, OnFull, ToolOptions
+from ._results import ResultCodec, default_enc_hook, encode_value
 
 __all__ = [
     "ArgsT",
@@ -46,14 +47,8 @@ ArgsT = TypeVar("ArgsT")
 ResultT = TypeVar("ResultT")
 
 
-def _enc_hook(obj: Any) -> Any:
-    dump = getattr(obj, "model_dump", None)  # pydantic models, without importing pydantic
-    if callable(dump):
-        return dump(mode="json")
-    raise NotImplementedError(f"objects of type {type(obj).__name__} are not JSON-serializable")
-
-
-result_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+result_encoder = msgspec.json.Encoder(enc_hook=default_enc_hook)
+"""JSON for what msgspec encodes, and pydantic models (by their `model_dump`)."""
 
 
 class ToolBase(Generic[ArgsT, ResultT]):
@@ -85,6 +80,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
     placement: Any = None
     loop: Loop = "trio"
     requires_approval: Any = False
+    encoder: Callable[[Any], Any] | None = None
+    """Gives a result's objects that msgspec cannot encode a JSON form (a function, or a method:
+    `def encoder(self, obj)`); raise NotImplementedError to leave an object to `str()`."""
 
     tool_type: ClassVar[str] = "function"
     """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""
@@ -173,8 +171,8 @@ class ToolBase(Generic[ArgsT, ResultT]):
         return result
 
     def encode_result(self, result: ResultT) -> bytes:
-        """The result as JSON bytes."""
-        return result_encoder.encode(result)
+        """The result as JSON bytes; what msgspec cannot encode goes through `encoder`, else `str()`."""
+        return encode_value(result, self.encoder)[0]
 
     def result_to_text(self, result: ResultT) -> str:
         """The text the model reads: a string as it is, anything else as JSON."""
@@ -193,6 +191,49 @@ class ToolBase(Generic[ArgsT, ResultT]):
         (an MCP tool returns the whole reply; the value is its structured content).
         """
         return result
+
+    @property
+    def result_codec(self) -> ResultCodec:
+        """How this tool's results are checked against `result_type` and made text (made once)."""
+        codec: ResultCodec | None = self.__dict__.get("_result_codec")
+        if codec is None:
+            declared = None if not self.checks_result else self.result_type
+            codec = self.__dict__["_result_codec"] = ResultCodec(self.name, declared, self.encoder)
+        return codec
+
+    checks_result: ClassVar[bool] = True
+    """Whether a result is checked against `result_type` (SimpleTool gives any result as its `str()`)."""
+
+    def result_presenter(self) -> Callable[[Any], tuple[str, Any]]:
+        """The one function the engine calls with each value a call returned.
+
+        It returns (the text the model reads, what `ToolSuccess.value` carries), or raises
+        `ResultTypeError` when the value is not of the declared result type. Without overridden
+        codec hooks it is `result_codec.present`; with them, the check, then the hooks.
+        """
+        cls = type(self)
+        codec = self.result_codec
+        own_text = (
+            cls.result_to_text is not ToolBase.result_to_text
+            or cls.encode_result is not ToolBase.encode_result
+        )
+        own_value = cls.result_value is not ToolBase.result_value
+        if not own_text and not own_value:
+            return codec.present
+        check = codec.check if codec.checks else None
+        to_text = self.result_to_text if own_text else None
+        to_value = self.result_value
+
+        def present(value: Any) -> tuple[str, Any]:
+            if check is not None:
+                check(value)
+            if to_text is None:
+                text, shown = codec.present(value)
+            else:
+                text, shown = to_text(value), value
+            return text, to_value(value) if own_value else shown
+
+        return present
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -252,7 +293,9 @@ def function_code(fn: object) -> types.CodeType | None:
 
 
 class SimpleTool(Tool[ArgsT, str], dynamic=True):
-    """A tool whose result is a string, given to the model verbatim."""
+    """A tool whose result is a string, given to the model verbatim (any other value as its `str()`)."""
+
+    checks_result: ClassVar[bool] = False
 
     def result_to_text(self, result: str) -> str:
         return result if isinstance(result, str) else str(result)

@@ -68,6 +68,7 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
         title: str | None = None,
         annotations: Mapping[str, Any] | None = None,
         options: ToolOptions | None = None,
+        encoder: Callable[[Any], Any] | None = None,
         _declared: FunctionTool[..., Any] | None = None,
         **option_values: Unpack[ToolOptionsKw],
     ) -> None:
@@ -144,6 +145,9 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
                 annotations=dict(annotations) if annotations is not None else None,
             )
         self.result_type = hints.get("return")
+        if encoder is not None and not callable(encoder):
+            raise ToolDefinitionError(f"tool {self.name!r}: encoder must be a function (obj) -> JSON value")
+        self.encoder = encoder if encoder is not None else getattr(_declared, "encoder", None)
 
     # -- building --------------------------------------------------------------------
 
@@ -412,6 +416,7 @@ def tool(
     description: str | None = None,
     title: str | None = None,
     annotations: Mapping[str, Any] | None = None,
+    encoder: Callable[[Any], Any] | None = None,
     **options: Unpack[ToolOptionsKw],
 ) -> _Decorator: ...
 def tool(
@@ -422,6 +427,7 @@ def tool(
     description: str | None = None,
     title: str | None = None,
     annotations: Mapping[str, Any] | None = None,
+    encoder: Callable[[Any], Any] | None = None,
     **options: Unpack[ToolOptionsKw],
 ) -> Any:
     """Make a tool of a sync or async function or method.
@@ -444,11 +450,21 @@ def tool(
         title: a human-readable title (shown by MCP clients).
         annotations: behaviour hints for MCP clients, passed through as given
             (`{"readOnlyHint": True, "openWorldHint": False}`).
+        encoder: gives the objects of a result that msgspec cannot encode (a custom class,
+            `mpmath.mpf`) their JSON form: `encoder=float`, `encoder=lambda o: o.to_dict()`;
+            raise NotImplementedError to leave one to `str()`, which is the default. The
+            result is still checked against the declared return type after it.
     """
 
     def make(f: Any) -> FunctionTool[..., Any]:
         return FunctionTool(
-            f, name=name, description=description, title=title, annotations=annotations, **options
+            f,
+            name=name,
+            description=description,
+            title=title,
+            annotations=annotations,
+            encoder=encoder,
+            **options,
         )
 
     if fn is not None:
