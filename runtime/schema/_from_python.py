@@ -449,6 +449,8 @@ class _Builder:
 
 def shown_default(default: Any, factory: Any = msgspec.NODEFAULT) -> Any:
     """A field's default as JSON (a factory's value, made once here), or UNSET when it has none that JSON can show."""
+    if type(default) in _JSON_SCALARS:
+        return default
     try:
         if default is msgspec.NODEFAULT or default is msgspec.UNSET:
             if factory is msgspec.NODEFAULT or factory is None:
@@ -457,6 +459,9 @@ def shown_default(default: Any, factory: Any = msgspec.NODEFAULT) -> Any:
         return msgspec.to_builtins(default, enc_hook=_model_dump)
     except Exception:  # a factory that fails or a value with no JSON form: not shown
         return msgspec.UNSET
+
+
+_JSON_SCALARS = frozenset({int, float, str, bool, type(None)})
 
 
 def _model_dump(value: Any) -> Any:

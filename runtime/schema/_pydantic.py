@@ -52,9 +52,34 @@ def is_model(tp: Any) -> bool:
 
 
 def mentions_model(tp: Any) -> bool:
-    """True when `tp` is a pydantic model or is made of one (`list[Query]`, `Annotated[Query | None, ...]`)."""
+    """True when `tp` is a pydantic model or is made of one (`list[Query]`, `Annotated[Query | None, ...]`).
+
+    Asked for every parameter of every tool built, once pydantic is imported (the MCP SDK
+    imports it): the answer is remembered per type.
+    """
     if "pydantic" not in sys.modules:
         return False
+    try:
+        return _MENTIONS[tp]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable annotation
+        return _mentions(tp)
+    found = _mentions(tp)
+    if len(_MENTIONS) >= 4096:
+        _MENTIONS.clear()
+        _MENTIONS.update(_PLAIN)
+    _MENTIONS[tp] = found
+    return found
+
+
+_PLAIN = dict.fromkeys(
+    (str, int, float, bool, bytes, type(None), None, typing.Any, object, dict, list), False
+)
+_MENTIONS: dict[Any, bool] = dict(_PLAIN)
+
+
+def _mentions(tp: Any) -> bool:
     if is_model(tp):
         return True
     if typing.get_origin(tp) is typing.Literal:

@@ -338,9 +338,16 @@ def _json_of(raw: Mapping[str, Any]) -> bytes:
 
 def _mutable(default: Any) -> bool:
     """A default msgspec will not share between instances: a non-empty list, dict, set or a mutable Struct."""
-    if isinstance(default, list | dict | set | bytearray):
+    kind = type(default)
+    if kind in _SCALAR_DEFAULTS:
+        return False
+    if isinstance(default, _COLLECTIONS):
         return bool(default)
     return isinstance(default, msgspec.Struct) and not default.__struct_config__.frozen
+
+
+_SCALAR_DEFAULTS = frozenset({int, float, str, bool, type(None), bytes, type(msgspec.NODEFAULT)})
+_COLLECTIONS = (list, dict, set, bytearray)
 
 
 def _unloosen(error: InvalidArguments, loosened: Sequence[str]) -> InvalidArguments:

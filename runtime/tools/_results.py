@@ -138,7 +138,7 @@ class ResultCodec:
         result_type: the declared result type (None: nothing to check).
     """
 
-    __slots__ = ("_check", "_encoder", "_mode", "_name", "result_type")
+    __slots__ = ("_check", "_encoder", "_mode", "_name", "present", "result_type")
 
     def __init__(self, tool_name: str, result_type: Any, encoder: Encoder | None = None) -> None:
         self._name = tool_name
@@ -157,13 +157,14 @@ class ResultCodec:
         elif mode == _MODEL:
             self._check = adapter(result_type).validate_json
         self._mode = mode
-
-    def present(self, value: Any) -> tuple[str, Any]:
+        self.present: Callable[[Any], tuple[str, Any]] = _fast_path(mode, self._present)
         """(the text the model reads, what `ToolSuccess.value` carries) for one returned value.
 
         Raises:
             ResultTypeError: the value is not of the declared result type.
         """
+
+    def _present(self, value: Any) -> tuple[str, Any]:
         mode = self._mode
         if type(value) is str and (mode in (_SKIP, _STR)):
             return value, value
@@ -242,6 +243,51 @@ class ResultCodec:
             f"tool {self._name!r} returned {_value_name(value)}, which is not its declared result type "
             f"`{type_name(self.result_type)}` ({why}{hint})"
         )
+
+
+def _fast_path(mode: int, general: Callable[[Any], tuple[str, Any]]) -> Callable[[Any], tuple[str, Any]]:
+    """`general`, behind the one test that settles the common case of `mode` (the per-call cost).
+
+    A value that passes it is of the declared type and natively encodable; anything else takes
+    the general path, which checks it fully (and may find it fine: an int subclass, a hook).
+    """
+    encode = _encode_native
+    if mode == _SKIP:
+
+        def present(value: Any) -> tuple[str, Any]:
+            if type(value) is str:
+                return value, value
+            try:
+                return encode(value).decode(), value
+            except Exception:
+                return general(value)
+
+    elif mode == _STR:
+
+        def present(value: Any) -> tuple[str, Any]:
+            return (value, value) if type(value) is str else general(value)
+
+    elif mode == _INT:  # the commonest declared result: one identity test
+
+        def present(value: Any) -> tuple[str, Any]:
+            if type(value) is int:
+                return encode(value).decode(), value
+            return general(value)
+
+    elif mode in _EXACT:
+        kinds = _EXACT[mode]
+
+        def present(value: Any) -> tuple[str, Any]:
+            if type(value) in kinds:
+                return encode(value).decode(), value
+            return general(value)
+
+    else:
+        return general
+    return present
+
+
+_EXACT = {_FLOAT: (float, int), _BOOL: (bool,), _NONE: (type(None),)}
 
 
 def _json_kind(data: bytes) -> str:
