@@ -148,6 +148,15 @@ def test_tool_set_tools_leave_the_instance_copyable_and_picklable() -> None:
     assert copied.read is not files.read
 
 
+def test_the_tools_themselves_deep_copy_with_their_object() -> None:
+    files = Files("/srv")
+    (read,) = files.tools()
+    read.result_presenter()  # its codecs made: they hold msgspec decoders, which cannot be copied
+    copied = copy.deepcopy(read)
+    assert copied.dispatch(copied.decode_args('{"path": "a"}'), None) == "/srv/a"
+    assert copied.fn.__self__ is not files  # the copy is bound to a copy of the object
+
+
 def test_bound_tools_do_not_keep_their_instance_alive() -> None:
     files = Files("/tmp")
     files.tools()

@@ -109,6 +109,9 @@ class ArgsCodec:
         self._build = build
         self._models = tuple(models)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ArgsCodec:
+        return self  # immutable, and its decoder cannot be copied: a copied tool shares it
+
     @classmethod
     def for_fields(
         cls,
@@ -291,6 +294,9 @@ class ModelArgsCodec:
     @property
     def loosened(self) -> tuple[str, ...]:
         return self._loose
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ModelArgsCodec:
+        return self
 
     def decode(self, raw: str | bytes | Mapping[str, Any]) -> Any:
         """Validate `raw` into the model.

@@ -164,6 +164,9 @@ class ResultCodec:
             ResultTypeError: the value is not of the declared result type.
         """
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ResultCodec:
+        return self  # immutable (its check holds a decoder, which cannot be copied)
+
     def _present(self, value: Any) -> tuple[str, Any]:
         mode = self._mode
         if type(value) is str and (mode in (_SKIP, _STR)):
