@@ -391,6 +391,19 @@ def test_an_any_of_of_required_names_inside_all_of_is_a_valid_schema_and_is_read
     assert d.notes == ("Requires `path` or `url`.",)
 
 
+def test_required_names_stated_in_all_of_parts_are_kept() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "url": {"type": "string"}, "depth": {"type": "integer"}},
+        "allOf": [{"required": ["depth"]}, {"oneOf": [{"required": ["path"]}, {"required": ["url"]}]}],
+    }
+    d = descriptor_from_json_schema("fetch", "Fetch.", schema)
+    assert d.required == ("depth",)
+    assert d.notes == ("Requires exactly one of `path` or `url`.",)
+    rendered = render_tool(d, "anthropic")
+    assert rendered["input_schema"]["required"] == ["depth"]
+
+
 @pytest.mark.parametrize("provider", ["openai", "openai-responses", "anthropic", "gemini"])
 def test_providers_shown_the_ir_keep_required_and_read_the_either_or_in_the_description(
     provider: str,
