@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from ..exceptions import SchemaError
+from ._constraints import CONSTRAINT_KEYS, constraint_notes, has_shape, shape_notes
 from ._ir import (
     AnyValue,
     Array,
@@ -41,28 +42,6 @@ __all__ = ["DEFAULT_MAX_DEPTH", "descriptor_from_json_schema", "parse_json_schem
 DEFAULT_MAX_DEPTH = 32
 
 _ANNOTATION_ONLY = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
-# Keys that give a schema a shape of its own; a schema without any only constrains (`required`, `not`...).
-_SHAPE_KEYS = frozenset(
-    {
-        "type",
-        "$ref",
-        "properties",
-        "additionalProperties",
-        "patternProperties",
-        "items",
-        "prefixItems",
-        "enum",
-        "const",
-        "anyOf",
-        "oneOf",
-        "allOf",
-    }
-)
-_COMBINATORS = frozenset({"anyOf", "oneOf", "allOf"})
-# Keywords that constrain an object beyond its properties (their words go to the description).
-_CONSTRAINT_KEYS = frozenset(
-    {"anyOf", "oneOf", "allOf", "not", "dependentRequired", "if", "minProperties", "maxProperties"}
-)
 _REF_SIBLINGS_IGNORED = frozenset(
     {
         "$ref",
@@ -124,7 +103,7 @@ def descriptor_from_json_schema(
     if isinstance(node, Union):
         merged = _merged_objects(node, definitions)
         if merged is not None:
-            notes.extend(_shape_notes(node, definitions))
+            notes.extend(shape_notes(node, definitions))
             node = merged
     if not isinstance(node, Object):
         raise SchemaError(
@@ -226,7 +205,7 @@ class _Parser:
         node = self._node(schema, depth)
         if schema.get("nullable") is True:
             node = union_of((node, Null()))
-        notes = _constraint_notes(schema) if not _CONSTRAINT_KEYS.isdisjoint(schema) else []
+        notes = constraint_notes(schema) if not CONSTRAINT_KEYS.isdisjoint(schema) else []
         if notes and schema is self.root_target:
             self.root_notes.extend(notes)  # the tool's own: the dialects add them to its description
             notes = []
@@ -242,7 +221,7 @@ class _Parser:
             if not isinstance(ref, str):
                 raise SchemaError("'$ref' must be a string")
             rest = {k: v for k, v in schema.items() if k not in _REF_SIBLINGS_IGNORED}
-            if _has_shape(rest) or "required" in rest:
+            if has_shape(rest) or "required" in rest:
                 # 2020-12: keywords beside `$ref` apply too (`{"$ref": "#/$defs/Base", "properties": ...}`)
                 return self._all_of({"allOf": [{"$ref": ref}, rest]}, depth)
             return self._ref(ref, depth)
@@ -285,14 +264,14 @@ class _Parser:
     def _any_of(self, schema: Mapping[str, Any], key: str, depth: int) -> TypeNode:
         options = schema[key]
         base = {k: v for k, v in schema.items() if k != key}
-        if not _has_shape(base):
+        if not has_shape(base):
             return union_of(self._list(options, key, depth))
         # `{"type": "object", "properties": ..., "anyOf": [...]}`: the options refine the object
         # beside them. Options that only constrain (`{"required": ["a"]}`) leave its shape as it
         # is (the server checks them); options with a shape of their own are merged into it.
         if not isinstance(options, list) or not options:
             raise SchemaError(f"'{key}' must be a non-empty list")
-        if not any(_has_shape(o) for o in options):
+        if not any(has_shape(o) for o in options):
             return self.node(base, depth + 1)
         return union_of(tuple(self.node(_merge(base, o), depth + 1) for o in options))
 
@@ -301,11 +280,11 @@ class _Parser:
         if not isinstance(raw, list) or not raw:
             raise SchemaError("'allOf' must be a non-empty list")
         base = {k: v for k, v in schema.items() if k != "allOf"}
-        shaped = [s for s in raw if _has_shape(s) or not isinstance(s, Mapping | bool)]
-        if _has_shape(base):
+        shaped = [s for s in raw if has_shape(s) or not isinstance(s, Mapping | bool)]
+        if has_shape(base):
             shaped.insert(0, base)
         # Parts without a shape only constrain: their `required` names still count.
-        required = {r for s in raw if isinstance(s, Mapping) and not _has_shape(s) for r in _names(s)}
+        required = {r for s in raw if isinstance(s, Mapping) and not has_shape(s) for r in _names(s)}
         parts = tuple(self.node(s, depth + 1) for s in shaped)
         if not parts:
             return AnyValue()
@@ -485,23 +464,6 @@ def _joined(a: TypeNode, b: TypeNode) -> TypeNode:
     return a if a == b else union_of((a, b))
 
 
-def _has_shape(schema: Any) -> bool:
-    """Whether `schema` gives a value a shape (a type, properties...), not only constrains it.
-
-    `{"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}` only constrains: its options do.
-    """
-    if not isinstance(schema, Mapping):
-        return False
-    keys = _SHAPE_KEYS.intersection(schema)
-    if not keys:
-        return False
-    if keys <= _COMBINATORS:
-        return any(
-            _has_shape(option) for key in keys if isinstance(schema[key], list) for option in schema[key]
-        )
-    return True
-
-
 def _root_target(schema: Any) -> Any:
     """The schema the tool's arguments are: the root, or what a root that is only a `$ref` points to."""
     seen = 0
@@ -533,110 +495,6 @@ def _anchors(root: Any) -> dict[str, Any]:
         elif isinstance(node, list):
             stack.extend(node)
     return found
-
-
-def _listed(names: list[str], word: str = "and") -> str:
-    quoted = [f"`{n}`" for n in names]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} {word} {quoted[-1]}"
-
-
-def _alternatives(options: Any) -> list[str] | None:
-    """`[{"required": ["a"]}, {"required": ["b", "c"]}]` -> ["`a`", "`b` and `c`"], else None."""
-    if not isinstance(options, list) or not options:
-        return None
-    sets = []
-    for option in options:
-        if not isinstance(option, Mapping) or _has_shape(option):
-            return None
-        required = option.get("required")
-        if not isinstance(required, list) or not required or not all(isinstance(r, str) for r in required):
-            return None
-        sets.append(_listed(required))
-    return sets
-
-
-def _constraint_notes(schema: Mapping[str, Any]) -> list[str]:
-    """What an object schema requires beyond its properties and `required`, in words for the model.
-
-    The IR keeps the shape; these keywords only constrain it, and the dialects rendered from
-    the IR cannot carry them (OpenAI and Anthropic refuse `anyOf` at the top of a tool's
-    parameters): the description says them, and the tool's own check enforces them.
-    """
-    notes: list[str] = []
-    for key, lead in (("anyOf", "Requires"), ("oneOf", "Requires exactly one of")):
-        sets = _alternatives(schema.get(key))
-        if sets:
-            notes.append(f"{lead} {' or '.join(sets)}.")
-    for part in schema.get("allOf") or ():
-        if isinstance(part, Mapping) and not _has_shape(part):
-            notes.extend(_constraint_notes(part))
-    negated = schema.get("not")
-    if isinstance(negated, Mapping):
-        names = negated.get("required")
-        sets = _alternatives(negated.get("anyOf"))
-        if isinstance(names, list) and names and all(isinstance(n, str) for n in names) and len(negated) == 1:
-            notes.append(
-                f"Must not give {_listed(names)} together."
-                if len(names) > 1
-                else f"Must not give {_listed(names)}."
-            )
-        elif sets:
-            notes.append(f"Must not give {' or '.join(sets)}.")
-    dependent = schema.get("dependentRequired")
-    if isinstance(dependent, Mapping):
-        for name, needs in dependent.items():
-            if isinstance(needs, list) and needs:
-                notes.append(f"`{name}` requires {_listed([str(n) for n in needs])}.")
-    if "if" in schema and ("then" in schema or "else" in schema):
-        notes.append(_condition_note(schema))
-    low, high = schema.get("minProperties"), schema.get("maxProperties")
-    if isinstance(low, int) and low > 0:
-        notes.append(f"Give at least {low} argument{'s' if low != 1 else ''}.")
-    if isinstance(high, int):
-        notes.append(f"Give at most {high} argument{'s' if high != 1 else ''}.")
-    return notes
-
-
-def _condition_note(schema: Mapping[str, Any]) -> str:
-    """`if`/`then`/`else` in words when it has the common form (a property's value picks what is
-    required), else a pointer to the rule."""
-    condition = schema["if"]
-    then, otherwise = schema.get("then"), schema.get("else")
-    when = None
-    if isinstance(condition, Mapping):
-        props = condition.get("properties")
-        if isinstance(props, Mapping) and len(props) == 1:
-            ((name, rule),) = props.items()
-            if isinstance(rule, Mapping) and "const" in rule:
-                when = f"When `{name}` is {msgspec.json.encode(rule['const']).decode()}"
-            elif isinstance(rule, Mapping) and isinstance(rule.get("enum"), list):
-                shown = " or ".join(msgspec.json.encode(v).decode() for v in rule["enum"])
-                when = f"When `{name}` is {shown}"
-    parts: list[str] = []
-    for branch, lead in ((then, when), (otherwise, "Otherwise" if when else None)):
-        required = branch.get("required") if isinstance(branch, Mapping) else None
-        if lead is not None and isinstance(required, list) and required:
-            parts.append(
-                f"{lead}, {_listed([str(r) for r in required])} {'is' if len(required) == 1 else 'are'} required."
-            )
-    return (
-        " ".join(parts)
-        if parts
-        else "Some arguments are required depending on others (if/then/else in the schema)."
-    )
-
-
-def _shape_notes(union: Union, definitions: Mapping[str, TypeNode]) -> list[str]:
-    """The either-or of a union of object shapes merged into one object: which names each requires."""
-    objects = [definitions.get(o.name) if isinstance(o, Ref) else o for o in union.options]
-    shapes = [o for o in objects if isinstance(o, Object)]
-    if len(shapes) < 2:
-        return []
-    common = set.intersection(*(set(o.required) for o in shapes))
-    sets = [[r for r in o.required if r not in common] for o in shapes]
-    if not all(sets):
-        return []
-    return [f"Requires {' or '.join(_listed(names) for names in sets)}."]
 
 
 def _merge(base: Mapping[str, Any], option: Any) -> Any:
