@@ -1,11 +1,20 @@
 """Arguments: JSON text (or an already-parsed object) -> a tool's typed args, in one pass.
 
 Every tool's arguments decode through one msgspec Struct made once per tool with
-`defstruct(..., forbid_unknown_fields=True)` and a cached decoder. A parameter with a
-default whose type does not admit null is widened to `T | None` in that Struct, and a null
-is replaced by the default after decoding: that is how OpenAI strict mode (where every
-property is required and defaults are sent as null) keeps defaults. The schema shows the
-declared type; only the decoder is lenient.
+`defstruct(..., forbid_unknown_fields=True)` and a cached decoder. What the schema allows,
+the decoder takes:
+
+- A parameter with a default whose type does not admit null is widened to `T | None` in
+  that Struct, and a null is replaced by the default after decoding; an optional one without
+  a default (a TypedDict `NotRequired` key) is left out: that is how OpenAI strict mode
+  (where every property is required and "not sent" is sent as null) keeps defaults.
+- An integral float (`5.0`) where an `int` is declared is that int (`_integral`).
+- A non-empty mutable default (`tags: list[str] = ["a"]`) is copied for each call.
+- A parameter whose type is made of pydantic models is kept as raw JSON by the Struct and
+  validated by pydantic after (`runtime.schema._pydantic`); a pydantic model as the whole
+  args type decodes through `ModelArgsCodec`.
+
+The schema shows the declared type; only the decoder is lenient, and only as JSON Schema is.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ The signature becomes a msgspec Struct once (`defstruct`, strict); the docstring
 description part (all but its Args/Returns/Raises sections) the description; `Annotated[T, Description(...)]`, `msgspec.Meta(description=)` and
 the docstring's Args section the parameter descriptions. A parameter annotated
 `CallContext` is injected by the runtime and is not a field, so the model cannot set it.
+
+A method becomes a tool of an object three ways, none of which writes into the object:
+`tool(obj.method)` (already bound), a `@tool` method read from an instance (one bound tool
+per object, kept in a weak table of the declaration), and `tools_of(obj)`. `@tool` keeps
+the function's signature for type checkers (`FunctionTool[P, R]`).
 """
 
 from __future__ import annotations
