@@ -226,7 +226,12 @@ class _Builder:
         name, tp, default = field
         node = self.node(tp, where)
         required = default is msgspec.NODEFAULT
-        shown = msgspec.UNSET if required else shown_default(default)
+        if required:
+            shown = msgspec.UNSET
+        elif type(default) in _JSON_SCALARS:
+            shown = default
+        else:
+            shown = shown_default(default)
         return ToolParameter(
             name=name,
             description=_own_description(tp, node) or docs.get(name) or None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -144,9 +145,10 @@ class ArgsCodec:
         spec: list[tuple[str, Any] | tuple[str, Any, Any]] = []
         fill: list[tuple[str, Any, Callable[[], Any] | None]] = []
         models: list[_Model] = []
+        pydantic_loaded = "pydantic" in sys.modules  # else no type can be a pydantic model
         for f in fields:
             tp = f.type
-            if mentions_model(tp):  # kept as JSON text here, validated by pydantic after
+            if pydantic_loaded and mentions_model(tp):  # kept as JSON text here, validated by pydantic after
                 factory = f.default_factory
                 if factory is None and not f.required and f.name not in unset_optional:
                     factory = functools.partial(copy.deepcopy, f.default)
@@ -169,7 +171,7 @@ class ArgsCodec:
                 spec.append((f.name, tp))
             else:
                 factory = f.default_factory
-                if factory is None and _mutable(f.default):
+                if factory is None and type(f.default) not in _SCALAR_DEFAULTS and _mutable(f.default):
                     # `tags: list[str] = ["a"]`: each call gets its own copy (msgspec refuses a
                     # shared mutable default, and a function parameter has no default_factory).
                     factory = functools.partial(copy.deepcopy, f.default)

@@ -135,7 +135,9 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
         self.description = description if description is not None else doc.description
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
-        fields = [(f.name, f.type, _shown(f)) for f in self._fields]
+        fields = [
+            (f.name, f.type, f.default if f.default_factory is None else _shown(f)) for f in self._fields
+        ]
         self.descriptor = descriptor_from_fields(
             fields,
             name=self.name,
@@ -193,7 +195,7 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             where = f"tool {self.name!r}: parameter {p.name!r}"
             default = msgspec.NODEFAULT if p.default is _EMPTY else p.default
             factory = None
-            field = field_default(default, where)
+            field = field_default(default, where) if type(default).__name__ == "FieldInfo" else None
             if field is not None:  # `x: int = pydantic.Field(..., gt=10)`: required, constrained
                 default, factory, metas = field
                 if metas:
