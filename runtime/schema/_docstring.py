@@ -330,8 +330,14 @@ def _source_text(filename: str) -> str | None:
     text: str | None = None
     if filename.endswith(".py"):
         try:
-            with tokenize.open(filename) as file:  # honours an encoding cookie
-                text = file.read()
+            with open(filename, "rb") as file:
+                data = file.read()
+            head = data[:200].split(b"\n", 2)[:2]
+            if any(b"coding" in line for line in head):  # an encoding cookie: let tokenize read it
+                with tokenize.open(filename) as source:
+                    text = source.read()
+            else:
+                text = data.decode("utf-8")
         except (OSError, SyntaxError, UnicodeDecodeError):
             text = None
     if len(_SOURCES) > 4096:
