@@ -145,6 +145,44 @@ def test_a_class_whose_source_cannot_be_placed_is_read_the_slow_way() -> None:
     assert "<locals>" in local.__qualname__
 
 
+class MarginDoc(msgspec.Struct):
+    text: str
+    """What to say.
+This line of the docstring sits at the margin."""
+    loud: bool = False
+    """Shout it."""
+
+
+def test_a_class_whose_text_sits_at_the_margin_is_still_read() -> None:
+    @tool
+    def say(what: MarginDoc) -> str:
+        return what.text
+
+    fields = {p.name: p.description for p in say.descriptor.parameters[0].type.properties}
+    assert fields == {
+        "text": "What to say. This line of the docstring sits at the margin.",
+        "loud": "Shout it.",
+    }
+
+
+def test_a_module_with_an_encoding_cookie_is_read_in_its_encoding(tmp_path: Path) -> None:
+    path = tmp_path / "latin_api.py"
+    path.write_bytes(
+        b"# -*- coding: latin-1 -*-\nimport msgspec\n\nclass Caf\xe9Query(msgspec.Struct):\n"
+        b'    name: str\n    """The caf\xe9\'s name."""\n'
+    )
+    spec = importlib.util.spec_from_file_location("latin_api", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["latin_api"] = module
+    try:
+        spec.loader.exec_module(module)
+        assert docstring_module.attribute_docs(module.CaféQuery) == {"name": "The café's name."}
+    finally:
+        del sys.modules["latin_api"]
+
+
 def test_a_json_schema_tool_is_built_without_a_metaschema_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     checked: list[Any] = []
     monkeypatch.setattr(
