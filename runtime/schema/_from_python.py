@@ -393,9 +393,13 @@ class _Builder:
 
     def _object(self, tp: Any, where: str) -> TypeNode:
         cls = typing.get_origin(tp) or tp
+        info: Any
         try:
-            info = msgspec.inspect.type_info(tp)
-            hints = typing.get_type_hints(cls, include_extras=True)
+            if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+                info, hints = _struct_info(tp)  # one pass over its annotations, not two
+            else:
+                info = msgspec.inspect.type_info(tp)
+                hints = typing.get_type_hints(cls, include_extras=True)
         except Exception as exc:
             raise ToolDefinitionError(
                 f"{where}: {getattr(cls, '__name__', tp)!r} cannot be described ({exc}); define the "
@@ -450,6 +454,47 @@ class _Builder:
             name=cls.__name__,
             description=description,
         )
+
+
+class _StructField(typing.NamedTuple):
+    name: str
+    encode_name: str
+    required: bool
+    default: Any
+    default_factory: Any
+
+
+class _StructInfo(typing.NamedTuple):
+    """What `_object` reads of `msgspec.inspect.type_info` for a Struct class."""
+
+    fields: list[_StructField]
+    tag_field: str | None
+    tag: Any
+    array_like: bool
+    forbid_unknown_fields: bool
+
+
+def _struct_info(cls: type[msgspec.Struct]) -> tuple[_StructInfo, dict[str, Any]]:
+    """A Struct class's fields and config, and its fields' annotations, from one reading of them.
+
+    `msgspec.inspect.type_info` and `typing.get_type_hints` would each evaluate every string
+    annotation of the class again (under `from __future__ import annotations`, most of a
+    class's share of a tool's build); `msgspec.structs.fields` gives both at once.
+    """
+    config = cls.__struct_config__
+    infos = msgspec.structs.fields(cls)
+    fields = [
+        _StructField(
+            f.name,
+            f.encode_name,
+            f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT,
+            f.default,
+            f.default_factory,
+        )
+        for f in infos
+    ]
+    info = _StructInfo(fields, config.tag_field, config.tag, config.array_like, config.forbid_unknown_fields)
+    return info, {f.name: f.type for f in infos}
 
 
 def shown_default(default: Any, factory: Any = msgspec.NODEFAULT) -> Any:
