@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runtime import Description, ToolCall, open_runtime, tool
+from runtime.mcp._schema_tool import JsonSchemaTool
 from runtime.tracing import Tracing
 
 from ._harness import Report, Row, compare, per_op_sync
@@ -178,6 +179,26 @@ def build_tool_once() -> None:
     tool(_search).descriptor  # noqa: B018 - building it is the point
 
 
+_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "where to look"},
+        "depth": {"type": "integer", "minimum": 0},
+        "mode": {"enum": ["fast", "full"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["path"],
+}
+
+
+async def _schema_fn(arguments: dict[str, Any], ctx: Any) -> str:
+    return ""
+
+
+def build_json_schema_tool_once() -> None:
+    JsonSchemaTool("find", "Find files.", _SCHEMA, _schema_fn)  # an MCP server's tool is one of these
+
+
 # -- W4: memory per parked call --------------------------------------------------------------
 
 
@@ -283,6 +304,25 @@ def main(quick: bool = False) -> Report:
             note="floor: defstruct+json.schema",
         )
     )
+
+    from . import _big_module
+
+    s, _ = compare(lambda: _big_module.build_on_big_module(), lambda: 1000.0, 3 if quick else 5)
+    report.add(Row("W3 tool, parameter class in a 4,000-line module", "@tool", "1 ms", s, 1000.0, target=1.0))
+    s, _ = compare(_big_module.first_on_big_module, lambda: 1000.0, 3 if quick else 5)
+    report.add(
+        Row(
+            "W3 first tool on a 4,000-line module",
+            "@tool",
+            "1 ms",
+            s,
+            1000.0,
+            target=1.0,
+            note="reads its source",
+        )
+    )
+    s, _ = compare(lambda: per_op_sync(build_json_schema_tool_once, m), lambda: 100.0, repeats)
+    report.add(Row("W3 JsonSchemaTool build", "JsonSchemaTool", "0.1 ms", s, 100.0, target=1.0))
 
     parked = 2_000 if quick else 10_000
     s, f = compare(lambda: trio.run(parked_runtime, parked), lambda: trio.run(parked_floor, parked), 3)

@@ -53,6 +53,7 @@ from .tools import asking as asking
 from .tools import fail as fail
 from .tools import reporting as reporting
 from .tools import tool as tool
+from .tools import tools_of as tools_of
 from .tools import validate as validate
 
 __all__ = [
@@ -102,5 +103,6 @@ __all__ = [
     "reporting",
     "open_runtime",
     "tool",
+    "tools_of",
     "validate",
 ]

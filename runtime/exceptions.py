@@ -11,6 +11,7 @@ Hierarchy::
     ├── WorkerLost                      the process serving a call died (a signal, an exit, the OOM killer)
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
     ├── ToolDefinitionError (TypeError) a function or class cannot become a tool; says what to do
+    ├── ResultTypeError (TypeError)     a tool returned a value that is not its declared result type
     └── RuntimeClosed (RuntimeError)    the caller used a runtime that is closed (the caller's mistake)
 
 Only `RuntimeClosed` ever reaches a caller of `Runtime.call`: everything a tool does
@@ -23,6 +24,7 @@ __all__ = [
     "CannotAsk",
     "InvalidArguments",
     "RemoteToolError",
+    "ResultTypeError",
     "RuntimeClosed",
     "SchemaError",
     "ToolDefinitionError",
@@ -115,6 +117,15 @@ class SchemaError(ToolRuntimeError, ValueError):
 
 class ToolDefinitionError(ToolRuntimeError, TypeError):
     """A function or class cannot become a tool; the message says what to change."""
+
+
+class ResultTypeError(ToolRuntimeError, TypeError):
+    """A tool returned a value that is not its declared result type (the call is ERROR, naming both).
+
+    Raised where a result is turned into what goes back, never to a caller: an MCP client
+    checks `structuredContent` against the tool's `outputSchema`, so a value that does not
+    fit its declared type must not be served as if it did.
+    """
 
 
 class RuntimeClosed(ToolRuntimeError, RuntimeError):

@@ -649,8 +649,8 @@ def test_encode_result_handles_structs_and_pydantic_like_objects() -> None:
     search = SearchWeb()
     assert search.encode_result(SearchArgs(query="q")) == b'{"query":"q","limit":10}'  # type: ignore[arg-type]
     assert search.encode_result(Model()) == b'{"mode":"json"}'  # type: ignore[arg-type]
-    with pytest.raises(NotImplementedError, match="objects of type object are not JSON-serializable"):
-        search.encode_result(object())  # type: ignore[arg-type]
+    # What msgspec cannot encode is its str(), never an error after the call ran (issue 25, point 5).
+    assert search.encode_result(object()).startswith(b'"<object object at 0x')  # type: ignore[arg-type]
 
 
 def test_simple_tool_result_text_is_verbatim() -> None:

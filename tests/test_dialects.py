@@ -618,13 +618,15 @@ async def test_a_null_for_a_defaulted_parameter_decodes_to_its_default() -> None
     assert given_.content == "tea:3"
 
 
-def test_strict_mode_never_offers_a_null_the_decoder_would_refuse() -> None:
-    # A NotRequired key has no default to fall back on: the decoder refuses null for it.
+def test_strict_mode_offers_null_for_a_key_without_default_and_null_leaves_it_out() -> None:
+    # A NotRequired key has no default: strict mode makes it required, so null must mean "not sent"
+    # (issue 25, point 2), or the model would have to invent a value.
     note = Note()
     params = render_tool(note.descriptor, "openai", strict=True)["function"]["parameters"]
-    assert params["properties"]["pinned"] == {"type": "boolean"}
+    assert params["properties"]["pinned"] == {"type": ["boolean", "null"]}
     assert params["required"] == ["text", "pinned"]
     assert note.decode_args('{"text": "hi", "pinned": false}') == {"text": "hi", "pinned": False}
+    assert note.decode_args('{"text": "hi", "pinned": null}') == {"text": "hi"}
 
 
 def test_strict_mode_keeps_nested_fields_non_nullable_and_states_their_defaults() -> None:

@@ -714,17 +714,34 @@ async def test_a_tool_that_raises_a_base_exception_is_an_error_and_never_stops_t
     assert stats["aborts_and_restarts"].restarts == 1
 
 
-async def test_a_result_that_cannot_be_encoded_is_an_error() -> None:
+async def test_a_result_msgspec_cannot_encode_is_its_text_not_an_error() -> None:
+    # The call ran (its side effects are done): its result is not lost (issue 25, point 5).
     @tool
     async def opaque() -> object:
         return object()
 
     async with open_runtime([opaque], tracing=False) as rt:
         result = await rt.call(ToolCall(id="c1", name="opaque"))
+    assert isinstance(result, ToolSuccess)
+    assert result.content.startswith('"<object object at 0x')
+
+
+async def test_a_result_hook_that_fails_is_an_error() -> None:
+    class Opaque(Tool[Text, str]):
+        async def execute(self, args: Text) -> str:
+            return args.text
+
+        def result_to_text(self, result: str) -> str:
+            raise ValueError(f"cannot show {result!r}")
+
+    async with open_runtime([Opaque()], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="c1", name="opaque", arguments='{"text": "x"}'))
     assert isinstance(result, ToolFailure)
     assert result.kind is FailureKind.ERROR
-    assert result.message.startswith("tool 'opaque' returned a result that could not be encoded: ")
-    assert "object" in result.message
+    assert (
+        result.message
+        == "tool 'opaque' returned a result that could not be encoded: ValueError: cannot show 'x'"
+    )
 
 
 async def test_every_kind_of_failure_reads_as_an_error_to_the_model(autojump_clock: trio.abc.Clock) -> None:

@@ -30,6 +30,8 @@ ADDED_ON_PURPOSE = {
     # tools that ask back (DESIGN.md 3.5): questions, answers, handlers' scope, the failure
     "asking", "Elicitation", "Answer", "Elicited", "Sampling", "SamplingMessage", "Sampled",
     "Root", "RootsRequest", "CannotAsk",
+    # an existing object's methods as tools, the object untouched (DESIGN.md 3.1, issue 25)
+    "tools_of",
 }  # fmt: skip
 
 

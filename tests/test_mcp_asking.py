@@ -129,8 +129,9 @@ async def test_a_capability_the_client_did_not_announce_fails_clearly(mode: str)
                 ToolCall(id="3", name="where"),
             ]
         )
-    # 2025-11-25: the tool's failure (an isError result); 2026-07-28: the server's -32021 error
-    kind = FailureKind.REJECTED if mode == "legacy" else FailureKind.ERROR
+    # 2025-11-25: the tool's failure (an isError result); 2026-07-28: the server's -32021 error,
+    # which says this client lacks a capability: UNAVAILABLE, naming the handler (issue 25, point 13)
+    kind = FailureKind.REJECTED if mode == "legacy" else FailureKind.UNAVAILABLE
     for result, capability in zip(results, ["elicitation", "sampling", "roots"], strict=True):
         assert isinstance(result, ToolFailure)
         assert result.kind is kind

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from ..exceptions import RemoteToolError
+from ..exceptions import RemoteToolError, ResultTypeError
 from ..features import FeaturePipeline
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, cannot_suspend, result_encoder, run_to_end
@@ -45,11 +45,6 @@ itself, when its whole capacity is held by its own call chain, would wait foreve
 """
 
 _encode = result_encoder.encode
-
-
-def _default_text(value: Any) -> str:
-    """`ToolBase.result_to_text` of a tool that overrides neither it nor `encode_result`."""
-    return value if type(value) is str else _encode(value).decode()
 
 
 class InContext(Generator[Any, Any, Any]):
@@ -147,15 +142,12 @@ class ToolPlan:
         self.max_chars = max_chars
         cls = type(tool)
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
-        self._value = cls.result_value is not ToolBase.result_value
+        self._present = tool.result_presenter()  # value -> (text, ToolSuccess.value), checked
         self.dispatch = tool.dispatch
         self._decode: Callable[[Any], Any] = tool.decode_args
         codec = tool._codec
         if cls.decode_args is ToolBase.decode_args and codec is not None:
             self._decode = codec.decode  # skip a layer: the hook is not overridden
-        self._to_text: Callable[[Any], str] = tool.result_to_text
-        if cls.result_to_text is ToolBase.result_to_text and cls.encode_result is ToolBase.encode_result:
-            self._to_text = _default_text  # the hooks are not overridden: skip two method calls
         self._around = pipeline if pipeline.wraps_calls else None
         code = tool.dispatch_code() if tool.is_async else None
         self.eager_code: types.CodeType | None = code if cannot_suspend(code) else None
@@ -199,21 +191,18 @@ class ToolPlan:
         if self.is_placed and type(value) is ToolSuccess:  # built where the tool ran
             return success(call.call, self.name, value.value, value.content, value.parts, self.max_chars)
         try:
-            text = self._to_text(value)
-            if not self._parts and not self._value and len(text) <= self.max_chars:  # the common case
-                return ToolSuccess(call_id=call.call.id, tool=self.name, content=text, value=value)
+            text, shown = self._present(value)  # checked against the declared type, made text
+            if not self._parts and len(text) <= self.max_chars:  # the common case
+                return ToolSuccess(call_id=call.call.id, tool=self.name, content=text, value=shown)
             parts = tuple(self.tool.result_to_parts(value)) if self._parts else ()
-            if self._value:
-                value = self.tool.result_value(value)
-            return success(call.call, self.name, value, text, parts, self.max_chars)
+            return success(call.call, self.name, shown, text, parts, self.max_chars)
         except Exception as exc:
             error_type, text = describe_error(exc)
-            return failure(
-                call.call,
-                FailureKind.ERROR,
-                f"tool {self.name!r} returned a result that could not be encoded: {text}"[: self.max_chars],
-                error_type,
-            )
+            if isinstance(exc, ResultTypeError):
+                message = str(exc)
+            else:
+                message = f"tool {self.name!r} returned a result that could not be encoded: {text}"
+            return failure(call.call, FailureKind.ERROR, message[: self.max_chars], error_type)
 
     def failure(self, call: Call, exc: BaseException) -> ToolFailure:
         """The result of a call whose tool raised `exc`; a `restart_on` exception also crashes

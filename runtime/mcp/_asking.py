@@ -28,10 +28,11 @@ import hashlib
 import json
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import mcp_types as types
+import msgspec
 import pydantic
 import trio
 from mcp import MCPError
@@ -172,13 +173,29 @@ def with_defaults(content: dict[str, Any], schema: dict[str, Any]) -> dict[str, 
     return filled
 
 
-def client_callbacks(asker: Asker | None) -> dict[str, Any]:
+def client_callbacks(
+    asker: Asker | None,
+    *,
+    server: str | None = None,
+    who: Callable[[], tuple[str | None, str | None]] | None = None,
+) -> dict[str, Any]:
     """The SDK `Client` callbacks that answer a server with `asker`'s handlers (only those given,
-    so only those capabilities are announced)."""
+    so only those capabilities are announced).
+
+    Args:
+        asker: the runtime's handlers.
+        server: the server's name, put on each question (`Elicitation.server`...).
+        who: (tool name, call id) of the runtime call a question belongs to, when known.
+    """
     if asker is None:
         return {}
     callbacks: dict[str, Any] = {}
     on_elicit, on_sample, on_roots = asker.on_elicit, asker.on_sample, asker.on_roots
+
+    def identity() -> dict[str, Any]:
+        tool_name, call_id = who() if who is not None else (None, None)
+        return {"server": server, "tool_name": tool_name, "call_id": call_id}
+
     if on_elicit is not None:
 
         async def elicitation(
@@ -187,6 +204,7 @@ def client_callbacks(asker: Asker | None) -> dict[str, Any]:
             question = question_of(params)
             if question is None:  # URL mode: nothing our handlers can show
                 return types.ElicitResult(action="decline")
+            question = msgspec.structs.replace(question, **identity())
             try:
                 answer = await on_elicit(question)
             except Exception as exc:
@@ -203,7 +221,7 @@ def client_callbacks(asker: Asker | None) -> dict[str, Any]:
 
         async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
             try:
-                reply = await on_sample(sampling_of(params))
+                reply = await on_sample(msgspec.structs.replace(sampling_of(params), **identity()))
             except Exception as exc:
                 log.warning("the sampling handler failed for an MCP server's request", exc_info=True)
                 return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")
@@ -219,7 +237,7 @@ def client_callbacks(asker: Asker | None) -> dict[str, Any]:
 
         async def list_roots(context: Any) -> types.ListRootsResult | types.ErrorData:
             try:
-                roots = await on_roots(RootsRequest())
+                roots = await on_roots(RootsRequest(**identity()))
             except Exception as exc:
                 log.warning("the roots handler failed for an MCP server's request", exc_info=True)
                 return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")

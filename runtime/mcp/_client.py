@@ -28,7 +28,13 @@ Life of a connection (each turn of the loop is one session with the server)::
 - The listen stream (2026-07-28) is opened only when the server announced
   `tools.listChanged`; when it ends it is reopened with backoff, never in the way of calls.
 - A JSON-RPC error the server answers a call with is ERROR for that call (the connection
-  stays); only the connection going away is UNAVAILABLE.
+  stays); only the connection going away is UNAVAILABLE, and a 2026-07-28 server's -32021
+  (this client lacks a capability the tool needs: elicitation, sampling, roots), which
+  names the handler to give.
+- A server's questions (elicitation, sampling, roots) go to the runtime's handlers saying
+  which server asked and, where it can be told, for which of the runtime's calls.
+- A connection refused at the HTTP level (401, 403 `insufficient_scope`) is reported as
+  that, even where the SDK went on to another handshake and reports that one's failure.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -45,11 +52,17 @@ import trio
 from mcp import Client, MCPError
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, Implementation
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    Implementation,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
 
-from ..exceptions import RuntimeClosed, ToolRejected, ToolUnavailable
+from ..exceptions import CannotAsk, RuntimeClosed, ToolRejected, ToolUnavailable
 from ..tools import CallContext, is_cancellation
 from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
@@ -126,6 +139,8 @@ class RemoteServer:
         self.last_error = "it has not connected yet"
         self._ready: Any = trio.TASK_STATUS_IGNORED
         self._up = False  # whether the current session got as far as registering the tools
+        self._transport: Any = None  # the current session's transport (it may know a refusal)
+        self._in_flight: dict[int, tuple[str, str | None]] = {}  # calls being served: (tool, call id)
 
     # -- the connection's life -------------------------------------------------------
 
@@ -145,6 +160,9 @@ class RemoteServer:
                     if _escapes(exc):
                         raise
                     reason = _describe(exc)
+                    refusal = getattr(self._transport, "refusal", None)
+                    if refusal and not self._up:  # what the SDK's own error hides (auto mode falls back)
+                        reason = f"{refusal} (the connection then failed: {reason})"
                 self.last_error = reason
                 up = self._up
                 if up and trio.current_time() - began >= _STABLE:
@@ -178,9 +196,10 @@ class RemoteServer:
         """One session: returns (or raises) why it ended; sets `_up` once the tools are registered."""
         spec = self.spec
         link = _Link()
+        self._transport = transport = spec.transport()
         client = Client(
             WatchedTransport(
-                spec.transport(), lambda: link.mark_lost("the server closed the connection"), self.name
+                transport, lambda: link.mark_lost("the server closed the connection"), self.name
             ),
             mode=spec.mode,
             cache=None,  # the listing is re-read on change; a cached page would be stale
@@ -190,7 +209,7 @@ class RemoteServer:
             client_info=_CLIENT_INFO,
             # a server's elicitation / sampling / roots requests (and 2026-07-28 input-required
             # results, followed for a bounded number of rounds) go to the runtime's handlers
-            **client_callbacks(getattr(registrar, "asking", None)),
+            **client_callbacks(getattr(registrar, "asking", None), server=self.name, who=self.asking_call),
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client, trio.open_nursery() as nursery:
@@ -320,6 +339,20 @@ class RemoteServer:
 
     # -- calls -----------------------------------------------------------------------
 
+    def asking_call(self) -> tuple[str | None, str | None]:
+        """(tool name, call id) of the runtime call a request from the server belongs to.
+
+        2026-07-28: the SDK answers a call's input requests in the calling task, where
+        `_serving` says which call it is. 2025-11-25: the server's requests arrive on the
+        session's own task, so only a call alone in flight can be named.
+        """
+        current = _serving.get()
+        if current is not None:
+            return current
+        if len(self._in_flight) == 1:
+            return next(iter(self._in_flight.values()))
+        return None, None
+
     async def call(self, tool: McpTool, args: Any, ctx: CallContext | None) -> types.CallToolResult:
         """Send one `tools/call` for `tool` with its checked `args`.
 
@@ -345,11 +378,16 @@ class RemoteServer:
 
         with trio.CancelScope() as scope:
             link.calls.add(scope)
+            serving = (tool.name, ctx.call_id if ctx is not None else None)
+            self._in_flight[id(scope)] = serving
+            token = _serving.set(serving)
             try:
                 # Progress is asked for only when someone hears it (no token, no notifications).
                 wanted = on_progress if ctx is not None and ctx.hears_progress else None
                 return await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
             except MCPError as exc:
+                if exc.code == MISSING_REQUIRED_CLIENT_CAPABILITY:  # 2026-07-28: -32021
+                    raise CannotAsk(_missing_capability(self.name, exc)) from None
                 if _connection_gone(exc, link) or _session_gone(exc):
                     link.mark_lost(f"the connection was lost during a call ({exc.error.message})")
                     raise ToolUnavailable(
@@ -365,10 +403,32 @@ class RemoteServer:
                     f"the connection to MCP server {self.name!r} broke during the call; reconnecting"
                 ) from None
             finally:
+                _serving.reset(token)
+                del self._in_flight[id(scope)]
                 link.calls.discard(scope)
         raise ToolUnavailable(
             f"MCP server {self.name!r} was lost during the call ({link.lost}); reconnecting"
         )
+
+
+_serving: ContextVar[tuple[str, str | None] | None] = ContextVar("runtime_mcp_serving", default=None)
+"""(tool name, call id) of the runtime call whose `tools/call` this task is waiting on."""
+
+_HANDLERS = {"elicitation": "on_elicit", "sampling": "on_sample", "roots": "on_roots"}
+
+
+def _missing_capability(server: str, exc: MCPError) -> str:
+    """A 2026-07-28 server's -32021 in words: what it needs, and which handler gives it."""
+    data = exc.error.data if isinstance(exc.error.data, dict) else {}
+    needed = data.get("requiredCapabilities")
+    names = sorted(needed) if isinstance(needed, dict) else []
+    handlers = ", ".join(f"{_HANDLERS[n]}=" for n in names if n in _HANDLERS)
+    what = ", ".join(names) if names else "a capability"
+    give = f"; give open_runtime({handlers}...) a handler" if handlers else ""
+    return (
+        f"MCP server {server!r} needs {what} from this client, which did not declare it "
+        f"({exc.error.message}){give}"
+    )
 
 
 # What the SDK itself says when a request's answer can no longer come (its CONNECTION_CLOSED code

@@ -219,13 +219,16 @@ class RemoteCatalog:
         try:
             output, definitions = parse_json_schema(remote.output_schema)
         except Exception as exc:
-            log.debug("MCP server %r: the outputSchema of %r is not kept (%s)", self.name, remote.name, exc)
-            return descriptor
+            log.debug("MCP server %r: the outputSchema of %r has no IR (%s)", self.name, remote.name, exc)
+            return msgspec.structs.replace(descriptor, output_schema=dict(remote.output_schema or {}))
         if set(definitions) & set(descriptor.definitions):
             log.debug(
-                "MCP server %r: the outputSchema of %r is not kept (its $defs clash)", self.name, remote.name
+                "MCP server %r: the outputSchema of %r has no IR (its $defs clash)", self.name, remote.name
             )
-            return descriptor
+            return msgspec.structs.replace(descriptor, output_schema=dict(remote.output_schema or {}))
         return msgspec.structs.replace(
-            descriptor, output=output, definitions={**descriptor.definitions, **definitions}
+            descriptor,
+            output=output,
+            definitions={**descriptor.definitions, **definitions},
+            output_schema=dict(remote.output_schema or {}),  # served again as the server gave it
         )

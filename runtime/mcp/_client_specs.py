@@ -13,10 +13,11 @@ still too long is cut to 55 characters plus 8 hex digits of a hash; the change i
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx2
 import msgspec
 import trio
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -113,7 +114,10 @@ class HttpServer(ServerSpec, frozen=True, kw_only=True):
     auth: Any = None  # an httpx2.Auth: `mcp.oauth(...)`, or any of the SDK's OAuth providers
 
     def transport(self) -> Transport:
-        return http_transport(self.url, self.headers, self.connect_timeout, auth=self.auth)
+        refusals = Refusals(self.auth)
+        return RefusalsSeen(
+            http_transport(self.url, self.headers, self.connect_timeout, auth=refusals), refusals
+        )
 
 
 class SseServer(ServerSpec, frozen=True, kw_only=True):
@@ -125,6 +129,82 @@ class SseServer(ServerSpec, frozen=True, kw_only=True):
 
     def transport(self) -> Transport:
         return sse_transport(self.url, self.headers, self.connect_timeout, auth=self.auth)
+
+
+class Refusals(httpx2.Auth):
+    """The spec's auth (or none), remembering why the server last refused a request (401, 403).
+
+    The SDK turns an HTTP refusal without a JSON-RPC body into a generic error, and in
+    `mode="auto"` goes on to the `initialize` handshake, whose own failure is what it reports
+    (a 2026-era server answers "Missing MCP-Protocol-Version header"): the refusal that
+    started it, a 403 `insufficient_scope` say, is what the connection's failure should name.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.last: str | None = None
+        if inner is not None:
+            self.requires_request_body = inner.requires_request_body
+            self.requires_response_body = inner.requires_response_body
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self.inner is None:
+            response = yield request
+            self._note(response)
+            return
+        flow = self.inner.async_auth_flow(request)
+        request = await flow.__anext__()
+        while True:
+            response = yield request
+            self._note(response)
+            try:
+                request = await flow.asend(response)
+            except StopAsyncIteration:
+                return
+
+    def _note(self, response: httpx2.Response) -> None:
+        status = response.status_code
+        if status < 400:
+            self.last = None  # refused before, let in since (an OAuth flow got a token)
+            return
+        if status not in (401, 403):
+            return
+        challenge = _challenge(response.headers.get("www-authenticate", ""))
+        error = challenge.get("error") or ("unauthorized" if status == 401 else "forbidden")
+        text = f"the server refused the request: HTTP {status} {error}"
+        if challenge.get("scope"):
+            text += f" (the scope it needs: {challenge['scope']})"
+        if challenge.get("error_description"):
+            text += f": {challenge['error_description']}"
+        self.last = text
+
+
+class RefusalsSeen:
+    """A transport, and the refusal its requests last met (`refusal`, None when there was none)."""
+
+    def __init__(self, transport: Transport, refusals: Refusals) -> None:
+        self._transport = transport
+        self._refusals = refusals
+
+    @property
+    def refusal(self) -> str | None:
+        return self._refusals.last
+
+    async def __aenter__(self) -> Any:
+        return await self._transport.__aenter__()
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._transport.__aexit__(*exc_info)
+
+
+_PARAM = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))')
+
+
+def _challenge(header: str) -> dict[str, str]:
+    """The parameters of a `WWW-Authenticate: Bearer error="...", scope="..."` challenge."""
+    return {m[1].lower(): m[2] if m[2] is not None else m[3] for m in _PARAM.finditer(header)}
 
 
 def stdio(

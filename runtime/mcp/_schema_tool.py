@@ -11,6 +11,7 @@ shown, never out of the check.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
@@ -18,7 +19,7 @@ import jsonschema  # type: ignore[import-untyped]  # no stubs; used through two 
 import msgspec
 from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 
-from ..exceptions import InvalidArguments, SchemaError
+from ..exceptions import InvalidArguments, SchemaError, ToolRejected
 from ..schema import ToolDescriptor, descriptor_from_json_schema
 from ..schema._notes import json_type
 from ..tools import CallContext, ToolBase, check_tool_name
@@ -32,29 +33,32 @@ _IR_KEYS = ("type", "properties", "required", "$defs", "definitions", "descripti
 def schema_validator(schema: Mapping[str, Any]) -> Any:
     """A validator for `schema` (the draft its `$schema` names, 2020-12 by default).
 
-    Raises:
-        SchemaError: the schema is not a valid JSON Schema.
+    The schema is not checked against its metaschema here: that pass costs a millisecond a
+    tool (a second per listing of a 1,000-tool server), and the IR is parsed from the same
+    schema anyway, which refuses what is malformed. A schema the validator still cannot use
+    fails the call that meets it, naming the schema's problem (`decode_checked`).
     """
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise SchemaError(f"not a valid JSON Schema: {exc.message}") from None
     return cls(schema)
 
 
 def schema_descriptor(name: str, description: str, schema: Mapping[str, Any], **extra: Any) -> ToolDescriptor:
-    """The IR of a tool's JSON Schema parameters, as far as the IR can say it.
+    """The IR of a tool's JSON Schema parameters, as far as the IR can say it; the schema itself
+    is kept as given (`input_schema`): the tool checks calls against it, and serves it.
 
     Raises:
         SchemaError: not even the schema's `properties` can be read.
     """
     try:
-        return descriptor_from_json_schema(name, description, schema, **extra)
+        descriptor = descriptor_from_json_schema(name, description, schema, **extra)
     except SchemaError:
         reduced = {k: schema[k] for k in _IR_KEYS if k in schema}
         reduced.setdefault("type", "object")
-        return descriptor_from_json_schema(name, description, reduced, **extra)
+        descriptor = descriptor_from_json_schema(name, description, reduced, **extra)
+        descriptor = msgspec.structs.replace(
+            descriptor, notes=(*descriptor.notes, "Some rules of its schema are checked when it is called.")
+        )
+    return msgspec.structs.replace(descriptor, input_schema=dict(schema))
 
 
 def decode_checked(validator: Any, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
@@ -82,28 +86,103 @@ def decode_checked(validator: Any, raw: str | bytes | Mapping[str, Any]) -> dict
             f"Expected `object`, got `{type(value).__name__}`; the arguments must be one JSON object"
         )
     checked: dict[str, Any] = _drop_null_defaults(validator.schema, value)
-    error = best_match(validator.iter_errors(checked))
+    try:
+        error = best_match(validator.iter_errors(checked))
+    except (
+        jsonschema.SchemaError,
+        jsonschema.exceptions.UnknownType,
+        re.error,
+        TypeError,
+        ValueError,
+        KeyError,
+    ) as exc:
+        problem = _schema_problem(validator) or f"{type(exc).__name__}: {exc}"
+        raise ToolRejected(f"the tool's own input schema cannot be used to check a call: {problem}") from None
     if error is not None:
         raise _invalid(error)
     return checked
 
 
+def _schema_problem(validator: Any) -> str | None:
+    """What the metaschema says of a validator's schema (only once a call has failed on it)."""
+    try:
+        type(validator).check_schema(validator.schema)
+    except jsonschema.SchemaError as exc:
+        return f"not a valid JSON Schema: {exc.message}"
+    return None
+
+
 def _drop_null_defaults(schema: Any, value: dict[str, Any]) -> dict[str, Any]:
     """`value` without the nulls that stand for "not sent": an optional property whose type has no null.
 
-    OpenAI strict mode sends null for every parameter the model leaves at its default.
+    OpenAI strict mode makes every property required, so the model sends null for each one it
+    leaves out, at every depth (the strict schema offers that null: `runtime.schema._openai`).
+    Properties are found where the schema puts them: `properties`, `$ref`, `allOf`, array `items`.
     """
-    if not isinstance(schema, Mapping) or None not in value.values():
+    if not _has_null(value):
         return value
-    properties = schema.get("properties")
-    if not isinstance(properties, Mapping):
+    dropped: dict[str, Any] = _without_nulls(schema, value, schema, 0)
+    return dropped
+
+
+def _has_null(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(v is None or _has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_null(v) for v in value)
+    return False
+
+
+def _resolved(schema: Any, root: Any) -> Any:
+    for _ in range(8):  # a chain of references, not a cycle
+        ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return schema
+        node: Any = root
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            return schema
+        schema = node
+    return schema
+
+
+def _without_nulls(schema: Any, value: Any, root: Any, depth: int) -> Any:
+    schema = _resolved(schema, root)
+    if depth > 32 or not isinstance(schema, Mapping):
         return value
-    required = schema.get("required") or ()
-    return {
-        k: v
-        for k, v in value.items()
-        if v is not None or k in required or k not in properties or _admits_null(properties[k])
-    }
+    if isinstance(value, list):
+        items = schema.get("items")
+        return (
+            [_without_nulls(items, v, root, depth + 1) for v in value]
+            if isinstance(items, Mapping)
+            else value
+        )
+    if not isinstance(value, dict):
+        return value
+    properties: dict[str, Any] = {}
+    required: set[str] = set()
+    for part in (schema, *(_resolved(p, root) for p in schema.get("allOf") or () if isinstance(p, Mapping))):
+        if isinstance(part, Mapping):
+            props = part.get("properties")
+            if isinstance(props, Mapping):
+                properties.update(props)
+            names = part.get("required")
+            if isinstance(names, list):
+                required.update(n for n in names if isinstance(n, str))
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        sub = properties.get(key)
+        if (
+            item is None
+            and sub is not None
+            and key not in required
+            and not _admits_null(_resolved(sub, root))
+        ):
+            continue
+        out[key] = _without_nulls(sub, item, root, depth + 1) if sub is not None else item
+    return out
 
 
 def _admits_null(schema: Any) -> bool:

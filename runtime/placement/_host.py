@@ -20,7 +20,7 @@ import msgspec
 from opentelemetry import context as otel_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..exceptions import InvalidArguments, ToolRejected, ToolUnavailable
+from ..exceptions import InvalidArguments, ResultTypeError, ToolRejected, ToolUnavailable
 from ..messages import ToolCallMetadata, ToolSuccess
 from ..tools import LOG_LEVELS, CallContext, ToolBase, reraise_own_cancellation
 from ._protocol import Done, Load, LogRecord, Progress, Raised, Reply, encode, encode_request
@@ -126,7 +126,7 @@ class ToolHost:
         self.send: Sender | None = None
         cls = type(self.tool)
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
-        self._value = cls.result_value is not ToolBase.result_value
+        self._present = self.tool.result_presenter()  # value -> (text, ToolSuccess.value), checked
 
     async def setup(self) -> None:
         await self.tool.setup()
@@ -175,15 +175,16 @@ class ToolHost:
         """The reply for a call that returned `value`."""
         tool = self.tool
         try:
-            text = tool.result_to_text(value)
+            text, shown = self._present(value)
             parts = tuple(tool.result_to_parts(value)) if self._parts else ()
-            if self._value:
-                value = tool.result_value(value)
+            value = shown
         except Exception as exc:
             return Raised(
                 category="error",
                 error_type=_qualified(exc),
-                message=f"the result could not be encoded: {exc}",
+                message=str(exc)
+                if isinstance(exc, ResultTypeError)
+                else f"the result could not be encoded: {exc}",
             )
         retire = self.max_rss_mb is not None and rss_mb() > self.max_rss_mb
         return Done(

@@ -20,7 +20,7 @@ import msgspec
 
 from ..exceptions import ToolDefinitionError
 
-__all__ = ["Collected", "collect", "normalize"]
+__all__ = ["Collected", "collect", "field_default", "normalize"]
 
 # annotated_types class name -> msgspec.Meta keyword
 _CONSTRAINTS = {
@@ -139,6 +139,35 @@ def _pydantic(meta: Any, found: Collected, where: str) -> None:
     for key, value in settings.items():
         found.constraints[key] = value
         found.foreign = True
+
+
+def field_default(default: Any, where: str) -> tuple[Any, Any, tuple[Any, ...]] | None:
+    """A `pydantic.Field(...)` given as a parameter's default (`x: int = Field(..., gt=10)`, as
+    openai-agents and FastAPI read it): (the real default or `msgspec.NODEFAULT`, its
+    default_factory or None, the constraints and description as `Annotated` metadata).
+
+    None for any other default. The metadata goes through `normalize`, so the decoder
+    enforces the constraints the schema shows.
+
+    Raises:
+        ToolDefinitionError: the Field says what a tool parameter cannot do (an alias).
+    """
+    if type(default).__name__ != "FieldInfo" or not type(default).__module__.startswith("pydantic"):
+        return None
+    alias = getattr(default, "alias", None)
+    if alias is not None:
+        raise ToolDefinitionError(
+            f"{where}: pydantic.Field(alias={alias!r}) is not supported; name the parameter "
+            "as the model should send it"
+        )
+    value = getattr(default, "default", None)
+    if value is Ellipsis or type(value).__name__ == "PydanticUndefinedType":
+        value = msgspec.NODEFAULT
+    factory = getattr(default, "default_factory", None)
+    metas: list[Any] = list(getattr(default, "metadata", ()))
+    if default.description is not None:
+        metas.append(msgspec.Meta(description=default.description))
+    return (msgspec.NODEFAULT if factory is not None else value), factory, tuple(metas)
 
 
 def normalize(tp: Any, where: str) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._ir import ToolDescriptor
+from ._notes import tool_description
 from ._to_jsonschema import parameters_schema
 
 __all__ = ["anthropic_tool"]
@@ -20,7 +21,7 @@ def anthropic_tool(descriptor: ToolDescriptor, strict: bool = False) -> dict[str
     """The tool definition for Anthropic's `tools=[...]`."""
     tool: dict[str, Any] = {
         "name": descriptor.name,
-        "description": descriptor.description,
+        "description": tool_description(descriptor),
         "input_schema": parameters_schema(descriptor),
     }
     if descriptor.cache_control:

@@ -18,7 +18,9 @@ import contextlib
 import inspect
 import itertools
 import re
+import sys
 import textwrap
+import tokenize
 import weakref
 from typing import Any
 
@@ -235,7 +237,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
         pass
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if klass.__module__ in ("builtins", "typing", "msgspec", "enum") or klass is object:
+        if klass is object or klass.__module__.partition(".")[0] in _NO_SOURCE:
             continue
         docs.update(_own_attribute_docs(klass))
     with contextlib.suppress(TypeError):  # a class that refuses weak references is not cached
@@ -243,12 +245,20 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+_NO_SOURCE = frozenset(
+    {"builtins", "typing", "typing_extensions", "msgspec", "enum", "abc", "pydantic", "collections"}
+)
+
+
 def _own_attribute_docs(cls: type) -> dict[str, str]:
     try:
-        source = textwrap.dedent(inspect.getsource(cls))
+        source = textwrap.dedent(_class_source(cls))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError, IndentationError):
-        return {}
+        try:  # the block guessed from indentation cut a string short: read it the slow way
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError, IndentationError):
+            return {}
     node: Any = tree.body[0] if tree.body else None
     if not isinstance(node, ast.ClassDef):
         return {}
@@ -272,3 +282,104 @@ def _own_attribute_docs(cls: type) -> dict[str, str]:
             if text:
                 docs[name] = text
     return docs
+
+
+def _class_source(cls: type) -> str:
+    """The source of `cls`'s class statement, found without parsing its whole module.
+
+    `inspect.getsource(cls)` (before Python 3.13) parses the entire module with `ast` to find a
+    class: 20 ms and more a class in a module of a few thousand lines, for every tool built
+    on it. Here the module's text is read once, the `class <name>` statement that defines
+    `cls` is found by a plain text search and picked by its qualified name, and only its own
+    lines are handed to `ast`. Anything this cannot place (a class made in a function, two
+    top-level classes of one name, a module without a source file) takes `inspect.getsource`.
+
+    Raises:
+        OSError: the source is not available (a class made at runtime, a frozen app).
+        TypeError: `cls` is a built-in class.
+    """
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    qualname = cls.__qualname__
+    text = _source_text(filename) if isinstance(filename, str) and "<" not in qualname else None
+    if text is None:
+        return inspect.getsource(cls)
+    outer, *inner = qualname.split(".")
+    found = [(at, depth) for at, depth in _class_lines(text, outer) if depth == 0]
+    if len(found) != 1:  # defined twice, or under an `if`: inspect knows which one is live
+        return inspect.getsource(cls)
+    start, indent = found[0]
+    for part in inner:  # a nested class: the one statement of that name inside its owner's block
+        end = start + len(_block(text, start, indent))
+        found = [(at, depth) for at, depth in _class_lines(text, part, start, end) if depth > indent]
+        if len(found) != 1:
+            return inspect.getsource(cls)
+        start, indent = found[0]
+    return _block(text, start, indent)
+
+
+_SOURCES: dict[str, str | None] = {}
+
+
+def _source_text(filename: str) -> str | None:
+    """A module's source text, read once per file (None: it has none, e.g. an extension module)."""
+    try:
+        return _SOURCES[filename]
+    except KeyError:
+        pass
+    text: str | None = None
+    if filename.endswith(".py"):
+        try:
+            with open(filename, "rb") as file:
+                data = file.read()
+            head = data[:200].split(b"\n", 2)[:2]
+            if any(b"coding" in line for line in head):  # an encoding cookie: let tokenize read it
+                with tokenize.open(filename) as source:
+                    text = source.read()
+            else:
+                text = data.decode("utf-8")
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            text = None
+    if len(_SOURCES) > 4096:
+        _SOURCES.clear()
+    _SOURCES[filename] = text
+    return text
+
+
+def _class_lines(text: str, name: str, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+    """(offset of the line, indentation) of each `class <name>` statement in `text[lo:hi]`."""
+    needle = f"class {name}"
+    found: list[tuple[int, int]] = []
+    at = text.find(needle, lo, hi)
+    while at != -1:
+        line = text.rfind("\n", 0, at) + 1
+        after = text[at + len(needle) : at + len(needle) + 1]
+        prefix = text[line:at]
+        if not prefix.strip(" \t") and not (after.isalnum() or after == "_"):
+            found.append((line, len(prefix.expandtabs())))
+        at = text.find(needle, at + 1, hi)
+    return found
+
+
+def _block(text: str, start: int, indent: int) -> str:
+    """The statement whose line starts at offset `start`: up to the next code line indented no deeper.
+
+    Guessed from indentation (tokenizing the block costs more than the rest of a tool's
+    build); a string whose lines sit at the margin ends it early, and the caller then reads
+    the class the slow way.
+    """
+    end = text.find("\n", start)
+    n = len(text)
+    while end != -1 and end + 1 < n:
+        nxt = text.find("\n", end + 1)
+        line = text[end + 1 : nxt if nxt != -1 else n]
+        stripped = line.lstrip()
+        if (
+            stripped
+            and not stripped.startswith("#")
+            and len(line) - len(stripped) <= indent
+            and not stripped.startswith((")", "]", "}"))  # the end of a bracket opened above
+        ):
+            return text[start : end + 1]
+        end = nxt
+    return text[start:]

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from ..exceptions import SchemaError
+from ._constraints import CONSTRAINT_KEYS, constraint_notes, has_shape, shape_notes
 from ._ir import (
     AnyValue,
     Array,
@@ -41,21 +42,22 @@ __all__ = ["DEFAULT_MAX_DEPTH", "descriptor_from_json_schema", "parse_json_schem
 DEFAULT_MAX_DEPTH = 32
 
 _ANNOTATION_ONLY = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
-# Keys that give a schema a shape of its own; a schema without any only constrains (`required`, `not`...).
-_SHAPE_KEYS = frozenset(
+_REF_SIBLINGS_IGNORED = frozenset(
     {
-        "type",
         "$ref",
-        "properties",
-        "additionalProperties",
-        "patternProperties",
-        "items",
-        "prefixItems",
-        "enum",
-        "const",
-        "anyOf",
-        "oneOf",
-        "allOf",
+        "description",
+        "title",
+        "default",
+        "examples",
+        "$comment",
+        "deprecated",
+        "$defs",
+        "definitions",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "nullable",
     }
 )
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -90,19 +92,32 @@ def descriptor_from_json_schema(
         SchemaError: the schema does not describe an object, or cannot be parsed.
     """
     if schema is None or schema == {}:
-        return ToolDescriptor(name=name, description=description, **extra)
-    node, definitions = parse_json_schema(schema, max_depth=max_depth)
+        return ToolDescriptor(name=name, description=description, additional=True, **extra)
+    parser = _Parser(schema, max_depth)
+    parser.root_target = _root_target(schema)
+    node = parser.node(schema, 0)
+    definitions = parser.definitions
+    notes = list(parser.root_notes)
     if isinstance(node, Ref):
         node = definitions[node.name]
     if isinstance(node, Union):
-        node = _merged_objects(node, definitions) or node
+        merged = _merged_objects(node, definitions)
+        if merged is not None:
+            notes.extend(shape_notes(node, definitions))
+            node = merged
     if not isinstance(node, Object):
         raise SchemaError(
             f"the parameters of tool {name!r} must be a JSON object schema, not {type(node).__name__.lower()}"
         )
     desc = description or node.description or ""
     return ToolDescriptor(
-        name=name, description=desc, parameters=node.properties, definitions=definitions, **extra
+        name=name,
+        description=desc,
+        parameters=node.properties,
+        definitions=definitions,
+        additional=node.additional,
+        notes=tuple(dict.fromkeys(notes)),
+        **extra,
     )
 
 
@@ -111,6 +126,9 @@ class _Parser:
         self.root = root
         self.max_depth = max_depth
         self.definitions: dict[str, TypeNode] = {}
+        self.root_target: Any = None  # the schema whose constraints are the tool's (its notes)
+        self.root_notes: list[str] = []
+        self._anchors: dict[str, Any] | None = None
         self._resolving: list[str] = []  # refs on the current path
         self._cyclic: set[str] = set()
         self._done: dict[str, TypeNode] = {}  # ref -> parsed node (non-recursive)
@@ -121,6 +139,13 @@ class _Parser:
     def _target(self, ref: str) -> Any:
         if not ref.startswith("#"):
             raise SchemaError(f"only local references are supported, not {ref!r}")
+        if len(ref) > 1 and not ref.startswith("#/"):  # `#name`: a `$anchor` (or `$dynamicAnchor`)
+            if self._anchors is None:
+                self._anchors = _anchors(self.root)
+            found = self._anchors.get(ref[1:])
+            if found is None:
+                raise SchemaError(f"reference {ref!r} points nowhere (no such $anchor)")
+            return found
         node: Any = self.root
         for raw in ref[1:].split("/")[1:] if ref != "#" else []:
             key = raw.replace("~1", "/").replace("~0", "~")
@@ -180,6 +205,12 @@ class _Parser:
         node = self._node(schema, depth)
         if schema.get("nullable") is True:
             node = union_of((node, Null()))
+        notes = constraint_notes(schema) if not CONSTRAINT_KEYS.isdisjoint(schema) else []
+        if notes and schema is self.root_target:
+            self.root_notes.extend(notes)  # the tool's own: the dialects add them to its description
+            notes = []
+        if notes and isinstance(node, Object | Union):
+            desc = " ".join([desc, *notes]) if desc else " ".join(notes)
         if desc and node.description != desc:
             node = msgspec.structs.replace(node, description=desc)
         return node
@@ -189,6 +220,10 @@ class _Parser:
             ref = schema["$ref"]
             if not isinstance(ref, str):
                 raise SchemaError("'$ref' must be a string")
+            rest = {k: v for k, v in schema.items() if k not in _REF_SIBLINGS_IGNORED}
+            if has_shape(rest) or "required" in rest:
+                # 2020-12: keywords beside `$ref` apply too (`{"$ref": "#/$defs/Base", "properties": ...}`)
+                return self._all_of({"allOf": [{"$ref": ref}, rest]}, depth)
             return self._ref(ref, depth)
         for key in ("anyOf", "oneOf"):
             if key in schema:
@@ -229,14 +264,14 @@ class _Parser:
     def _any_of(self, schema: Mapping[str, Any], key: str, depth: int) -> TypeNode:
         options = schema[key]
         base = {k: v for k, v in schema.items() if k != key}
-        if not _has_shape(base):
+        if not has_shape(base):
             return union_of(self._list(options, key, depth))
         # `{"type": "object", "properties": ..., "anyOf": [...]}`: the options refine the object
         # beside them. Options that only constrain (`{"required": ["a"]}`) leave its shape as it
         # is (the server checks them); options with a shape of their own are merged into it.
         if not isinstance(options, list) or not options:
             raise SchemaError(f"'{key}' must be a non-empty list")
-        if not any(_has_shape(o) for o in options):
+        if not any(has_shape(o) for o in options):
             return self.node(base, depth + 1)
         return union_of(tuple(self.node(_merge(base, o), depth + 1) for o in options))
 
@@ -245,11 +280,11 @@ class _Parser:
         if not isinstance(raw, list) or not raw:
             raise SchemaError("'allOf' must be a non-empty list")
         base = {k: v for k, v in schema.items() if k != "allOf"}
-        shaped = [s for s in raw if _has_shape(s) or not isinstance(s, Mapping | bool)]
-        if _has_shape(base):
+        shaped = [s for s in raw if has_shape(s) or not isinstance(s, Mapping | bool)]
+        if has_shape(base):
             shaped.insert(0, base)
         # Parts without a shape only constrain: their `required` names still count.
-        required = {r for s in raw if isinstance(s, Mapping) and not _has_shape(s) for r in _names(s)}
+        required = {r for s in raw if isinstance(s, Mapping) and not has_shape(s) for r in _names(s)}
         parts = tuple(self.node(s, depth + 1) for s in shaped)
         if not parts:
             return AnyValue()
@@ -429,8 +464,37 @@ def _joined(a: TypeNode, b: TypeNode) -> TypeNode:
     return a if a == b else union_of((a, b))
 
 
-def _has_shape(schema: Any) -> bool:
-    return isinstance(schema, Mapping) and not _SHAPE_KEYS.isdisjoint(schema)
+def _root_target(schema: Any) -> Any:
+    """The schema the tool's arguments are: the root, or what a root that is only a `$ref` points to."""
+    seen = 0
+    node = schema
+    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < 8:
+        rest = set(node) - _REF_SIBLINGS_IGNORED - {"$ref"}
+        if rest:
+            return node
+        try:
+            node = _Parser(schema, DEFAULT_MAX_DEPTH)._target(node["$ref"])
+        except SchemaError:
+            return schema
+        seen += 1
+    return node
+
+
+def _anchors(root: Any) -> dict[str, Any]:
+    """Every `$anchor` / `$dynamicAnchor` name in a schema document, and the schema it names."""
+    found: dict[str, Any] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for key in ("$anchor", "$dynamicAnchor"):
+                name = node.get(key)
+                if isinstance(name, str):
+                    found.setdefault(name, node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _merge(base: Mapping[str, Any], option: Any) -> Any:

@@ -39,7 +39,7 @@ import msgspec
 from ..exceptions import SchemaError, ToolDefinitionError
 from ._annotations import collect
 from ._docstring import attribute_docs, parse_docstring
-from ._from_jsonschema import union_of
+from ._from_jsonschema import parse_json_schema, union_of
 from ._ir import (
     AnyValue,
     Array,
@@ -56,8 +56,9 @@ from ._ir import (
     TypeNode,
     Union,
 )
+from ._pydantic import is_model, json_schema
 
-__all__ = ["descriptor_from_fields", "descriptor_from_type", "output_type", "type_node"]
+__all__ = ["descriptor_from_fields", "descriptor_from_type", "output_type", "shown_default", "type_node"]
 
 _LEAVES: dict[Any, TypeNode] = {
     str: String(),
@@ -122,7 +123,7 @@ def descriptor_from_fields(
     builder = _Builder(f"tool {name!r}")
     docs = param_descriptions or {}
     params = tuple(builder.parameter(f, docs, f"tool {name!r}: parameter {f[0]!r}") for f in fields)
-    out = None if output_type(output) is None else builder.node(output, f"tool {name!r}: its result")
+    out = _output(builder, output, name)
     return ToolDescriptor(
         name=name,
         description=description,
@@ -162,18 +163,35 @@ def descriptor_from_type(
             else msgspec.structs.replace(p, description=param_descriptions[p.name])
             for p in params
         )
+    out = _output(builder, extra.pop("output", None), name)
     return ToolDescriptor(
         name=name,
         description=description,
         parameters=params,
         definitions=builder.definitions,
+        additional=node.additional,
+        output=out,
         **extra,
     )
+
+
+def _output(builder: _Builder, output: Any, name: str) -> TypeNode | None:
+    """The IR of a tool's result type, or None when it says nothing structured or has no JSON form."""
+    if output_type(output) is None:
+        return None
+    builder.mode = "serialization"  # a pydantic result is described as it is written
+    try:
+        return builder.node(output, f"tool {name!r}: its result")
+    except ToolDefinitionError:
+        return None  # no structured output: its text is what goes back
+    finally:
+        builder.mode = "validation"
 
 
 def type_node(tp: Any) -> tuple[TypeNode, dict[str, TypeNode]] | None:
     """The IR of a Python type (a tool's result type) and its definitions, or None if it has none."""
     builder = _Builder("type")
+    builder.mode = "serialization"
     try:
         return builder.node(tp, "type"), builder.definitions
     except (ToolDefinitionError, SchemaError, TypeError, ValueError):
@@ -200,6 +218,7 @@ class _Builder:
         self._recursive: set[Any] = set()
         self._done: dict[Any, TypeNode] = {}
         self._names: dict[Any, str] = {}
+        self.mode = "validation"  # how a pydantic model is described: as it is read (or written)
 
     # -- parameters --------------------------------------------------------------------
 
@@ -207,13 +226,12 @@ class _Builder:
         name, tp, default = field
         node = self.node(tp, where)
         required = default is msgspec.NODEFAULT
-        if required or default is msgspec.UNSET:
+        if required:
             shown = msgspec.UNSET
+        elif type(default) in _JSON_SCALARS:
+            shown = default
         else:
-            try:
-                shown = msgspec.to_builtins(default)
-            except (TypeError, ValueError):
-                shown = msgspec.UNSET  # a default with no JSON form is not shown
+            shown = shown_default(default)
         return ToolParameter(
             name=name,
             description=_own_description(tp, node) or docs.get(name) or None,
@@ -268,6 +286,8 @@ class _Builder:
                 return self._enum(tp, where)
             if _is_class_type(tp):
                 return self._class(tp, where)
+            if is_model(tp):
+                return self._pydantic(tp, where)
         supertype = getattr(tp, "__supertype__", None)  # typing.NewType
         if supertype is not None:
             return self.node(supertype, where)
@@ -294,6 +314,22 @@ class _Builder:
             node = _constrain(node, found.constraints, where)
         if found.description is not None:
             node = msgspec.structs.replace(node, description=found.description)
+        return node
+
+    def _pydantic(self, tp: type, where: str) -> TypeNode:
+        """A pydantic model: the IR of the JSON Schema pydantic gives it (pydantic validates it too)."""
+        try:
+            node, definitions = parse_json_schema(json_schema(tp, mode=self.mode))
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"{where}: the JSON Schema pydantic makes for {tp.__name__} cannot be read ({exc})"
+            ) from exc
+        for name, definition in definitions.items():
+            known = self.definitions.setdefault(name, definition)
+            if known != definition:
+                raise ToolDefinitionError(
+                    f"{where}: two recursive types are both called {name!r}; rename one of them"
+                )
         return node
 
     def _tuple(self, positions: tuple[TypeNode, ...]) -> Array:
@@ -357,9 +393,13 @@ class _Builder:
 
     def _object(self, tp: Any, where: str) -> TypeNode:
         cls = typing.get_origin(tp) or tp
+        info: Any
         try:
-            info = msgspec.inspect.type_info(tp)
-            hints = typing.get_type_hints(cls, include_extras=True)
+            if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+                info, hints = _struct_info(tp)  # one pass over its annotations, not two
+            else:
+                info = msgspec.inspect.type_info(tp)
+                hints = typing.get_type_hints(cls, include_extras=True)
         except Exception as exc:
             raise ToolDefinitionError(
                 f"{where}: {getattr(cls, '__name__', tp)!r} cannot be described ({exc}); define the "
@@ -389,11 +429,8 @@ class _Builder:
                 or (doc.params.get(f.name) if doc is not None else None)
             )
             default: Any = msgspec.UNSET
-            if not f.required and f.default is not msgspec.NODEFAULT:
-                try:
-                    default = msgspec.to_builtins(f.default)
-                except (TypeError, ValueError):
-                    default = msgspec.UNSET
+            if not f.required:
+                default = shown_default(f.default, f.default_factory)
             properties.append(
                 ToolParameter(
                     name=f.encode_name,
@@ -417,6 +454,71 @@ class _Builder:
             name=cls.__name__,
             description=description,
         )
+
+
+class _StructField(typing.NamedTuple):
+    name: str
+    encode_name: str
+    required: bool
+    default: Any
+    default_factory: Any
+
+
+class _StructInfo(typing.NamedTuple):
+    """What `_object` reads of `msgspec.inspect.type_info` for a Struct class."""
+
+    fields: list[_StructField]
+    tag_field: str | None
+    tag: Any
+    array_like: bool
+    forbid_unknown_fields: bool
+
+
+def _struct_info(cls: type[msgspec.Struct]) -> tuple[_StructInfo, dict[str, Any]]:
+    """A Struct class's fields and config, and its fields' annotations, from one reading of them.
+
+    `msgspec.inspect.type_info` and `typing.get_type_hints` would each evaluate every string
+    annotation of the class again (under `from __future__ import annotations`, most of a
+    class's share of a tool's build); `msgspec.structs.fields` gives both at once.
+    """
+    config = cls.__struct_config__
+    infos = msgspec.structs.fields(cls)
+    fields = [
+        _StructField(
+            f.name,
+            f.encode_name,
+            f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT,
+            f.default,
+            f.default_factory,
+        )
+        for f in infos
+    ]
+    info = _StructInfo(fields, config.tag_field, config.tag, config.array_like, config.forbid_unknown_fields)
+    return info, {f.name: f.type for f in infos}
+
+
+def shown_default(default: Any, factory: Any = msgspec.NODEFAULT) -> Any:
+    """A field's default as JSON (a factory's value, made once here), or UNSET when it has none that JSON can show."""
+    if type(default) in _JSON_SCALARS:
+        return default
+    try:
+        if default is msgspec.NODEFAULT or default is msgspec.UNSET:
+            if factory is msgspec.NODEFAULT or factory is None:
+                return msgspec.UNSET
+            default = factory()  # `list`, `dict`, a lambda: what an omitted field gets
+        return msgspec.to_builtins(default, enc_hook=_model_dump)
+    except Exception:  # a factory that fails or a value with no JSON form: not shown
+        return msgspec.UNSET
+
+
+_JSON_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+def _model_dump(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)  # a pydantic model as a default
+    if callable(dump):
+        return dump(mode="json")
+    raise TypeError(f"{type(value).__name__} has no JSON form")
 
 
 def _header(tp: Any) -> str | None:

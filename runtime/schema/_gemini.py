@@ -45,7 +45,16 @@ from ._ir import (
     TypeNode,
     Union,
 )
-from ._notes import default_note, describe, has_lookaround, json_type, shown, summary, tuple_note
+from ._notes import (
+    default_note,
+    describe,
+    has_lookaround,
+    json_type,
+    shown,
+    summary,
+    tool_description,
+    tuple_note,
+)
 
 __all__ = ["GEMINI_FORMATS", "MAX_UNROLL", "gemini_declaration"]
 
@@ -61,7 +70,7 @@ def gemini_declaration(descriptor: ToolDescriptor, strict: bool = False) -> dict
 
     `strict` is ignored: Gemini has no strict flag for function declarations.
     """
-    declaration: dict[str, Any] = {"name": descriptor.name, "description": descriptor.description}
+    declaration: dict[str, Any] = {"name": descriptor.name, "description": tool_description(descriptor)}
     if descriptor.parameters:
         declaration["parameters"] = _Renderer(descriptor.definitions).object(descriptor.parameters, ())
     return declaration

@@ -171,6 +171,16 @@ class ToolDescriptor(msgspec.Struct, frozen=True, kw_only=True):
         output: the type of a structured result, when known (MCP outputSchema).
         annotations: behaviour hints passed through to MCP (readOnlyHint, ...).
         cache_control: provider prompt-cache marker (Anthropic), when asked for.
+        additional: what the arguments may hold beyond `parameters`, as `Object.additional`
+            says it: False (closed: unknown fields are refused, the default of every tool
+            written in Python), True (open: they pass), or the type of their values.
+        input_schema: the arguments' JSON Schema exactly as the tool was given it (an MCP
+            server's `inputSchema`, a `JsonSchemaTool`'s), when the tool checks calls against
+            it: the `mcp` and `jsonschema` dialects serve it as it is.
+        output_schema: the result's JSON Schema as given (an MCP server's `outputSchema`).
+        notes: what the given schema requires that the IR has no form for (`anyOf` of
+            required names, `if`/`then`, `dependentRequired`...), in words: the dialects
+            rendered from the IR add them to the description, so the model still reads them.
     """
 
     name: str
@@ -181,6 +191,10 @@ class ToolDescriptor(msgspec.Struct, frozen=True, kw_only=True):
     output: TypeNode | None = None
     annotations: dict[str, Any] | None = None
     cache_control: dict[str, Any] | None = None
+    additional: TypeNode | bool = False
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def required(self) -> tuple[str, ...]:

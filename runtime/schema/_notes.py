@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ._ir import AnyValue, Array, Enum, Object, Ref, String, ToolParameter, TypeNode, Union
+from ._ir import AnyValue, Array, Enum, Object, Ref, String, ToolDescriptor, ToolParameter, TypeNode, Union
 
 __all__ = [
     "default_note",
@@ -19,6 +19,7 @@ __all__ = [
     "json_type",
     "shown",
     "summary",
+    "tool_description",
     "tuple_note",
 ]
 
@@ -113,3 +114,13 @@ def tuple_note(prefix_items: tuple[TypeNode, ...]) -> str:
         return "exactly 0 items"
     positions = "; ".join(f"{i}: {summary(node)}" for i, node in enumerate(prefix_items, 1))
     return f"exactly {len(prefix_items)} items, by position {positions}"
+
+
+def tool_description(descriptor: ToolDescriptor) -> str:
+    """The tool's description with what its schema requires and the IR cannot say (`notes`)."""
+    if not descriptor.notes:
+        return descriptor.description
+    text = descriptor.description.rstrip()
+    if text and not text.endswith((".", "!", "?", ":")):
+        text += "."
+    return " ".join([text, *descriptor.notes]) if text else " ".join(descriptor.notes)

@@ -6,11 +6,12 @@ depth. The strict renderer meets that from the IR instead of patching a finished
 
 - A parameter the model may omit becomes required. Its description says the default,
   `(default: 10)`, and the `default` keyword is left out (strict mode rejects it). At the
-  top level a parameter with a default also admits null, because the decoder reads a
-  top-level null as "use the default" (`runtime.tools._codec`); deeper down nothing turns
-  null into a default, so nested types stay as declared and the model sends a value. So
-  does an optional parameter without a known default (a TypedDict `NotRequired` key):
-  the decoder would refuse null for it.
+  top level such a parameter also admits null, because the decoder reads a top-level null
+  as "not sent": the default is used (`runtime.tools._codec`), and a parameter without a
+  known default (every optional property of a JSON-Schema or MCP tool, a TypedDict
+  `NotRequired` key) is left out, so the model never has to invent a value. Deeper down
+  nothing turns null into a default, so nested types stay as declared and the model sends
+  a value (its description says the default).
 - Keywords strict mode rejects (minLength, maxLength, uniqueItems, formats outside its
   list, patterns with lookaround, contentEncoding, a tuple's prefixItems) move into the
   description; the decoder still enforces them.
@@ -42,7 +43,7 @@ from ._ir import (
     Union,
     is_nullable,
 )
-from ._notes import default_note, describe, has_lookaround, json_type, tuple_note
+from ._notes import default_note, describe, has_lookaround, json_type, tool_description, tuple_note
 from ._to_jsonschema import node_schema, parameters_schema
 
 __all__ = [
@@ -72,7 +73,7 @@ def openai_chat_tool(descriptor: ToolDescriptor, strict: bool = False) -> dict[s
     With `strict`, the parameters follow strict mode and `"strict": true` is set; a tool
     strict mode cannot express is sent with `"strict": false` and the plain schema.
     """
-    function: dict[str, Any] = {"name": descriptor.name, "description": descriptor.description}
+    function: dict[str, Any] = {"name": descriptor.name, "description": tool_description(descriptor)}
     if strict:
         params = _strict_or_none(descriptor)
         function["parameters"] = params if params is not None else parameters_schema(descriptor)
@@ -91,7 +92,7 @@ def openai_responses_tool(descriptor: ToolDescriptor, strict: bool = False) -> d
     return {
         "type": "function",
         "name": descriptor.name,
-        "description": descriptor.description,
+        "description": tool_description(descriptor),
         "parameters": params if params is not None else parameters_schema(descriptor),
         "strict": params is not None,
     }
@@ -122,31 +123,36 @@ def _strict_or_none(descriptor: ToolDescriptor) -> dict[str, Any] | None:
 
 
 def _strict_parameters(descriptor: ToolDescriptor) -> dict[str, Any]:
-    schema = _closed_object(descriptor.parameters, "$", top=True)
+    # A tool checked against its given JSON Schema reads a null for an optional property as "not
+    # sent" at every depth (`runtime.mcp._schema_tool`); a typed tool's decoder, at the top only.
+    deep = descriptor.input_schema is not None
+    schema = _closed_object(descriptor.parameters, "$", top=True, deep=deep)
     if descriptor.definitions:
         schema["$defs"] = {
-            name: _node(node, f"$defs.{name}") for name, node in descriptor.definitions.items()
+            name: _node(node, f"$defs.{name}", deep) for name, node in descriptor.definitions.items()
         }
     return schema
 
 
-def _closed_object(properties: tuple[ToolParameter, ...], path: str, *, top: bool) -> dict[str, Any]:
-    props = {p.name: _property(p, f"{path}.{p.name}", top=top) for p in properties}
+def _closed_object(
+    properties: tuple[ToolParameter, ...], path: str, *, top: bool, deep: bool = False
+) -> dict[str, Any]:
+    props = {p.name: _property(p, f"{path}.{p.name}", top=top, deep=deep) for p in properties}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
-def _property(param: ToolParameter, path: str, *, top: bool) -> dict[str, Any]:
-    body, notes = _body(param.type, path)
-    if top and param.has_default and not is_nullable(param.type):
-        body = _nullable(body)  # only a top-level null is decoded as "use the default"
+def _property(param: ToolParameter, path: str, *, top: bool, deep: bool = False) -> dict[str, Any]:
+    body, notes = _body(param.type, path, deep)
+    if (top or deep) and not param.required and not is_nullable(param.type):
+        body = _nullable(body)  # a null the decoder reads as "not sent"
     note = default_note(param)
     if note:
         notes.append(note)
     return _described(body, param.description or _text(param.type), notes)
 
 
-def _node(node: TypeNode, path: str) -> dict[str, Any]:
-    body, notes = _body(node, path)
+def _node(node: TypeNode, path: str, deep: bool = False) -> dict[str, Any]:
+    body, notes = _body(node, path, deep)
     return _described(body, _text(node), notes)
 
 
@@ -167,7 +173,7 @@ def _described(body: dict[str, Any], text: str | None, notes: list[str]) -> dict
     return {**body, "description": description}
 
 
-def _body(node: TypeNode, path: str) -> tuple[dict[str, Any], list[str]]:
+def _body(node: TypeNode, path: str, deep: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The schema of `node` without its description, and the notes for the description."""
     notes: list[str] = []
     if isinstance(node, String):
@@ -196,7 +202,7 @@ def _body(node: TypeNode, path: str) -> tuple[dict[str, Any], list[str]]:
     if isinstance(node, AnyValue):
         raise _NotStrict(f"{path} accepts any JSON value, which strict mode cannot describe")
     if isinstance(node, Array):
-        schema = {"type": "array", "items": _node(node.items, f"{path}[]")}
+        schema = {"type": "array", "items": _node(node.items, f"{path}[]", deep)}
         if node.min_items is not None:
             schema["minItems"] = node.min_items
         if node.max_items is not None:
@@ -211,16 +217,16 @@ def _body(node: TypeNode, path: str) -> tuple[dict[str, Any], list[str]]:
             raise _NotStrict(f"{path} is a map with free-form keys, which strict mode cannot describe")
         if node.additional is True and not node.properties:
             raise _NotStrict(f"{path} is an object with free-form keys, which strict mode cannot describe")
-        return _closed_object(node.properties, path, top=False), notes
+        return _closed_object(node.properties, path, top=False, deep=deep), notes
     if isinstance(node, Union):
         options = [o for o in node.options if not isinstance(o, Null)]
         has_null = len(options) < len(node.options)
         if len(options) == 1:
-            body, notes = _body(options[0], path)
+            body, notes = _body(options[0], path, deep)
             return (_nullable(body) if has_null else body), notes
         variants: list[dict[str, Any]] = []
         for option in options:
-            schema = _node(option, path)
+            schema = _node(option, path, deep)
             variants.extend(schema["anyOf"] if set(schema) == {"anyOf"} else [schema])
         if has_null and _NULL not in variants:
             variants.append(dict(_NULL))

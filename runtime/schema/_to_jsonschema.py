@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ._ir import (
@@ -47,19 +48,22 @@ WRAP_MARKER = "x-fastmcp-wrap-result"
 
 
 def parameters_schema(descriptor: ToolDescriptor) -> dict[str, Any]:
-    """The JSON Schema of a tool's arguments: a closed object, `$defs` for recursive types."""
-    return _Renderer({}).parameters(descriptor)
+    """The JSON Schema of a tool's arguments: an object, closed unless the tool accepts more
+    (`ToolDescriptor.additional`), with `$defs` for recursive types only."""
+    return _Renderer().parameters(descriptor)
 
 
 def document_schema(descriptor: ToolDescriptor) -> dict[str, Any]:
     """The arguments as a JSON Schema 2020-12 document (MCP `inputSchema`, plain JSON Schema).
 
-    It names its dialect (`$schema`), and every class type used more than once (a shared
-    type) is written once under `$defs` and referred to by `$ref`, as recursive types are.
+    A schema the tool was given (and checks calls against) is served as it was given
+    (`ToolDescriptor.input_schema`). Otherwise the document names its dialect (`$schema`) and
+    writes every type where it is used: only a recursive type is under `$defs`, referred to by
+    `$ref`, since many clients (the MCP Inspector among them) do not follow references.
     """
-    renderer = _Renderer(_shared(descriptor))
-    schema = {"$schema": JSON_SCHEMA_DIALECT, **renderer.parameters(descriptor)}
-    return schema
+    if descriptor.input_schema is not None:
+        return copy.deepcopy(descriptor.input_schema)
+    return {"$schema": JSON_SCHEMA_DIALECT, **_Renderer().parameters(descriptor)}
 
 
 def output_document(descriptor: ToolDescriptor) -> tuple[dict[str, Any], bool] | None:
@@ -67,11 +71,15 @@ def output_document(descriptor: ToolDescriptor) -> tuple[dict[str, Any], bool] |
 
     MCP wants an object at the root of `outputSchema`: any other result type is wrapped as
     `{"result": value}` (FastMCP's convention). None when the descriptor has no output type.
+    An outputSchema the tool was given (an MCP server's) is served as it was given.
     """
+    if descriptor.output_schema is not None:
+        given = copy.deepcopy(descriptor.output_schema)
+        return given, bool(given.get(WRAP_MARKER))
     output = descriptor.output
     if output is None:
         return None
-    renderer = _Renderer(_shared(descriptor))
+    renderer = _Renderer()
     root = descriptor.definitions.get(output.name) if isinstance(output, Ref) else output
     if isinstance(root, Object):
         body, wrapped = renderer.node(root, top=True), False
@@ -91,51 +99,17 @@ def output_document(descriptor: ToolDescriptor) -> tuple[dict[str, Any], bool] |
 
 def property_schema(param: ToolParameter) -> dict[str, Any]:
     """One property: its type's schema, the parameter's description and default."""
-    return _Renderer({}).property(param)
+    return _Renderer().property(param)
 
 
 def node_schema(node: TypeNode) -> dict[str, Any]:
     """The JSON Schema of one type node."""
-    return _Renderer({}).node(node)
-
-
-def _shared(descriptor: ToolDescriptor) -> dict[str, Object]:
-    """Named object types that occur more than once (same name, same shape)."""
-    seen: dict[str, list[Object]] = {}
-
-    def walk(node: TypeNode | bool) -> None:
-        if isinstance(node, Object):
-            if node.name:
-                seen.setdefault(node.name, []).append(node)
-            for p in node.properties:
-                walk(p.type)
-            walk(node.additional)
-        elif isinstance(node, Array):
-            for item in (node.items,) if node.prefix_items is None else node.prefix_items:
-                walk(item)
-        elif isinstance(node, Union):
-            for o in node.options:
-                walk(o)
-
-    for p in descriptor.parameters:
-        walk(p.type)
-    for d in descriptor.definitions.values():
-        walk(d)
-    if descriptor.output is not None:
-        walk(descriptor.output)
-    shared: dict[str, Object] = {}
-    for name, nodes in seen.items():
-        if len(nodes) > 1 and name not in descriptor.definitions and all(n == nodes[0] for n in nodes):
-            shared[name] = nodes[0]
-    return shared
+    return _Renderer().node(node)
 
 
 class _Renderer:
-    def __init__(self, shared: dict[str, Object]) -> None:
-        self.shared = shared
-
     def parameters(self, descriptor: ToolDescriptor) -> dict[str, Any]:
-        schema = self.object(descriptor.parameters, False)
+        schema = self.object(descriptor.parameters, descriptor.additional)
         defs = self.definitions(descriptor)
         if defs:
             schema["$defs"] = defs
@@ -143,7 +117,6 @@ class _Renderer:
 
     def definitions(self, descriptor: ToolDescriptor) -> dict[str, Any]:
         defs = {name: self.node(node, top=True) for name, node in descriptor.definitions.items()}
-        defs.update({name: self.node(node, top=True) for name, node in self.shared.items()})
         return defs
 
     def property(self, param: ToolParameter) -> dict[str, Any]:
@@ -193,9 +166,6 @@ class _Renderer:
             if node.unique_items:
                 schema["uniqueItems"] = True
         elif isinstance(node, Object):
-            if not top and node.name and self.shared.get(node.name) == node:
-                schema = {"$ref": f"#/$defs/{node.name}"}
-                return schema  # the definition carries the type's own description
             schema = self.object(node.properties, node.additional)
             if top and node.name:
                 schema["title"] = node.name  # a definition names its type (and parses back to it)

@@ -44,3 +44,4 @@ from ._placement import PlacedTool as PlacedTool
 from ._placement import Placement as Placement
 from ._placement import PlacementHost as PlacementHost
 from ._toolset import ToolSet as ToolSet
+from ._toolset import tools_of as tools_of

@@ -60,11 +60,14 @@ class Elicitation(msgspec.Struct, frozen=True, kw_only=True):
         message: what to show the user.
         schema: the answer's JSON Schema: a flat object of primitive properties (MCP's
             requestedSchema); `{"type": "object", "properties": {}}` for a plain yes/no.
-        tool_name: the tool that asks (None when an MCP server asked without saying).
-        call_id: the call that asks (None when unknown).
+        tool_name: the tool that asks: a local tool, or for a question an MCP server asked,
+            the runtime's tool whose call the server was serving (None when it cannot be told).
+        call_id: the call that asks, or whose MCP request the server was serving (None when unknown).
         approval: True when the runtime asks before a `requires_approval` tool runs.
         arguments: the arguments of that call (approval only; JSON text as the model wrote it).
         key: the name the tool gave the question (MCP 2026-07-28 input requests are keyed by it).
+        server: the MCP server that asked (the name of its `mcp.stdio` / `mcp.http` spec); None
+            for a local tool's question.
     """
 
     message: str
@@ -74,6 +77,7 @@ class Elicitation(msgspec.Struct, frozen=True, kw_only=True):
     approval: bool = False
     arguments: str | None = None
     key: str | None = None
+    server: str | None = None
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,6 +153,8 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     tool_name: str | None = None
     call_id: str | None = None
     key: str | None = None
+    server: str | None = None
+    """The MCP server that asked, as for `Elicitation.server`; `tool_name` and `call_id` likewise."""
 
 
 class Sampled(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,11 +174,12 @@ class Root(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RootsRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Who asks for the roots."""
+    """Who asks for the roots (as for `Elicitation`: the tool, the call, the MCP server)."""
 
     tool_name: str | None = None
     call_id: str | None = None
     key: str | None = None
+    server: str | None = None
 
 
 ElicitHandler = Callable[[Elicitation], Awaitable[Answer]]

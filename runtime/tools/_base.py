@@ -14,7 +14,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
@@ -24,10 +24,12 @@ from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, parse_docstring
 from ..schema._annotations import normalize
 from ..schema._docstring import attribute_docs
-from ..schema._from_python import descriptor_from_fields
-from ._codec import ArgField, ArgsCodec, accepts_none
+from ..schema._from_python import descriptor_from_fields, descriptor_from_type, shown_default
+from ..schema._pydantic import is_model
+from ._codec import ArgField, ArgsCodec, ModelArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
 from ._options import Loop, OnFull, ToolOptions
+from ._results import ResultCodec, default_enc_hook, encode_value
 
 __all__ = [
     "ArgsT",
@@ -45,14 +47,8 @@ ArgsT = TypeVar("ArgsT")
 ResultT = TypeVar("ResultT")
 
 
-def _enc_hook(obj: Any) -> Any:
-    dump = getattr(obj, "model_dump", None)  # pydantic models, without importing pydantic
-    if callable(dump):
-        return dump(mode="json")
-    raise NotImplementedError(f"objects of type {type(obj).__name__} are not JSON-serializable")
-
-
-result_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+result_encoder = msgspec.json.Encoder(enc_hook=default_enc_hook)
+"""JSON for what msgspec encodes, and pydantic models (by their `model_dump`)."""
 
 
 class ToolBase(Generic[ArgsT, ResultT]):
@@ -84,6 +80,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
     placement: Any = None
     loop: Loop = "trio"
     requires_approval: Any = False
+    encoder: Callable[[Any], Any] | None = None
+    """Gives a result's objects that msgspec cannot encode a JSON form (a function, or a method:
+    `def encoder(self, obj)`); raise NotImplementedError to leave an object to `str()`."""
 
     tool_type: ClassVar[str] = "function"
     """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""
@@ -94,7 +93,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     args_type: Any = None
     result_type: Any = None
     is_async: bool = True
-    _codec: ArgsCodec | None = None
+    _codec: ArgsCodec | ModelArgsCodec | None = None
 
     def __init_subclass__(cls, *, dynamic: bool = False, **kwargs: Any) -> None:
         """Build the codec and descriptor of a concrete tool class once.
@@ -172,8 +171,8 @@ class ToolBase(Generic[ArgsT, ResultT]):
         return result
 
     def encode_result(self, result: ResultT) -> bytes:
-        """The result as JSON bytes."""
-        return result_encoder.encode(result)
+        """The result as JSON bytes; what msgspec cannot encode goes through `encoder`, else `str()`."""
+        return encode_value(result, self.encoder)[0]
 
     def result_to_text(self, result: ResultT) -> str:
         """The text the model reads: a string as it is, anything else as JSON."""
@@ -192,6 +191,49 @@ class ToolBase(Generic[ArgsT, ResultT]):
         (an MCP tool returns the whole reply; the value is its structured content).
         """
         return result
+
+    @property
+    def result_codec(self) -> ResultCodec:
+        """How this tool's results are checked against `result_type` and made text (made once)."""
+        codec: ResultCodec | None = self.__dict__.get("_result_codec")
+        if codec is None:
+            declared = None if not self.checks_result else self.result_type
+            codec = self.__dict__["_result_codec"] = ResultCodec(self.name, declared, self.encoder)
+        return codec
+
+    checks_result: ClassVar[bool] = True
+    """Whether a result is checked against `result_type` (SimpleTool gives any result as its `str()`)."""
+
+    def result_presenter(self) -> Callable[[Any], tuple[str, Any]]:
+        """The one function the engine calls with each value a call returned.
+
+        It returns (the text the model reads, what `ToolSuccess.value` carries), or raises
+        `ResultTypeError` when the value is not of the declared result type. Without overridden
+        codec hooks it is `result_codec.present`; with them, the check, then the hooks.
+        """
+        cls = type(self)
+        codec = self.result_codec
+        own_text = (
+            cls.result_to_text is not ToolBase.result_to_text
+            or cls.encode_result is not ToolBase.encode_result
+        )
+        own_value = cls.result_value is not ToolBase.result_value
+        if not own_text and not own_value:
+            return codec.present
+        check = codec.check if codec.checks else None
+        to_text = self.result_to_text if own_text else None
+        to_value = self.result_value
+
+        def present(value: Any) -> tuple[str, Any]:
+            if check is not None:
+                check(value)
+            if to_text is None:
+                text, shown = codec.present(value)
+            else:
+                text, shown = to_text(value), value
+            return text, to_value(value) if own_value else shown
+
+        return present
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -251,7 +293,9 @@ def function_code(fn: object) -> types.CodeType | None:
 
 
 class SimpleTool(Tool[ArgsT, str], dynamic=True):
-    """A tool whose result is a string, given to the model verbatim."""
+    """A tool whose result is a string, given to the model verbatim (any other value as its `str()`)."""
+
+    checks_result: ClassVar[bool] = False
 
     def result_to_text(self, result: str) -> str:
         return result if isinstance(result, str) else str(result)
@@ -275,6 +319,10 @@ def describe(
     args class's Attributes section) come before `param_docs` (the tool's docstring).
     """
     docs = dict(param_docs or {})
+    if is_model(args_type):  # described by its own JSON Schema, field descriptions included
+        return descriptor_from_type(
+            args_type, name=name, description=description, param_descriptions=docs, output=result_type
+        )
     if isinstance(args_type, type):
         docs.update(attribute_docs(args_type))
     return descriptor_from_fields(
@@ -301,7 +349,7 @@ def _generic_args(cls: type) -> tuple[Any, Any] | None:
 Described = list[tuple[str, Any, Any]]
 
 
-def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
+def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec | ModelArgsCodec, Described]:
     """The codec of an args type, and its fields as the descriptor shows them (JSON name, type, default)."""
     where = f"tool {tool_name!r}"
     if isinstance(args_type, type) and issubclass(args_type, msgspec.Struct):
@@ -332,6 +380,8 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
             build=_kwargs_builder(args_type, [f.name for f in infos]),
         )
         return codec, described
+    if is_model(args_type):
+        return ModelArgsCodec(args_type), []
     if isinstance(args_type, type) and dataclasses.is_dataclass(args_type):
         hints = _hints(args_type, tool_name)
         fields = []
@@ -348,7 +398,7 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
         return codec, [(f.name, f.type, _shown_default(f)) for f in fields]
     if typing.is_typeddict(args_type):
         hints = _hints(args_type, tool_name)
-        required = args_type.__required_keys__
+        required = {k for k, t in hints.items() if _required_key(args_type, k, t)}
         fields = [
             ArgField(k, normalize(_strip_required(t), f"{where}: field {k!r}")) for k, t in hints.items()
         ]
@@ -360,8 +410,8 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
             (f.name, f.type, msgspec.UNSET if f.name in optional else msgspec.NODEFAULT) for f in fields
         ]
     raise ToolDefinitionError(
-        f"tool {tool_name!r}: its args type must be an object (a msgspec Struct, a dataclass or a "
-        f"TypedDict), not {args_type!r}; wrap a single value in one, e.g. "
+        f"tool {tool_name!r}: its args type must be an object (a msgspec Struct, a dataclass, a "
+        f"TypedDict or a pydantic model), not {args_type!r}; wrap a single value in one, e.g. "
         "`class Args(msgspec.Struct): value: int`"
     )
 
@@ -369,7 +419,7 @@ def _codec_for(args_type: Any, tool_name: str) -> tuple[ArgsCodec, Described]:
 def _shown_default(field: ArgField) -> Any:
     """What the descriptor says of a field's default: NODEFAULT (required), UNSET (unknown) or the value."""
     if field.default_factory is not None:
-        return msgspec.UNSET
+        return shown_default(msgspec.NODEFAULT, field.default_factory)  # what an omitted field gets
     return field.default
 
 
@@ -384,6 +434,20 @@ def _kwargs_builder(target: Any, names: list[str]) -> Any:
 
 def _typeddict_builder(value: Any) -> dict[str, Any]:
     return {k: v for k, v in msgspec.structs.asdict(value).items() if v is not msgspec.UNSET}
+
+
+def _required_key(typed_dict: Any, key: str, hint: Any) -> bool:
+    """Whether a TypedDict key is required, from its resolved hint first.
+
+    Under `from __future__ import annotations` Python 3.11 cannot see `NotRequired[...]` in
+    the string annotation when it makes the class, so `__required_keys__` lists every key.
+    """
+    origin = typing.get_origin(hint)
+    if origin is typing.NotRequired:
+        return False
+    if origin is typing.Required:
+        return True
+    return key in typed_dict.__required_keys__
 
 
 def _strip_required(tp: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import Any, Final, NoReturn, Protocol, TypeVar, overload
 
 import msgspec
 
-from ..exceptions import ToolRejected
+from ..exceptions import ToolRejected, ToolUnavailable
 from ..messages import TERMINATE_TOOL, ToolCallMetadata
 from ._asking import (
     Asker,
@@ -450,7 +450,14 @@ class CallContext:
 
 
 async def _answer(ctx: CallContext, handler: Any, question: Any, kind: str) -> Any:
-    """The handler's answer; a handler that fails is CannotAsk (its own CannotAsk as it is).
+    """The handler's answer; a handler that fails is CannotAsk.
+
+    A `ToolUnavailable` from the handler passes as it is: its own CannotAsk, and what ends a
+    round of the 2026-07-28 input-required flow (the MCP server's handler raises it when the
+    question goes to the client with the round's answer). That is not a CannotAsk, so a tool
+    that catches CannotAsk to go on without an answer still stops there, and runs again with
+    the answer in the next round: its side effects are done once, after the question, never
+    unconfirmed first. Nor is it logged as a failure: it is how the round ends.
 
     The question and its outcome are an event of the call (`tool.ask`, on its span): what was
     asked and how it ended, never the answer's content (it may be sensitive).
@@ -464,6 +471,9 @@ async def _answer(ctx: CallContext, handler: Any, question: Any, kind: str) -> A
         return answer
     except CannotAsk as exc:
         outcome = f"cannot ask: {exc}"
+        raise
+    except ToolUnavailable as exc:  # the round ends here; the question went out
+        outcome = f"asked, answered in the next round ({type(exc).__name__})"
         raise
     except Exception as exc:
         outcome = f"failed: {type(exc).__name__}"

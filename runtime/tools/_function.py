@@ -4,25 +4,42 @@ The signature becomes a msgspec Struct once (`defstruct`, strict); the docstring
 description part (all but its Args/Returns/Raises sections) the description; `Annotated[T, Description(...)]`, `msgspec.Meta(description=)` and
 the docstring's Args section the parameter descriptions. A parameter annotated
 `CallContext` is injected by the runtime and is not a field, so the model cannot set it.
+
+A method becomes a tool of an object three ways, none of which writes into the object:
+`tool(obj.method)` (already bound), a `@tool` method read from an instance (one bound tool
+per object, kept in a weak table of the declaration), and `tools_of(obj)`. `@tool` keeps
+the function's signature for type checkers (`FunctionTool[P, R]`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import inspect
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Unpack, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypeVar,
+    Unpack,
+    cast,
+    overload,
+)
 
 import msgspec
 
 from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, parse_docstring
-from ..schema._annotations import normalize
-from ..schema._from_python import descriptor_from_fields
+from ..schema._annotations import field_default, normalize
+from ..schema._from_python import descriptor_from_fields, shown_default
 from ._base import ToolBase, function_code
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
@@ -32,9 +49,18 @@ __all__ = ["FunctionTool", "tool"]
 
 _astuple = msgspec.structs.astuple
 
+P = ParamSpec("P")
+R = TypeVar("R")
+Q = ParamSpec("Q")
+S = TypeVar("S")
 
-class FunctionTool(ToolBase[Any, Any], dynamic=True):
-    """A tool made from a function by `@tool`; calling it calls the function."""
+
+class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
+    """A tool made from a function by `@tool`; calling it calls the function.
+
+    It keeps the function's signature for type checkers: `FunctionTool[(a: int), str]` is
+    called as the function is, and a `@tool` method read from an instance drops `self`.
+    """
 
     takes_context = False
 
@@ -47,15 +73,25 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         title: str | None = None,
         annotations: Mapping[str, Any] | None = None,
         options: ToolOptions | None = None,
-        _declared: FunctionTool | None = None,
+        encoder: Callable[[Any], Any] | None = None,
+        _declared: FunctionTool[..., Any] | None = None,
         **option_values: Unpack[ToolOptionsKw],
     ) -> None:
+        if isinstance(fn, str):
+            raise ToolDefinitionError(
+                f"@tool({fn!r}): a tool's name is a keyword, `@tool(name={fn!r})`; a positional "
+                "argument is the function to make a tool of"
+            )
         bind: str | None = None
+        bound = False
         static = isinstance(fn, staticmethod)
         if isinstance(fn, staticmethod):
             fn = fn.__func__
         elif isinstance(fn, classmethod):
             fn, bind = fn.__func__, "class"
+        elif isinstance(fn, types.MethodType):  # `tool(obj.method)`: already bound to its object
+            bind = "class" if isinstance(fn.__self__, type) else "instance"
+            bound = True
         if not callable(fn):
             raise ToolDefinitionError(f"@tool needs a function, not {fn!r}")
         if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
@@ -66,11 +102,11 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         parts = qualname.split(".")
         if bind is None and not static and len(parts) > 1 and parts[-2] != "<locals>":
             bind = "instance"  # defined in a class body: the first parameter is self
-        self.fn = fn
+        self.fn: Callable[..., Any] = fn
         self._hints: dict[str, Any] = {}
         self._bind = bind
-        self._bound = False
-        self._attr: str | None = None
+        self._bound = bound
+        self._per_instance: weakref.WeakValueDictionary[int, FunctionTool[..., Any]] | None = None
         self.name = check_tool_name(name or getattr(fn, "__name__", None))
         if options is None or option_values:
             base = msgspec.structs.asdict(options) if options is not None else {}
@@ -99,7 +135,9 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         self.description = description if description is not None else doc.description
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
-        fields = [(f.name, f.type, f.default) for f in self._fields]
+        fields = [
+            (f.name, f.type, f.default if f.default_factory is None else _shown(f)) for f in self._fields
+        ]
         self.descriptor = descriptor_from_fields(
             fields,
             name=self.name,
@@ -114,6 +152,9 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
                 annotations=dict(annotations) if annotations is not None else None,
             )
         self.result_type = hints.get("return")
+        if encoder is not None and not callable(encoder):
+            raise ToolDefinitionError(f"tool {self.name!r}: encoder must be a function (obj) -> JSON value")
+        self.encoder = encoder if encoder is not None else getattr(_declared, "encoder", None)
 
     # -- building --------------------------------------------------------------------
 
@@ -127,7 +168,7 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             ) from exc
 
     def _plan(self, fn: Callable[..., Any], hints: dict[str, Any]) -> ArgsCodec:
-        params = _parameters(fn)
+        params = _parameters(fn.__func__ if isinstance(fn, types.MethodType) else fn)
         if self._bind is not None:
             if not params:
                 raise ToolDefinitionError(f"tool {self.name!r} is a method without a self/cls parameter")
@@ -151,11 +192,18 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
                     f"tool {self.name!r}: parameter {p.name!r} has no type annotation; "
                     f"annotate it (e.g. `{p.name}: str`) so the model knows what to send"
                 )
+            where = f"tool {self.name!r}: parameter {p.name!r}"
             default = msgspec.NODEFAULT if p.default is _EMPTY else p.default
+            factory = None
+            field = field_default(default, where) if type(default).__name__ == "FieldInfo" else None
+            if field is not None:  # `x: int = pydantic.Field(..., gt=10)`: required, constrained
+                default, factory, metas = field
+                if metas:
+                    hint = typing.Annotated[(hint, *metas)]
             # Descriptions and constraints from other libraries' metadata become msgspec.Meta,
             # so the decoder enforces what the schema shows.
-            hint = normalize(hint, f"tool {self.name!r}: parameter {p.name!r}")
-            fields.append(ArgField(p.name, hint, default))
+            hint = normalize(hint, where)
+            fields.append(ArgField(p.name, hint, default, factory))
             if p.kind is _KEYWORD_ONLY:
                 keywords.append(p.name)
             else:
@@ -191,9 +239,9 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             return None
         return function_code(self.fn)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the function itself (no runtime, no validation): handy in tests."""
-        return self.fn(*args, **kwargs)
+        return cast(R, self.fn(*args, **kwargs))
 
     # -- methods ---------------------------------------------------------------------
 
@@ -202,14 +250,13 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
         """True for a `@tool` method reached through its class rather than an instance."""
         return self._bind == "instance" and not self._bound
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._attr = name
-
     @overload
-    def __get__(self, instance: None, owner: type) -> FunctionTool: ...
+    def __get__(self, instance: None, owner: type) -> Self: ...
     @overload
-    def __get__(self, instance: object, owner: type | None = None) -> FunctionTool: ...
-    def __get__(self, instance: object | None, owner: type | None = None) -> FunctionTool:
+    def __get__(
+        self: FunctionTool[Concatenate[Any, Q], S], instance: object, owner: type | None = None
+    ) -> FunctionTool[Q, S]: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> Any:
         if self._bind is None or self._bound:
             return self
         target: object
@@ -219,22 +266,30 @@ class FunctionTool(ToolBase[Any, Any], dynamic=True):
             return self
         else:
             target = instance
+        # One bound tool per object while it is in use (`obj.read is obj.read`), kept here rather
+        # than on the object: the object stays as it was (copyable, picklable, no new attribute).
+        # The table holds the tools weakly, so it keeps neither a tool nor its object alive.
+        table = self._per_instance
+        if table is None:
+            table = self._per_instance = weakref.WeakValueDictionary()
+        found = table.get(id(target))
+        if found is not None and getattr(found.fn, "__self__", None) is target:
+            return found
         bound = self.bind(target)
-        if self._bind == "instance" and self._attr is not None:
-            with contextlib.suppress(TypeError):  # a __slots__ class has no __dict__ to cache in
-                vars(instance)[self._attr] = bound  # the bound tool is built once per instance
+        table[id(target)] = bound
         return bound
 
-    def bind(self, target: object) -> FunctionTool:
+    def bind(self, target: object) -> FunctionTool[..., Any]:
         """This tool with its function bound to `target` (an instance, or a class for classmethods)."""
         bound = copy.copy(self)
         bound.fn = self.fn.__get__(target)
         bound._bound = True
+        bound._per_instance = None
         return bound
 
     def declared_override(
         self, impl: Callable[..., Any] | staticmethod[..., Any] | classmethod[Any, ..., Any]
-    ) -> FunctionTool:
+    ) -> FunctionTool[..., Any]:
         """A tool for `impl`, an override of this `@tool` method that is not decorated itself."""
         return FunctionTool(
             impl,
@@ -340,6 +395,13 @@ def _unresolved(tp: Any) -> bool:
     return any(_unresolved(a) for a in args)
 
 
+def _shown(field: ArgField) -> Any:
+    """A parameter's default as the descriptor shows it (a default_factory's value, made once)."""
+    if field.default_factory is None:
+        return field.default
+    return shown_default(msgspec.NODEFAULT, field.default_factory)
+
+
 def _is_context(hint: Any) -> bool:
     """`CallContext`, or `CallContext | None` (injected all the same)."""
     if hint is CallContext:
@@ -349,7 +411,11 @@ def _is_context(hint: Any) -> bool:
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+def tool(fn: staticmethod[P, R], /) -> FunctionTool[P, R]: ...
+@overload
+def tool(fn: classmethod[Any, P, R], /) -> FunctionTool[Concatenate[Any, P], R]: ...
+@overload
+def tool(fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
 @overload
 def tool(
     *,
@@ -357,18 +423,20 @@ def tool(
     description: str | None = None,
     title: str | None = None,
     annotations: Mapping[str, Any] | None = None,
+    encoder: Callable[[Any], Any] | None = None,
     **options: Unpack[ToolOptionsKw],
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+) -> _Decorator: ...
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: Any = None,
     /,
     *,
     name: str | None = None,
     description: str | None = None,
     title: str | None = None,
     annotations: Mapping[str, Any] | None = None,
+    encoder: Callable[[Any], Any] | None = None,
     **options: Unpack[ToolOptionsKw],
-) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+) -> Any:
     """Make a tool of a sync or async function or method.
 
     Args:
@@ -389,13 +457,39 @@ def tool(
         title: a human-readable title (shown by MCP clients).
         annotations: behaviour hints for MCP clients, passed through as given
             (`{"readOnlyHint": True, "openWorldHint": False}`).
+        encoder: gives the objects of a result that msgspec cannot encode (a custom class,
+            `mpmath.mpf`) their JSON form: `encoder=float`, `encoder=lambda o: o.to_dict()`;
+            raise NotImplementedError to leave one to `str()`, which is the default. The
+            result is still checked against the declared return type after it.
     """
 
-    def make(f: Callable[..., Any]) -> FunctionTool:
+    def make(f: Any) -> FunctionTool[..., Any]:
         return FunctionTool(
-            f, name=name, description=description, title=title, annotations=annotations, **options
+            f,
+            name=name,
+            description=description,
+            title=title,
+            annotations=annotations,
+            encoder=encoder,
+            **options,
         )
 
     if fn is not None:
+        if isinstance(fn, str):
+            raise ToolDefinitionError(
+                f"@tool({fn!r}): give the tool's name as a keyword, `@tool(name={fn!r})`; the only "
+                "positional argument of @tool is the function itself"
+            )
         return make(fn)
     return make
+
+
+class _Decorator(Protocol):
+    """What `@tool(...)` with options returns: it makes a tool of the function it decorates."""
+
+    @overload
+    def __call__(self, fn: staticmethod[P, R], /) -> FunctionTool[P, R]: ...
+    @overload
+    def __call__(self, fn: classmethod[Any, P, R], /) -> FunctionTool[Concatenate[Any, P], R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
