@@ -1,8 +1,8 @@
 """Heavy workers do not cost the runtime more than their output's size: output without newlines
 (a `\\r` progress bar), and large results.
 
-CPU is measured on the runtime's own thread (`time.thread_time()`), never wall time; ratios of
-two sizes in one run, so the machine's speed cancels out.
+Linear cost is shown by structure (the splitter's buffer stays under one line, so each byte is
+scanned once), not timed; the large-result probe measures CPU on the loop's own thread.
 """
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -52,31 +50,37 @@ class Counted(logging.Handler):
         self.hashes += text.count("#")
 
 
-async def test_worker_output_without_newlines_costs_the_runtime_linear_time() -> None:
+async def test_worker_output_without_newlines_is_logged_whole_in_bounded_lines() -> None:
     # Before: the unfinished line was rescanned on every read, 10 / 40 MB cost 0.95 / 37.5 s (39x).
+    # The cost is not timed here (a wall or CPU ratio flakes on a shared 2-core CI machine): the
+    # test below shows the splitter's buffer stays bounded, so each byte is scanned once.
     counted = Counted()
     logger = logging.getLogger("runtime.placement")
     level = logger.level
     logger.setLevel(logging.INFO)  # setLevel, not `.level =`: it clears the loggers' isEnabledFor cache
     logger.addHandler(counted)
-    costs: dict[int, float] = {}
     try:
         async with open_runtime([pt.scribble], tracing=False) as rt:
             assert (await rt.call(call("scribble", '{"megabytes": 0}'))).ok  # the worker is up
-            # Alternated, the least of three each: the load of other processes drifts, and only
-            # ever adds (CPU time on a shared core is slower too when the other core is busy).
-            for megabytes in (10, 40) * 3:
-                began = time.thread_time()  # this thread runs the trio loop, hence the forwarding
+            for megabytes in (10, 20):
                 assert (await rt.call(call("scribble", f'{{"megabytes": {megabytes}}}'))).ok
-                costs[megabytes] = min(costs.get(megabytes, math.inf), time.thread_time() - began)
     finally:
         logger.removeHandler(counted)
         logger.setLevel(level)
-    ratio = costs[40] / costs[10]
-    print(f"runtime thread CPU: 10 MB {costs[10]:.3f} s, 40 MB {costs[40]:.3f} s, ratio {ratio:.2f}")
-    assert ratio <= 4.5
-    assert counted.hashes == 3 * (10 + 40) << 20  # every byte logged, in lines of at most 16 KiB
+    assert counted.hashes == (10 + 20) << 20  # every byte logged, in lines of at most 16 KiB
     assert counted.longest <= 16 * 1024
+
+
+def test_an_endless_line_keeps_the_splitters_buffer_bounded() -> None:
+    lines = LineSplitter(max_line=1024)
+    given = taken = 0
+    for size in (1, 7, 100, 1023, 1024, 1025, 5000) * 200:
+        chunk = b"#" * size
+        given += size
+        taken += sum(len(piece) for piece, whole in lines.feed(chunk) if not whole)
+        assert len(lines._pending) <= 1024  # what is rescanned on the next feed: at most one line
+    taken += sum(len(piece) for piece, _ in lines.close())
+    assert taken == given
 
 
 def test_long_lines_come_out_in_bounded_pieces_cut_between_characters() -> None:
