@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runtime import Description, ToolCall, open_runtime, tool
+from runtime import CallRequest, Description, Policy, ToolCall, open_runtime, tool
 from runtime.mcp._schema_tool import JsonSchemaTool
 from runtime.tracing import Tracing
 
@@ -125,8 +125,16 @@ def add_thread(a: int, b: int) -> int:
     return a + b
 
 
-async def runtime_seq(n: int, name: str = "add", tracing: bool | Tracing = False) -> float:
-    async with open_runtime([add, add_inline, add_thread], tracing=tracing) as rt:
+class NoOp(Policy):
+    """A policy that lets every call through and returns its result: the policy machinery's cost."""
+
+    def intercept(self, request: CallRequest) -> Any:
+        return (yield request)
+
+
+async def runtime_seq(n: int, name: str = "add", tracing: bool | Tracing = False, policies: int = 0) -> float:
+    chain = [NoOp() for _ in range(policies)]
+    async with open_runtime([add, add_inline, add_thread], tracing=tracing, policies=chain) as rt:
         call = ToolCall(id="c1", name=name, arguments=RAW)
         await rt.call(call)
         gc.collect()
@@ -274,6 +282,19 @@ def main(quick: bool = False) -> Report:
 
     s, f = compare(lambda: trio.run(runtime_seq, n), lambda: trio.run(floor_b_seq, n), repeats)
     report.add(Row("W1 sequential call, async tool", "runtime", "floor_b", s, f, target=1.3))
+    s, f = compare(
+        lambda: trio.run(runtime_seq, n, "add", False, 3), lambda: trio.run(runtime_seq, n), repeats
+    )
+    report.add(
+        Row(
+            "W1 + three no-op policies",
+            "runtime+3 policies",
+            "runtime",
+            s,
+            f,
+            note=f"+{s - f:.2f} us per call (budget: +2 us)",
+        )
+    )
     s, f = compare(lambda: trio.run(runtime_seq, n, "add_inline"), lambda: trio.run(floor_b_seq, n), repeats)
     report.add(Row("W1 sequential call, inline sync", "runtime", "floor_b", s, f, target=1.3))
     s, f = compare(

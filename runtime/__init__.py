@@ -7,8 +7,11 @@ The root only re-exports; see docs/ARCHITECTURE.md section 3 for the contract th
 """
 
 from ._version import __version__ as __version__
+from .engine import CallRequest as CallRequest
+from .engine import Policy as Policy
 from .engine import RestartPolicy as RestartPolicy
 from .engine import Runtime as Runtime
+from .engine import RuntimeOptions as RuntimeOptions
 from .engine import open_runtime as open_runtime
 from .exceptions import CannotAsk as CannotAsk
 from .exceptions import InvalidArguments as InvalidArguments
@@ -79,6 +82,9 @@ __all__ = [
     "ResourceLinkPart",
     "ResourcePart",
     "RestartPolicy",
+    "CallRequest",
+    "Policy",
+    "RuntimeOptions",
     "Runtime",
     "RuntimeClosed",
     "SchemaError",

@@ -22,7 +22,16 @@ from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolS
 from .tools import CallContext, ToolBase, cannot_suspend
 from .tools._base import function_code
 
-__all__ = ["CALL_ID_KEY", "TOOL_NAME_KEY", "Feature", "FeaturePipeline", "Flow", "drive", "drive_now"]
+__all__ = [
+    "CALL_ID_KEY",
+    "PRINCIPAL_KEY",
+    "TOOL_NAME_KEY",
+    "Feature",
+    "FeaturePipeline",
+    "Flow",
+    "drive",
+    "drive_now",
+]
 
 log = logging.getLogger("runtime.features")
 
@@ -30,6 +39,8 @@ CALL_ID_KEY = "runtime.call_id"
 """Runtime key in every call's merged metadata: the call's id."""
 TOOL_NAME_KEY = "runtime.tool_name"
 """Runtime key in every call's merged metadata: the tool's name."""
+PRINCIPAL_KEY = "runtime.principal"
+"""Runtime key in a call's merged metadata: who it runs for (when someone said)."""
 
 _CANCELLED_HOOK_GRACE = 1.0  # seconds the remaining finishing hooks of a cancelled caller may take
 
@@ -316,7 +327,11 @@ class FeaturePipeline:
     # -- the call hooks --------------------------------------------------------------
 
     def merge_metadata(
-        self, call: ToolCall, tool: ToolBase[Any, Any] | None, caller: Mapping[str, Any] | None
+        self,
+        call: ToolCall,
+        tool: ToolBase[Any, Any] | None,
+        caller: Mapping[str, Any] | None,
+        principal: str | None = None,
     ) -> ToolCallMetadata:
         """features' metadata < the caller's < the runtime's own keys."""
         merged: dict[str, Any] = {}
@@ -332,6 +347,8 @@ class FeaturePipeline:
             merged.update(caller)
         merged[CALL_ID_KEY] = call.id
         merged[TOOL_NAME_KEY] = call.name
+        if principal is not None:
+            merged[PRINCIPAL_KEY] = principal
         return ToolCallMetadata(merged)
 
     def starting(self, call: ToolCall, ctx: CallContext) -> Flow:

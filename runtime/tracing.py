@@ -41,6 +41,7 @@ __all__ = [
     "GEN_AI_TOOL_NAME",
     "GEN_AI_TOOL_TYPE",
     "OUTCOME",
+    "PRINCIPAL",
     "Tracing",
 ]
 
@@ -54,6 +55,8 @@ GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 ERROR_TYPE: Final = "error.type"
 OUTCOME: Final = "tool_runtime.outcome"
 """Metric attribute: "success", or the FailureKind value."""
+PRINCIPAL: Final = "tool_runtime.principal"
+"""Span attribute: who the call ran for (a principal id, never a credential)."""
 CALL_ABANDONED: Final = "tool_runtime.call.abandoned"
 """Span attribute: the call was answered while its work could not be stopped (it runs on, abandoned)."""
 
@@ -132,6 +135,9 @@ class Tracing(Feature):
         if static is None:
             static = self._static_attributes(call.name, tool)
         attributes = {**static, GEN_AI_TOOL_CALL_ID: call.id}
+        principal = ctx.principal
+        if principal is not None:
+            attributes[PRINCIPAL] = principal
         if self.record_arguments:
             arguments = call.arguments
             attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = (

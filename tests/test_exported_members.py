@@ -32,6 +32,8 @@ ADDED_ON_PURPOSE = {
     "Root", "RootsRequest", "CannotAsk",
     # an existing object's methods as tools, the object untouched (DESIGN.md 3.1, issue 25)
     "tools_of",
+    # call policies (DESIGN.md 3.11): interceptors, the call as they see it; the settings as one value
+    "Policy", "CallRequest", "RuntimeOptions",
 }  # fmt: skip
 
 

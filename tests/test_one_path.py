@@ -77,8 +77,10 @@ from hypothesis import strategies as st
 
 from runtime import (
     CallContext,
+    CallRequest,
     FailureKind,
     Feature,
+    Policy,
     ToolCall,
     ToolFailure,
     ToolResult,
@@ -278,6 +280,7 @@ class Recorder(Feature):
     def __init__(self) -> None:
         self.started: collections.Counter[str] = collections.Counter()
         self.ended: dict[str, list[str]] = collections.defaultdict(list)
+        self.witness = Witness()
 
     async def on_call_starting(self, call: ToolCall, ctx: CallContext) -> None:
         self.started[call.id] += 1
@@ -289,12 +292,29 @@ class Recorder(Feature):
         self.ended[call.id].append(failure.kind.value)
 
 
+class Witness(Policy):
+    """A policy on every route: each call it lets through comes back to it once, with the
+    outcome its caller gets (a policy's before and after halves, on the one path)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[str]] = collections.defaultdict(list)
+
+    def intercept(self, request: CallRequest) -> Any:
+        result: ToolResult = yield request
+        self.seen[request.id].append(_outcome(result))
+        return result
+
+
+_BEFORE_POLICIES = ("bad_json", "deep_json", "unknown")  # settled before a policy sees the call
+
+
 @dataclass
 class Observed:
     batches: dict[str, list[ToolResult]] = field(default_factory=dict)  # "many" / "timed" -> results
     single: dict[str, ToolResult] = field(default_factory=dict)
     cancelled: set[str] = field(default_factory=set)  # the callers (call ids) that saw their cancellation
     stats: Any = None
+    recorder: Any = None  # the run's Recorder (an asyncio caller waits for it to see cancellations)
 
 
 def _outcome(result: ToolResult) -> str:
@@ -338,6 +358,9 @@ def check(plan_: Plan, seen: Observed, recorder: Recorder) -> None:
     every = plan_.calls
     assert recorder.started == collections.Counter(p.call.id for p in every)  # once each
     assert dict(recorder.ended) == {p.call.id: [_expected(p)] for p in every}  # once each
+    assert dict(recorder.witness.seen) == {
+        p.call.id: [_expected(p)] for p in every if p.kind not in _BEFORE_POLICIES
+    }  # the policy's after-half: once each, the caller's outcome
     # statistics: each tool's counters are its calls' outcomes; nothing runs any more
     stats = seen.stats
     by_tool: dict[str, list[Planned]] = collections.defaultdict(list)
@@ -385,10 +408,10 @@ _DRAIN = 30.0  # seconds (real) the abandoned work may take to end once released
 
 def run_trio(plan_: Plan, tools: list[Any], *, virtual: bool) -> tuple[Observed, Recorder]:
     recorder = Recorder()
-    seen = Observed()
+    seen = Observed(recorder=recorder)
 
     async def main() -> None:
-        async with open_runtime(tools, features=[recorder], tracing=False) as rt:
+        async with open_runtime(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt:
             scopes: list[trio.CancelScope] = []
             async with trio.open_nursery() as nursery:
 
@@ -482,6 +505,11 @@ async def drive_asyncio(plan_: Plan, rt: _AsyncCaller, seen: Observed) -> None:
                 await task
             if task.cancelled():
                 seen.cancelled.add(key)
+        # The asyncio side is done at once; the runtime settles the calls it cancelled a moment
+        # later: released sooner, a thread's call could still finish first (and be "ok").
+        cancelled = {p.call.id for p in plan_.cancelled + plan_.single if p.kind == "cancel"}
+        while seen.recorder is not None and not cancelled <= set(seen.recorder.ended):  # noqa: ASYNC110 - set on another thread
+            await asyncio.sleep(0.005)
     opt.RELEASE.set()
     async with asyncio.timeout(_DRAIN):
         while not _settled(rt.statistics()):  # noqa: ASYNC110 - threads and processes: no event to wait on
@@ -499,10 +527,12 @@ def _loop_runner(loop: str) -> asyncio.Runner:
 
 def run_guest(plan_: Plan, tools: list[Any], *, loop: str) -> tuple[Observed, Recorder]:
     recorder = Recorder()
-    seen = Observed()
+    seen = Observed(recorder=recorder)
 
     async def main() -> None:
-        async with open_asyncio_runtime(tools, features=[recorder], tracing=False) as rt:
+        async with open_asyncio_runtime(
+            tools, features=[recorder], policies=[recorder.witness], tracing=False
+        ) as rt:
             await drive_asyncio(
                 plan_, _AsyncCaller(rt.call, rt.call_many, rt.statistics, rt.as_completed), seen
             )
@@ -514,16 +544,19 @@ def run_guest(plan_: Plan, tools: list[Any], *, loop: str) -> tuple[Observed, Re
 
 def run_thread_asyncio(plan_: Plan, tools: list[Any]) -> tuple[Observed, Recorder]:
     recorder = Recorder()
-    seen = Observed()
-    with RuntimeThread(tools, features=[recorder], tracing=False) as rt, asyncio.Runner() as runner:
+    seen = Observed(recorder=recorder)
+    with (
+        RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt,
+        asyncio.Runner() as runner,
+    ):
         runner.run(drive_asyncio(plan_, _AsyncCaller(rt.acall, rt.acall_many, rt.statistics), seen))
     return seen, recorder
 
 
 def run_threads(plan_: Plan, tools: list[Any]) -> tuple[Observed, Recorder]:
     recorder = Recorder()
-    seen = Observed()
-    with RuntimeThread(tools, features=[recorder], tracing=False) as rt:
+    seen = Observed(recorder=recorder)
+    with RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt:
         errors: list[BaseException] = []
 
         def catching(fn: Callable[[], None]) -> Callable[[], None]:

@@ -35,7 +35,7 @@ import contextlib
 import functools
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, Unpack, cast
+from typing import Any, TypeVar, Unpack
 
 import outcome
 import trio
@@ -44,14 +44,15 @@ from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistic
 from ..engine._batch import lapse_due
 from ..engine._call import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED, Call
 from ..engine._entry import Entry
-from ..engine._runtime import open_engine
+from ..engine._runtime import collect, completed, open_engine
+from ..engine._scope import Prepare, Scope, View
 from ..exceptions import RuntimeClosed
 from ..features import Feature
 from ..messages import FailureKind, ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
 from ..tools import ToolBase
 
-__all__ = ["AsyncioRuntime", "open_asyncio_runtime"]
+__all__ = ["AsyncioRuntime", "AsyncioScopedRuntime", "open_asyncio_runtime"]
 
 T = TypeVar("T")
 _END = object()
@@ -156,10 +157,15 @@ class AsyncioRuntime:
         return self._rt.statistics()
 
     async def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> ToolResult:
         """Run one tool call; always returns its result (`Runtime.call`)."""
-        results = await self._batch([call], metadata, timeout, self._rt.call, single=True)
+        results = await self._batch([call], metadata, timeout, principal, None, single=True)
         return results[0]
 
     async def call_many(
@@ -168,9 +174,10 @@ class AsyncioRuntime:
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]:
         """Run calls concurrently; results in the order of `calls`, one per call."""
-        return await self._batch(list(calls), metadata, timeout, self._rt.call_many)
+        return await self._batch(list(calls), metadata, timeout, principal, None)
 
     async def invoke(
         self,
@@ -179,34 +186,61 @@ class AsyncioRuntime:
         *,
         _metadata: Mapping[str, Any] | None = None,
         _timeout: float | None = None,
+        _principal: str | None = None,
         **arguments: Any,
     ) -> ToolResult:
         """Call a tool from code with keyword arguments, through the same pipeline."""
         name = tool if isinstance(tool, str) else tool.name
         call = ToolCall(id=f"invoke-{id(arguments):x}", name=name, arguments=arguments)
-        return await self.call(call, metadata=_metadata, timeout=_timeout)
+        return await self.call(call, metadata=_metadata, timeout=_timeout, principal=_principal)
 
-    async def as_completed(
+    def as_completed(
         self,
         calls: Iterable[ToolCall],
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> AsyncIterator[ToolResult]:
         """Run calls concurrently and yield each result as it finishes (fastest first).
 
         Stopping early cancels the calls still running; close the generator to do it at once
         (`contextlib.aclosing`), as with `Runtime.as_completed`.
         """
+        return self._completed(list(calls), metadata, timeout, principal, None)
+
+    def scoped(
+        self,
+        principal: str | None = None,
+        *,
+        only: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        tags: Iterable[str] | None = None,
+        prepare: Prepare | None = None,
+    ) -> AsyncioScopedRuntime:
+        """A per-request view (`Runtime.scoped`), for asyncio callers."""
+        return AsyncioScopedRuntime(
+            self, Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare)
+        )
+
+    async def _completed(
+        self,
+        batch: list[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None,
+        scope: Scope | None,
+    ) -> AsyncGenerator[ToolResult]:
         self._check()
         await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
-        batch = list(calls)
         if not self._entry.direct:
-            async with contextlib.aclosing(self._pumped(batch, metadata, timeout)) as results:
+            async with contextlib.aclosing(
+                self._pumped(batch, metadata, timeout, principal, scope)
+            ) as results:
                 async for result in results:
                     yield result
             return
-        waiter, cs = await self._begin(batch, metadata, timeout)
+        waiter, cs = await self._begin(batch, metadata, timeout, principal, scope)
         finished = 0
         try:
             while finished < len(cs):
@@ -224,11 +258,11 @@ class AsyncioRuntime:
 
     async def register(self, *tools: ToolLike, replace: bool = False) -> None:
         """`Runtime.register` from asyncio."""
-        await self._run(self._rt.register, *tools, replace=replace)
+        await self._run(lambda: self._rt.register(*tools, replace=replace))
 
     async def unregister(self, *names: str) -> None:
         """`Runtime.unregister` from asyncio."""
-        await self._run(self._rt.unregister, *names)
+        await self._run(lambda: self._rt.unregister(*names))
 
     # -- the direct path: the engine's entry, from this task ----------------------------
 
@@ -237,16 +271,25 @@ class AsyncioRuntime:
         calls: list[ToolCall],
         metadata: Mapping[str, Any] | None,
         timeout: float | None,
-        via_trio: Callable[..., Awaitable[Any]],
+        principal: str | None,
+        scope: Scope | None,
         single: bool = False,
     ) -> list[ToolResult]:
         self._check()
         await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
-        if not self._entry.direct:  # a feature's hook may suspend: the calls go through trio
-            arg: Any = calls[0] if single else calls
-            result = await self._run(via_trio, arg, metadata=metadata, timeout=timeout)
-            return [result] if single else cast(list[ToolResult], result)
-        waiter, cs = await self._begin(calls, metadata, timeout)
+        entry = self._entry
+        if not entry.direct:  # a feature's hook or a policy may suspend: the calls go through trio
+            if single:
+                one = calls[0]
+                return [
+                    await self._run(
+                        lambda: entry.call(
+                            one, metadata=metadata, timeout=timeout, principal=principal, scope=scope
+                        )
+                    )
+                ]
+            return await self._run(lambda: collect(entry, calls, metadata, timeout, principal, scope))
+        waiter, cs = await self._begin(calls, metadata, timeout, principal, scope)
         finished = 0
         try:
             while finished < len(cs):
@@ -262,14 +305,22 @@ class AsyncioRuntime:
         return [c.result for c in cs]  # type: ignore[misc]  # every one settled
 
     async def _begin(
-        self, calls: list[ToolCall], metadata: Mapping[str, Any] | None, timeout: float | None
+        self,
+        calls: list[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None,
+        scope: Scope | None,
     ) -> tuple[_Waiter, list[Call]]:
         """Prepare, begin and admit every call from this task (the engine's entry, run here)."""
         entry = self._entry
         entry.check_open()
         waiter = _Waiter(self._loop)
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        cs = [entry.prepare(call, metadata, deadline, timeout, waiter, i) for i, call in enumerate(calls)]
+        cs = [
+            entry.prepare(call, metadata, deadline, timeout, waiter, i, principal, scope)
+            for i, call in enumerate(calls)
+        ]
         waiter.calls = cs
         try:
             for c in cs:
@@ -353,8 +404,8 @@ class AsyncioRuntime:
         self._nursery.start_soon(run)
         return handle
 
-    async def _run(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
-        value: T = await self._ended(self._spawn(lambda: fn(*args, **kwargs)))
+    async def _run(self, fn: Callable[[], Awaitable[T]], /) -> T:
+        value: T = await self._ended(self._spawn(fn))
         return value
 
     async def _ended(self, handle: _Handle) -> Any:
@@ -373,16 +424,18 @@ class AsyncioRuntime:
         return ended.unwrap()
 
     async def _pumped(
-        self, batch: list[ToolCall], metadata: Mapping[str, Any] | None, timeout: float | None
+        self,
+        batch: list[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None,
+        scope: Scope | None,
     ) -> AsyncGenerator[ToolResult, None]:
         """`Runtime.as_completed` in a trio task, its results passed here as they come."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
         async def pump() -> None:
-            results = cast(
-                AsyncGenerator[ToolResult, None],
-                self._rt.as_completed(batch, metadata=metadata, timeout=timeout),
-            )
+            results = completed(self._entry, batch, metadata, timeout, principal, scope)
             async with contextlib.aclosing(results):
                 async for result in results:
                     queue.put_nowait(result)
@@ -407,6 +460,56 @@ class AsyncioRuntime:
     def _close(self) -> None:
         self._closing = True
         self._stop.set()
+
+
+class AsyncioScopedRuntime(View):
+    """A per-request view of an `AsyncioRuntime` (from `AsyncioRuntime.scoped`): its call
+    methods for this view's principal and visible tools, and `registry` / `schemas`."""
+
+    def __init__(self, owner: AsyncioRuntime, scope: Scope) -> None:
+        super().__init__(scope, owner._rt._routing)
+        self._owner = owner
+
+    async def call(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult:
+        """`AsyncioRuntime.call`, for this view."""
+        results = await self._owner._batch([call], metadata, timeout, None, self._check(), single=True)
+        return results[0]
+
+    async def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """`AsyncioRuntime.call_many`, for this view."""
+        return await self._owner._batch(list(calls), metadata, timeout, None, self._check())
+
+    def as_completed(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[ToolResult]:
+        """`AsyncioRuntime.as_completed`, for this view."""
+        return self._owner._completed(list(calls), metadata, timeout, None, self._check())
+
+    async def invoke(
+        self,
+        tool: ToolBase[Any, Any] | str,
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        **arguments: Any,
+    ) -> ToolResult:
+        """`AsyncioRuntime.invoke`, for this view."""
+        name = tool if isinstance(tool, str) else tool.name
+        call = ToolCall(id=f"invoke-{id(arguments):x}", name=name, arguments=arguments)
+        return await self.call(call, metadata=_metadata, timeout=_timeout)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

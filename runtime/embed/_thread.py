@@ -30,11 +30,13 @@ from typing import Any, TypeVar, Unpack
 import trio
 
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics, open_runtime
+from ..engine._runtime import collect
+from ..engine._scope import Prepare, Scope, View
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
 
-__all__ = ["RuntimeThread"]
+__all__ = ["RuntimeThread", "ThreadScopedRuntime"]
 
 log = logging.getLogger("runtime.embed")
 
@@ -143,11 +145,16 @@ class RuntimeThread:
     # -- from other threads ----------------------------------------------------------
 
     def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> ToolResult:
         """`Runtime.call` from any thread but the runtime's own; blocks until the result."""
         rt = self._open()
-        return self._blocking(rt.call, call, metadata=metadata, timeout=timeout)
+        return self._blocking(rt.call, call, metadata=metadata, timeout=timeout, principal=principal)
 
     def call_many(
         self,
@@ -155,10 +162,28 @@ class RuntimeThread:
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]:
         """`Runtime.call_many` from any thread; results in the order of `calls`."""
         rt = self._open()
-        return self._blocking(rt.call_many, list(calls), metadata=metadata, timeout=timeout)
+        return self._blocking(
+            rt.call_many, list(calls), metadata=metadata, timeout=timeout, principal=principal
+        )
+
+    def scoped(
+        self,
+        principal: str | None = None,
+        *,
+        only: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        tags: Iterable[str] | None = None,
+        prepare: Prepare | None = None,
+    ) -> ThreadScopedRuntime:
+        """A per-request view (`Runtime.scoped`), for other threads and asyncio tasks."""
+        rt = self._open()
+        return ThreadScopedRuntime(
+            self, rt, Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare)
+        )
 
     @property
     def registry(self) -> ToolRegistry:
@@ -180,11 +205,16 @@ class RuntimeThread:
     # -- from asyncio ----------------------------------------------------------------
 
     async def acall(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> ToolResult:
         """`Runtime.call` from an asyncio task, without blocking its event loop."""
         rt = self._open()
-        return await self._bridge(rt.call, call, metadata=metadata, timeout=timeout)
+        return await self._bridge(rt.call, call, metadata=metadata, timeout=timeout, principal=principal)
 
     async def acall_many(
         self,
@@ -192,10 +222,13 @@ class RuntimeThread:
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]:
         """`Runtime.call_many` from an asyncio task; results in the order of `calls`."""
         rt = self._open()
-        return await self._bridge(rt.call_many, list(calls), metadata=metadata, timeout=timeout)
+        return await self._bridge(
+            rt.call_many, list(calls), metadata=metadata, timeout=timeout, principal=principal
+        )
 
     # -- internals -------------------------------------------------------------------
 
@@ -276,3 +309,58 @@ def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
 def _cancel(future: asyncio.Future[Any]) -> None:
     if not future.done():
         future.cancel()
+
+
+class ThreadScopedRuntime(View):
+    """A per-request view of a `RuntimeThread` (from `RuntimeThread.scoped`): `call` /
+    `call_many` from other threads, `acall` / `acall_many` from asyncio tasks, for this view's
+    principal and visible tools; `registry` / `schemas` of what it sees."""
+
+    def __init__(self, owner: RuntimeThread, rt: Runtime, scope: Scope) -> None:
+        super().__init__(scope, rt._routing)
+        self._owner = owner
+        self._entry = rt._entry
+
+    def call(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult:
+        """`RuntimeThread.call`, for this view."""
+        self._owner._open()
+        return self._owner._blocking(
+            self._entry.call, call, metadata=metadata, timeout=timeout, scope=self._check()
+        )
+
+    def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """`RuntimeThread.call_many`, for this view."""
+        self._owner._open()
+        return self._owner._blocking(
+            collect, self._entry, list(calls), metadata, timeout, None, self._check()
+        )
+
+    async def acall(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult:
+        """`RuntimeThread.acall`, for this view."""
+        self._owner._open()
+        return await self._owner._bridge(
+            self._entry.call, call, metadata=metadata, timeout=timeout, scope=self._check()
+        )
+
+    async def acall_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """`RuntimeThread.acall_many`, for this view."""
+        self._owner._open()
+        return await self._owner._bridge(
+            collect, self._entry, list(calls), metadata, timeout, None, self._check()
+        )

@@ -8,7 +8,10 @@ from ._actor import ActorState as ActorState
 from ._options import RestartPolicy as RestartPolicy
 from ._options import RuntimeOptions as RuntimeOptions
 from ._options import RuntimeOptionsKw as RuntimeOptionsKw
+from ._policy import CallRequest as CallRequest
+from ._policy import Policy as Policy
 from ._runtime import Runtime as Runtime
+from ._runtime import ScopedRuntime as ScopedRuntime
 from ._runtime import open_runtime as open_runtime
 from ._source import ToolRegistrar as ToolRegistrar
 from ._source import ToolSource as ToolSource

@@ -26,6 +26,7 @@ from typing import Any
 
 import trio
 
+from ..exceptions import ToolDefinitionError
 from ..messages import FailureKind
 from ..tools import Placement, ToolBase, is_cancellation
 from ._call import ABANDON_GRACE
@@ -34,6 +35,7 @@ from ._mailbox import Mailbox
 from ._options import RestartPolicy, Settings
 from ._outcome import describe_error
 from ._plan import ToolPlan
+from ._policy import Policy
 from ._restart import RestartWindow
 from ._stats import ToolCounters, ToolStatistics
 from ._threads import KeptThreads
@@ -51,6 +53,22 @@ class ActorState(enum.StrEnum):
     RESTARTING = "restarting"
     DOWN = "down"
     STOPPED = "stopped"
+
+
+def policies_of(
+    tool: ToolBase[Any, Any], runtime: tuple[Any, ...], own: tuple[Any, ...]
+) -> tuple[Policy, ...]:
+    """A tool's interceptors, outermost first: the runtime's that apply to it, then its own.
+
+    Raises:
+        ToolDefinitionError: one of its own is not a `runtime.Policy`.
+    """
+    for p in own:
+        if not isinstance(p, Policy):
+            raise ToolDefinitionError(
+                f"tool {tool.name!r}: policies must be runtime.Policy instances, not {p!r}"
+            )
+    return (*(p for p in runtime if p.applies(tool)), *own)
 
 
 class _Timeout:
@@ -97,12 +115,14 @@ class ToolActor:
             why_unavailable=self._unavailable,
         )
         plan.host_loop = settings.host_loop
+        plan.policies = policies_of(tool, runtime_options.policies, options.policies)
+        plan.suspends = any(p.suspends for p in plan.policies)
         placement = options.placement
         self.placement: Placement | None = (
             placement if placement is not None and not placement.in_process else None
         )
         self.asks = options.requires_approval is not False  # its calls need a CallContext
-        self.needs_context = tool.takes_context or self.asks
+        self.needs_context = tool.takes_context or self.asks or bool(plan.policies)
         self.host_executor: HostTasks | None = None
         self.eager = False
         self._threads: Threads | None = None

@@ -111,10 +111,16 @@ class Call:
         waiter: the cancel scope a single trio caller waits in (its deadline is moved in).
         index: its position in its batch.
         queued: it waits in its tool's mailbox.
+        principal: who it runs for (None: nobody said).
+        flows: the policies that let it through, each waiting for its outcome (None: none).
+        notes: the policies' decisions, kept until the call's span exists.
+        shown: the call as observers see it, when a policy redacted some of it.
+        asked: the tool the model named, when a policy sent the call to another one.
     """
 
     __slots__ = (
         "args",
+        "asked",
         "call",
         "cancelled",
         "context",
@@ -122,15 +128,19 @@ class Call:
         "deadline",
         "executor",
         "expires",
+        "flows",
         "index",
         "interrupted",
         "job",
         "limit",
+        "notes",
         "plan",
+        "principal",
         "queued",
         "reply",
         "result",
         "settled_at",
+        "shown",
         "state",
         "waiter",
     )
@@ -144,6 +154,7 @@ class Call:
         limit: float | None,
         reply: Any = None,
         index: int = 0,
+        principal: str | None = None,
     ) -> None:
         self.call = call
         self.ctx = ctx
@@ -164,6 +175,11 @@ class Call:
         self.waiter: trio.CancelScope | None = None
         self.index = index
         self.queued = False
+        self.principal = principal
+        self.flows: list[Any] | None = None
+        self.notes: list[tuple[str, dict[str, Any]]] | None = None
+        self.shown: ToolCall | None = None
+        self.asked: str | None = None
 
     # -- settling ----------------------------------------------------------------------
 
@@ -378,6 +394,11 @@ class Call:
         return f"tool {self.call.name!r} did not finish within {limit}"
 
     # -- the end ------------------------------------------------------------------------
+
+    def transform(self, result: ToolResult) -> None:
+        """DONE -> DONE with the result its policies made of the one it settled with."""
+        assert self.state is DONE
+        self.result = result
 
     def reported(self) -> bool:
         """DONE -> REPORTED; False if it was reported already (the finishing step runs once)."""

@@ -26,11 +26,13 @@ from ..exceptions import RuntimeClosed
 from ..features import drive, drive_now
 from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, echo
 from ..tools import Asker, CallContext
+from . import _policy as policy
 from ._batch import Batch, lapse_due
 from ._call import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, Call
 from ._options import Settings
 from ._plan import call_chain
 from ._routing import RegistryActor
+from ._scope import Scope
 
 __all__ = ["Entry"]
 
@@ -60,9 +62,9 @@ class Entry:
     @property
     def direct(self) -> bool:
         """Whether callers that are not trio tasks may run the whole entry themselves (no
-        feature hook can suspend)."""
+        feature hook and no tool's policy can suspend)."""
         pipeline = self.pipeline
-        return pipeline is None or pipeline.hooks_cannot_suspend
+        return (pipeline is None or pipeline.hooks_cannot_suspend) and not self._routing.suspends
 
     def check_open(self) -> None:
         if self.closed:
@@ -93,6 +95,8 @@ class Entry:
         limit: float | None,
         reply: Any = None,
         index: int = 0,
+        principal: str | None = None,
+        scope: Scope | None = None,
     ) -> Call:
         """Route, give a context and a deadline, and begin (decode): nothing here waits."""
         name = call.name
@@ -100,23 +104,41 @@ class Entry:
         if type(name) is not str or type(call.id) is not str or len(name) > ECHO_LIMIT:
             call, problem = _sanitized(call)
             name = call.name
-        actor = (
-            self._routing.routes.get(name) if problem is None else None
-        )  # a malformed call reaches no tool
+        routing = self._routing
+        actor = routing.routes.get(name) if problem is None else None  # a malformed call reaches no tool
+        if scope is not None:
+            if principal is None:
+                principal = scope.principal
+            if actor is not None and name not in scope.visible(routing.registry, routing.version):
+                actor = None  # hidden from this view: as if it did not exist
         ctx = None
         if self.pipeline is not None or (actor is not None and actor.needs_context):
             tool = actor.tool if actor is not None else None
-            merged = self._settings.pipeline.merge_metadata(call, tool, metadata)
-            ctx = CallContext(call.id, name, merged, None, tool, asking=self.asking, observer=self._observer)
+            merged = self._settings.pipeline.merge_metadata(call, tool, metadata, principal)
+            ctx = CallContext(
+                call.id,
+                name,
+                merged,
+                None,
+                tool,
+                asking=self.asking,
+                observer=self._observer,
+                principal=principal,
+            )
         if actor is None:
-            c = Call(call, ctx, None, deadline, limit, reply, index)
+            c = Call(call, ctx, None, deadline, limit, reply, index, principal)
             if problem is None:
                 self.unknown += 1
-                problem = (FailureKind.UNKNOWN_TOOL, self._routing.registry.missing_message(name))
+                known = (
+                    scope.visible(routing.registry, routing.version)
+                    if scope is not None
+                    else routing.registry
+                )
+                problem = (FailureKind.UNKNOWN_TOOL, known.missing_message(name))
             c.fail(*problem)
             return c
         plan = actor.plan
-        c = Call(call, ctx, plan, deadline, limit, reply, index)
+        c = Call(call, ctx, plan, deadline, limit, reply, index, principal)
         if self.closing:
             c.fail(FailureKind.UNAVAILABLE, f"tool {name!r} is unavailable: the runtime is shutting down")
         elif actor.mailbox.closed:  # down: that is what the model must hear, whatever its arguments
@@ -145,51 +167,117 @@ class Entry:
         return plan.mailbox.admit(c, plan.host_executor if host else None)
 
     def finish_now(self, c: Call) -> None:
-        """Count the call and run its finishing hooks (they cannot suspend), once."""
-        if c.state is REPORTED or not c.reported():
+        """End's steps on the caller's side, none of which may suspend, once: the policies'
+        after-halves, the count, the features' finishing hooks."""
+        if c.state is REPORTED:
+            return
+        if c.flows is not None:
+            c.transform(policy.drive_now(policy.after(c)))
+        if not c.reported():
             return
         pipeline = self.pipeline
         if pipeline is not None:
-            drive_now(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
+            drive_now(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
 
     async def finish(self, c: Call) -> None:
-        """Count the call and run its finishing hooks, once (all callers)."""
-        if c.state is REPORTED or not c.reported():
+        """`finish_now`, awaiting what may suspend (all callers)."""
+        if c.state is REPORTED:
+            return
+        if c.flows is not None:
+            chain = policy.after(c)
+            plan = c.plan
+            c.transform(
+                await policy.drive(chain) if plan is not None and plan.suspends else policy.drive_now(chain)
+            )
+        if not c.reported():
             return
         pipeline = self.pipeline
         if pipeline is not None:
-            await drive(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
+            await drive(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
 
     def starting_now(self, c: Call) -> None:
+        """Begin's steps that come after `prepare`, none of which may suspend: the policies'
+        before-halves, then the features' starting hooks."""
+        plan = c.plan
+        if plan is not None and plan.policies and c.state is QUEUED:
+            self._let_through(c, policy.drive_now(policy.before(c, plan.policies)))
         pipeline = self.pipeline
-        if pipeline is not None and pipeline.has_starting:
-            drive_now(pipeline.starting(c.call, c.ctx))  # type: ignore[arg-type]
+        if pipeline is not None:
+            if pipeline.has_starting:
+                drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
+            if c.notes:
+                self._tell(c)
 
     async def starting(self, c: Call) -> None:
+        """`starting_now`, awaiting what may suspend."""
+        plan = c.plan
+        if plan is not None and plan.policies and c.state is QUEUED:
+            chain = policy.before(c, plan.policies)
+            self._let_through(c, await policy.drive(chain) if plan.suspends else policy.drive_now(chain))
         pipeline = self.pipeline
-        if pipeline is not None and pipeline.has_starting:
-            if pipeline.hooks_cannot_suspend:
-                drive_now(pipeline.starting(c.call, c.ctx))  # type: ignore[arg-type]
-            else:
-                await drive(pipeline.starting(c.call, c.ctx), finish=False)  # type: ignore[arg-type]
+        if pipeline is not None:
+            if pipeline.has_starting:
+                if pipeline.hooks_cannot_suspend:
+                    drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
+                else:
+                    await drive(pipeline.starting(c.shown or c.call, c.ctx), finish=False)  # type: ignore[arg-type]
+            if c.notes:
+                self._tell(c)
+
+    def _tell(self, c: Call) -> None:
+        """The policies' decisions, on the call's span now that it has one."""
+        notes, c.notes = c.notes or [], None
+        if self._observer is not None and c.ctx is not None:
+            for name, attributes in notes:
+                self._observer.event(c.ctx, name, attributes)
+
+    def _let_through(self, c: Call, request: policy.CallRequest | None) -> None:
+        """The call as its policies let it through: rewritten (decoded again), sent to another
+        tool, or redacted for observers. None: a policy answered it."""
+        if request is None:
+            return
+        call = c.call
+        if request.tool_name != call.name or request.arguments is not call.arguments:
+            if request.tool_name != call.name:
+                actor = self._routing.routes.get(request.tool_name)
+                if actor is None:
+                    c.fail(
+                        FailureKind.UNKNOWN_TOOL,
+                        f"a policy sent the call to tool {echo(request.tool_name)!r}, which does not exist",
+                    )
+                    return
+                c.plan = actor.plan
+                c.asked = call.name  # its result still answers the call the model made
+                if c.ctx is not None:
+                    c.ctx.tool = actor.tool
+                    c.ctx.tool_name = actor.name
+            c.call = policy.call_of(request)
+            c.plan.decode(c)  # type: ignore[union-attr]  # routed
+        if request._redacted:
+            c.shown = ToolCall(
+                id=c.call.id, name=c.call.name, arguments=policy.redacted(c.call.arguments, request._redacted)
+            )
 
     # -- a trio caller -------------------------------------------------------------------
 
     async def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        scope: Scope | None = None,
     ) -> ToolResult:
         """One call from a trio task: always its one result (`Runtime.call`)."""
         if self.closed or self._dormant:
             self.check_open()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        c = self.prepare(call, metadata, deadline, timeout)
+        c = self.prepare(call, metadata, deadline, timeout, None, 0, principal, scope)
         pipeline = self.pipeline
         try:
-            if pipeline is not None and pipeline.has_starting:
-                if pipeline.hooks_cannot_suspend:
-                    drive_now(pipeline.starting(c.call, c.ctx))  # type: ignore[arg-type]  # a pipeline makes one
-                else:
-                    await drive(pipeline.starting(c.call, c.ctx), finish=False)  # type: ignore[arg-type]
+            if pipeline is not None or (c.plan is not None and c.plan.policies):
+                await self.starting(c)
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             if c.state is QUEUED and not c.plan.mailbox.admit(c, None):  # type: ignore[union-attr]  # routed
                 await self._wait_room(c)
@@ -203,11 +291,10 @@ class Entry:
         except BaseException:
             await self.cancelled([c])
             raise
-        if c.reported() and pipeline is not None:
-            if pipeline.hooks_cannot_suspend:
-                drive_now(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
-            else:
-                await drive(pipeline.finishing(c.call, c.result, c.ctx))  # type: ignore[arg-type]
+        if pipeline is None and c.flows is None:
+            c.reported()
+        else:
+            await self.finish(c)
         return c.result  # type: ignore[return-value]  # DONE
 
     async def _wait_room(self, c: Call) -> None:
@@ -253,20 +340,33 @@ class Entry:
         calls: Sequence[ToolCall],
         metadata: Mapping[str, Any] | None,
         timeout: float | None,
+        principal: str | None = None,
+        scope: Scope | None = None,
     ) -> AsyncGenerator[list[Call], None]:
         """A trio caller's batch: admit every call, then yield the finished ones in chunks, in
         the order they finish (a thousand calls finishing together cost one resume)."""
         self.check_open()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         batch = Batch(deadline)
-        cs = [self.prepare(call, metadata, deadline, timeout, batch, i) for i, call in enumerate(calls)]
+        cs = [
+            self.prepare(call, metadata, deadline, timeout, batch, i, principal, scope)
+            for i, call in enumerate(calls)
+        ]
         if not batch.timed:
             batch.timed = any(c.plan is not None and not c.plan.untimed for c in cs)
         finished = 0
         try:
-            if self.pipeline is not None:
+            begun: set[Call] = set()
+            suspending = [c for c in cs if c.plan is not None and c.plan.suspends and c.state is QUEUED]
+            if suspending:  # policies that ask someone let a batch's calls through together
+                async with trio.open_nursery() as nursery:
+                    for c in suspending:
+                        nursery.start_soon(self.starting, c)
+                begun.update(suspending)
+            if self.pipeline is not None or any(c.plan is not None and c.plan.policies for c in cs):
                 for c in cs:
-                    await self.starting(c)
+                    if c not in begun:
+                        await self.starting(c)
             with trio.move_on_at(deadline):
                 await trio.lowlevel.checkpoint()  # trio's rule; and a cancelled caller runs nothing
                 admitted = 0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 import msgspec
 
 from ..features import Feature, FeaturePipeline
+from ._policy import Policy
 
 if TYPE_CHECKING:
     from ..tools import ElicitHandler, RootsHandler, SampleHandler
@@ -71,6 +72,8 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             (`async def on_sample(r: Sampling) -> Sampled`), e.g. with the agent's own model.
         on_roots: answers `ctx.list_roots` and MCP servers' roots requests
             (`async def on_roots(r: RootsRequest) -> list[Root]`).
+        policies: interceptors (`runtime.Policy`) around every call of the tools they apply to,
+            outermost first; a tool's own (`@tool(policies=...)`) run inside these.
     """
 
     features: tuple[Feature, ...] = ()
@@ -86,6 +89,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     on_elicit: Any = None
     on_sample: Any = None
     on_roots: Any = None
+    policies: tuple[Policy, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.tracing, bool | Feature):
@@ -105,7 +109,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         """
         if base is not None:
             values = {**{f: getattr(base, f) for f in cls.__struct_fields__}, **values}
-        for name in ("features", "mcp_servers"):
+        for name in ("features", "mcp_servers", "policies"):
             if name in values and not isinstance(values[name], tuple):
                 if not isinstance(values[name], Iterable):
                     raise TypeError(f"{name} must be a sequence, not {values[name]!r}")
@@ -145,6 +149,7 @@ class RuntimeOptionsKw(TypedDict, total=False):
     on_elicit: ElicitHandler | None
     on_sample: SampleHandler | None
     on_roots: RootsHandler | None
+    policies: Iterable[Policy]
 
 
 class Settings:

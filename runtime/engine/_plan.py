@@ -126,6 +126,8 @@ class ToolPlan:
         self.threads: KeptThreads | None = None  # a sync tool's threads (set by the actor)
         self.host_loop: Any = None  # the host asyncio loop (asyncio tools)
         self.host_executor: Any = None  # where an asyncio caller's call runs, if not where a trio caller's
+        self.policies: tuple[Any, ...] = ()  # its interceptors, outermost first (set by the actor)
+        self.suspends = False  # one of them yields awaitables: its calls go through a trio task
         placement = options.placement
         self.is_placed = placement is not None and not placement.in_process
         self.crash_reason: str | None = None

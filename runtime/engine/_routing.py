@@ -43,6 +43,7 @@ class RegistryActor:
         self._supervisor = supervisor
         self.settings = settings
         self.routes: dict[str, ToolActor] = {}
+        self.suspends = False  # some tool's policies yield awaitables: its calls need a trio task
         self.registry = ToolRegistry()
         self.version = 0
         self.changed = trio.Event()  # set (and replaced) at every publish
@@ -134,5 +135,6 @@ class RegistryActor:
         self.routes = routes
         self.registry = ToolRegistry._trusted({n: a.tool for n, a in routes.items()})
         self.version += 1
+        self.suspends = any(a.plan.suspends for a in routes.values())
         changed, self.changed = self.changed, trio.Event()
         changed.set()

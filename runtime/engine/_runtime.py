@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any, NoReturn, Unpack
 
 import trio
@@ -22,10 +22,11 @@ from ..tools import Asker, ToolBase
 from ._entry import Entry
 from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
 from ._routing import RegistryActor
+from ._scope import Prepare, Scope, View
 from ._stats import RuntimeStatistics, ToolStatistics
 from ._supervisor import Host, Supervisor
 
-__all__ = ["Runtime", "RuntimeStatistics", "ToolStatistics", "open_engine", "open_runtime"]
+__all__ = ["Runtime", "RuntimeStatistics", "ScopedRuntime", "ToolStatistics", "open_engine", "open_runtime"]
 
 log = logging.getLogger("runtime.engine")
 
@@ -131,18 +132,24 @@ class Runtime(metaclass=_NoPublicConstructor):
     # -- calling ---------------------------------------------------------------------
 
     async def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> ToolResult:
         """Run one tool call; always returns its result (a ToolSuccess or a ToolFailure).
 
         The result arrives by the call's deadline (its `timeout`, its tool's, the runtime's
-        default), even from a tool that ignores cancellation.
+        default), even from a tool that ignores cancellation. `principal`: who the call runs
+        for (an id, never a secret: it is on the call's span and keys per-principal policies).
 
         Raises:
             RuntimeClosed: the runtime is closed (the only exception this raises, besides
                 the caller's own cancellation).
         """
-        return await self._entry.call(call, metadata=metadata, timeout=timeout)
+        return await self._entry.call(call, metadata=metadata, timeout=timeout, principal=principal)
 
     async def call_many(
         self,
@@ -150,22 +157,18 @@ class Runtime(metaclass=_NoPublicConstructor):
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]:
         """Run calls concurrently; results in the order of `calls`, one per call."""
-        batch = list(calls)
-        results: list[Any] = [None] * len(batch)
-        async with contextlib.aclosing(self._entry.batch(batch, metadata, timeout)) as chunks:
-            async for chunk in chunks:
-                for c in chunk:
-                    results[c.index] = c.result
-        return results
+        return await collect(self._entry, list(calls), metadata, timeout, principal, None)
 
-    async def as_completed(
+    def as_completed(
         self,
         calls: Iterable[ToolCall],
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> AsyncIterator[ToolResult]:
         """Run calls concurrently and yield each result as it finishes (fastest first).
 
@@ -177,12 +180,90 @@ class Runtime(metaclass=_NoPublicConstructor):
                 async for result in results:
                     ...
         """
-        # aclosing: a consumer that stops early closes this generator, and that must close the
-        # batch too (cancelling its calls now), not leave it to the garbage collector.
-        async with contextlib.aclosing(self._entry.batch(list(calls), metadata, timeout)) as chunks:
-            async for chunk in chunks:
-                for c in chunk:
-                    yield c.result  # type: ignore[misc]  # settled: DONE
+        return completed(self._entry, list(calls), metadata, timeout, principal, None)
+
+    async def invoke(
+        self,
+        tool: ToolBase[Any, Any] | str,
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolResult:
+        """Call a tool from code, with keyword arguments, through the same pipeline.
+
+        `await rt.invoke(add, a=1, b=2)`; the arguments are validated like a model's (a value
+        that is not JSON, such as `object()`, is INVALID_ARGUMENTS for this call alone). The
+        call's own settings are spelt with an underscore (`_principal=`, `_timeout=`...), so no
+        tool parameter is ever taken for one.
+        """
+        name = tool if isinstance(tool, str) else tool.name
+        call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
+        return await self._entry.call(call, metadata=_metadata, timeout=_timeout, principal=_principal)
+
+    def scoped(
+        self,
+        *,
+        principal: str | None = None,
+        only: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        tags: Iterable[str] | None = None,
+        prepare: Prepare | None = None,
+    ) -> ScopedRuntime:
+        """A view for one request: its calls run for `principal`, and it sees (and may call)
+        only the tools `only` / `exclude` (names or globs), `tags` and `prepare` leave it.
+
+            with rt.scoped(principal="user-42", exclude=["delete_*"]) as view:
+                tools = view.schemas("openai")     # what this request's model is shown
+                results = await view.call_many(calls)  # a hidden tool is UNKNOWN_TOOL
+        """
+        return ScopedRuntime(self, Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare))
+
+    async def _close(self) -> None:
+        if self._entry.closing:
+            return
+        self._entry.closing = True
+        await self._supervisor.stop_all()
+        self._routing.close()
+        self._entry.closed = True
+
+
+class ScopedRuntime(View):
+    """A per-request view of a `Runtime` (from `Runtime.scoped`): the runtime's call methods,
+    for this view's principal and visible tools, and `registry` / `schemas` of what it sees."""
+
+    def __init__(self, runtime: Runtime, scope: Scope) -> None:
+        super().__init__(scope, runtime._routing)
+        self._entry = runtime._entry
+        self._ids = runtime._ids
+
+    async def call(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult:
+        """`Runtime.call`, for this view."""
+        return await self._entry.call(call, metadata=metadata, timeout=timeout, scope=self._check())
+
+    async def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """`Runtime.call_many`, for this view."""
+        return await collect(self._entry, list(calls), metadata, timeout, None, self._check())
+
+    def as_completed(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[ToolResult]:
+        """`Runtime.as_completed`, for this view."""
+        return completed(self._entry, list(calls), metadata, timeout, None, self._check())
 
     async def invoke(
         self,
@@ -193,22 +274,42 @@ class Runtime(metaclass=_NoPublicConstructor):
         _timeout: float | None = None,
         **arguments: Any,
     ) -> ToolResult:
-        """Call a tool from code, with keyword arguments, through the same pipeline.
-
-        `await rt.invoke(add, a=1, b=2)`; the arguments are validated like a model's (a value
-        that is not JSON, such as `object()`, is INVALID_ARGUMENTS for this call alone).
-        """
+        """`Runtime.invoke`, for this view."""
         name = tool if isinstance(tool, str) else tool.name
         call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
-        return await self._entry.call(call, metadata=_metadata, timeout=_timeout)
+        return await self._entry.call(call, metadata=_metadata, timeout=_timeout, scope=self._check())
 
-    async def _close(self) -> None:
-        if self._entry.closing:
-            return
-        self._entry.closing = True
-        await self._supervisor.stop_all()
-        self._routing.close()
-        self._entry.closed = True
+
+async def collect(
+    entry: Entry,
+    calls: list[ToolCall],
+    metadata: Mapping[str, Any] | None,
+    timeout: float | None,
+    principal: str | None,
+    scope: Scope | None,
+) -> list[ToolResult]:
+    results: list[Any] = [None] * len(calls)
+    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
+        async for chunk in chunks:
+            for c in chunk:
+                results[c.index] = c.result
+    return results
+
+
+async def completed(
+    entry: Entry,
+    calls: list[ToolCall],
+    metadata: Mapping[str, Any] | None,
+    timeout: float | None,
+    principal: str | None,
+    scope: Scope | None,
+) -> AsyncGenerator[ToolResult]:
+    # aclosing: a consumer that stops early closes this generator, and that must close the
+    # batch too (cancelling its calls now), not leave it to the garbage collector.
+    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
+        async for chunk in chunks:
+            for c in chunk:
+                yield c.result  # type: ignore[misc]  # settled: DONE
 
 
 @contextlib.asynccontextmanager

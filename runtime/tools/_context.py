@@ -164,6 +164,8 @@ class CallContext:
         error: the exception behind an ERROR failure, set by the engine (for logs and spans).
         abandoned: set by the engine when the call was answered while its work could not be
             stopped (it ignored cancellation, or its thread was blocked); shown on the span.
+        principal: who the call runs for (`rt.call(..., principal=...)`, a scoped view, the MCP
+            session's credential); None when nobody said. An id, never a secret.
     """
 
     __slots__ = (
@@ -177,6 +179,7 @@ class CallContext:
         "deadline",
         "error",
         "metadata",
+        "principal",
         "tool",
         "tool_name",
     )
@@ -191,6 +194,7 @@ class CallContext:
         *,
         asking: Asker | None = None,
         observer: CallObserver | None = None,
+        principal: str | None = None,
     ) -> None:
         self.call_id = call_id
         self.tool = tool
@@ -199,6 +203,7 @@ class CallContext:
         self.deadline = deadline
         self.error: BaseException | None = None
         self.abandoned = False
+        self.principal = principal
         self._observer = observer
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
         self._progress_bucket: _Bucket | None = None

@@ -57,6 +57,8 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             arguments a predicate `(args) -> bool` picks; the question goes through the same path
             as `ctx.elicit` (the `on_elicit` handler, or the MCP client). Denied: REJECTED with
             the reason, and the tool does not run.
+        tags: labels a per-request view selects tools by (`rt.scoped(tags=...)`).
+        policies: the tool's own interceptors (`runtime.Policy`), inside the runtime's.
     """
 
     timeout: Seconds | None = None
@@ -69,12 +71,16 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     placement: Placement | None = None
     loop: Loop = "trio"
     requires_approval: Approval = False
+    tags: frozenset[str] = frozenset()
+    policies: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         # The checks msgspec's constraints cannot make; `build` words them (its `_why`).
         approval = self.requires_approval
         if not isinstance(approval, bool) and not callable(approval):
             raise ValueError("requires_approval")
+        if not all(callable(getattr(p, "intercept", None)) for p in self.policies):
+            raise ValueError("policies")
         if self.inline and self.timeout is not None:
             raise ValueError("inline+timeout")
 
@@ -94,8 +100,11 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
                     f"{what}: unknown option {unknown[0]!r}; {hint}the options are: {', '.join(_FIELDS)}"
                 )
             fields = dict(values)
-            if isinstance(fields.get("restart_on"), list | set | frozenset):  # any iterable, as a keyword
-                fields["restart_on"] = tuple(fields["restart_on"])
+            for name in ("restart_on", "policies"):  # any iterable, as a keyword
+                if isinstance(fields.get(name), list | set | frozenset):
+                    fields[name] = tuple(fields[name])
+            if isinstance(fields.get("tags"), list | tuple | set):
+                fields["tags"] = frozenset(fields["tags"])
         else:
             fields = {name: getattr(values, name) for name in _FIELDS if hasattr(values, name)}
         try:
@@ -117,6 +126,8 @@ _EXPECTED = {
     "placement": "InProcess(), Subprocess(...) or Ray(...) (from runtime.placement)",
     "loop": "'trio', 'asyncio' or 'any'",
     "requires_approval": "True, False or a predicate (args) -> bool",
+    "tags": "a set of strings",
+    "policies": "a sequence of runtime.Policy instances",
 }
 
 
@@ -146,6 +157,8 @@ def _why(fields: dict[str, Any], exc: Exception) -> str:
     name = at.split("`", 1)[0].split(".", 1)[0].split("[", 1)[0]
     if "requires_approval" in text:
         name = "requires_approval"
+    elif text.startswith("policies"):
+        name = "policies"
     if name in _EXPECTED:
         return f"{name} must be {_EXPECTED[name]}, not {fields.get(name)!r}"
     return text  # pragma: no cover - every field has its sentence
@@ -164,3 +177,5 @@ class ToolOptionsKw(TypedDict, total=False):
     placement: Placement | None
     loop: Loop
     requires_approval: bool | Callable[[Any], bool]
+    tags: frozenset[str] | set[str] | list[str] | tuple[str, ...]
+    policies: tuple[Any, ...] | list[Any]

@@ -1,0 +1,316 @@
+"""Interceptors: code that steps into a call, ordered around it, on the one path.
+
+A `Policy` writes its part of a call once, as a generator (httpx's auth flow is the model):
+
+    class Audit(Policy):
+        def intercept(self, request):
+            if request.principal is None:
+                return request.reject("sign in first")      # refuse: REJECTED, the tool never runs
+            result = yield request.replace(arguments=...)     # go on (rewritten: decoded again)
+            return result                                     # or another result (transform)
+
+Before its `yield` it may refuse the call, answer it without running the tool
+(`request.answer(value)`), rewrite its arguments or send it to another tool
+(`request.replace(...)`), or say what observers may see of its arguments (`request.redact(...)`);
+after it, it sees the outcome (whatever settled it: the tool, a timeout, a cancellation) and may
+return another result. Anything else it yields is an awaitable the engine awaits for it and
+sends back (`answer = yield ctx.elicit(...)`): a policy whose flow does that says `suspends =
+True`, and its calls then always go through a trio task.
+
+The policies of a call run outermost first: the runtime's (`open_runtime(policies=[...])`), then
+the tool's own (`@tool(policies=[...])`); their after-halves run in reverse. Each runs exactly
+once per call; a policy that raises (or yields the request twice, or returns something that is
+not a result) is that call's ERROR, never the runtime's; no policy can answer a call twice or
+never. Each decision is an event on the call's span (`tool.policy`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
+
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
+from ..tools import CallContext
+from ._outcome import describe_error, failure
+
+if TYPE_CHECKING:
+    from ._call import Call
+
+__all__ = ["CallRequest", "Policy", "after", "before"]
+
+log = logging.getLogger("runtime.engine")
+
+PolicyFlow = Generator[Any, Any, "ToolResult | None"]
+"""What `Policy.intercept` returns: yields the request once (go on), or awaitables (await these)."""
+
+
+class Policy:
+    """Steps into every call of the tools it applies to; subclass and override `intercept`.
+
+    Attributes:
+        suspends: the flow yields awaitables (asks someone, reads a store): its calls always go
+            through a trio task, and a batch lets them through concurrently.
+    """
+
+    suspends: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        """Shown on spans and in failure texts."""
+        return type(self).__name__
+
+    def applies(self, tool: Any) -> bool:
+        """Whether this policy steps into `tool`'s calls (asked once per tool)."""
+        return True
+
+    def intercept(self, request: CallRequest) -> PolicyFlow:
+        """The policy's part of one call (see the module docstring); by default it goes on."""
+        result: ToolResult = yield request
+        return result
+
+
+class CallRequest:
+    """A call as a policy sees it: read it, and make the answers a policy may give.
+
+    Attributes:
+        id: the call's id.
+        tool_name: the tool it goes to.
+        arguments: the arguments as the model sent them (JSON text, or an object).
+        args: the arguments decoded into the tool's args type (None once `replace`d: decoded later).
+        principal: who the call runs for (None: nobody said).
+        metadata: the call's merged metadata.
+        ctx: its CallContext (when the call has one).
+    """
+
+    __slots__ = ("_call", "_redacted", "args", "arguments", "id", "tool_name")
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+        self.id = call.call.id
+        self.tool_name = call.call.name
+        self.arguments = call.call.arguments
+        self.args = call.args
+        self._redacted: tuple[str, ...] = ()
+
+    @property
+    def principal(self) -> str | None:
+        return self._call.principal
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        ctx = self._call.ctx
+        return ctx.metadata if ctx is not None else {}
+
+    @property
+    def ctx(self) -> CallContext | None:
+        return self._call.ctx
+
+    def replace(
+        self, *, arguments: str | dict[str, Any] | None = None, tool: str | None = None
+    ) -> CallRequest:
+        """The request with other arguments (decoded and checked again) or for another tool."""
+        changed = CallRequest.__new__(CallRequest)
+        changed._call = self._call
+        changed.id = self.id
+        changed.tool_name = tool if tool is not None else self.tool_name
+        changed.arguments = arguments if arguments is not None else self.arguments
+        changed.args = self.args if arguments is None and tool is None else None
+        changed._redacted = self._redacted
+        return changed
+
+    def redact(self, *fields: str) -> CallRequest:
+        """The request with these top-level argument fields hidden from observers (spans, logs,
+        features' hooks); the tool still gets them."""
+        changed = self.replace()
+        changed._redacted = (*self._redacted, *fields)
+        return changed
+
+    def reject(self, reason: str) -> ToolFailure:
+        """Refuse the call: REJECTED, `reason` shown to the model; the tool does not run."""
+        return failure(self._call.call, FailureKind.REJECTED, reason)
+
+    def fail(self, kind: FailureKind, message: str) -> ToolFailure:
+        """Answer the call with a failure of any kind (UNAVAILABLE, OVERLOADED...)."""
+        return failure(self._call.call, kind, message)
+
+    def answer(self, value: Any) -> ToolResult:
+        """Answer the call as if its tool had returned `value` (the tool does not run)."""
+        plan = self._call.plan
+        assert plan is not None
+        return plan.shape(self._call, value)
+
+    def __repr__(self) -> str:
+        return f"<CallRequest {self.id!r} {self.tool_name!r}>"
+
+
+class NeedsTrio(Exception):
+    """A policy's flow yielded an awaitable where nothing can await it (`drive_now`)."""
+
+
+# -- the chain, written once: before the call (in begin), after it (in finish) ---------------
+
+
+def before(call: Call, policies: tuple[Policy, ...]) -> Generator[Awaitable[Any], Any, CallRequest | None]:
+    """Run each policy up to its `yield request`, outermost first; the flows that went on are
+    kept on the call for `after`. Returns the request as the last policy let it through, or None
+    when a policy answered the call (it is settled, and the inner ones never ran)."""
+    request = CallRequest(call)
+    kept: list[tuple[Policy, PolicyFlow]] = []
+    call.flows = kept
+    call.notes = []
+    for policy in policies:
+        flow = policy.intercept(request)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                step = flow.send(value) if error is None else flow.throw(error)
+                if isinstance(step, CallRequest):
+                    break
+                value, error = None, None
+                try:
+                    value = yield step
+                except Exception as exc:
+                    error = exc
+                except BaseException:
+                    flow.close()
+                    raise
+        except StopIteration as stop:  # it answered the call itself
+            call.settle(_result(call, policy, stop.value, "answered"))
+            _event(call, policy, "answered" if call.result is not None and call.result.ok else "refused")
+            return None
+        except Exception as exc:
+            call.settle(_crashed(call, policy, exc))
+            return None
+        kept.append((policy, flow))
+        if step is not request:
+            _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
+        request = step
+    return request
+
+
+def after(call: Call) -> Generator[Awaitable[Any], Any, ToolResult]:
+    """Give each policy that went on the call's result, innermost first; what the outermost
+    returns is the call's result."""
+    result = call.result
+    assert result is not None
+    kept = call.flows or []
+    call.flows = None
+    for policy, flow in reversed(kept):
+        value: Any = result
+        error: BaseException | None = None
+        try:
+            while True:
+                step = flow.send(value) if error is None else flow.throw(error)
+                if isinstance(step, CallRequest):
+                    flow.close()
+                    result = failure(
+                        call.call,
+                        FailureKind.ERROR,
+                        f"policy {policy.name} yielded the call again after it was answered",
+                        "PolicyError",
+                    )
+                    break
+                value, error = None, None
+                try:
+                    value = yield step
+                except Exception as exc:
+                    error = exc
+                except BaseException:
+                    flow.close()
+                    raise
+        except StopIteration as stop:
+            if stop.value is not None and stop.value is not result:
+                result = _result(call, policy, stop.value, "returned")
+                _event(call, policy, "transformed")
+        except Exception as exc:
+            result = _crashed(call, policy, exc)
+    if call.asked is not None and result.tool != call.asked:  # routed: it answers the model's call
+        result = msgspec.structs.replace(result, tool=call.asked)
+    return result
+
+
+def drive_now(flow: Generator[Awaitable[Any], Any, Any]) -> Any:
+    """Run a policy chain here; it must not yield an awaitable (`NeedsTrio` if it does)."""
+    try:
+        step = next(flow)
+    except StopIteration as stop:
+        return stop.value
+    flow.close()
+    if hasattr(step, "close"):
+        step.close()  # a coroutine nobody will await
+    raise NeedsTrio(f"{step!r} must be awaited")
+
+
+async def drive(flow: Generator[Awaitable[Any], Any, Any]) -> Any:
+    """Run a policy chain, awaiting what it yields and sending back the value (or the error)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        value, error = None, None
+        try:
+            value = await step
+        except Exception as exc:
+            error = exc
+
+
+def _result(call: Call, policy: Policy, value: Any, what: str) -> ToolResult:
+    """A policy's answer as the call's result (its id and tool, whatever the policy built)."""
+    if isinstance(value, ToolSuccess | ToolFailure):
+        if value.call_id != call.call.id or value.tool != call.call.name:
+            value = msgspec.structs.replace(value, call_id=call.call.id, tool=call.call.name)
+        answer: ToolResult = value
+        return answer
+    return failure(
+        call.call,
+        FailureKind.ERROR,
+        f"policy {policy.name} {what} {type(value).__name__}, not a ToolResult "
+        "(return request.reject(...), request.answer(...) or the result it was given)",
+        "PolicyError",
+    )
+
+
+def _crashed(call: Call, policy: Policy, exc: BaseException) -> ToolFailure:
+    log.warning("policy %s failed for call %s", policy.name, call.call.id, exc_info=exc)
+    error_type, text = describe_error(exc)
+    _event(call, policy, "failed")
+    return failure(call.call, FailureKind.ERROR, f"policy {policy.name} raised {text}", error_type)
+
+
+def _event(call: Call, policy: Policy, what: str) -> None:
+    attributes: dict[str, Any] = {"tool.policy.name": policy.name, "tool.policy.decision": what}
+    if call.notes is not None:  # before the call's span exists: told once it does
+        call.notes.append(("tool.policy", attributes))
+        return
+    ctx = call.ctx
+    if ctx is not None and ctx._observer is not None:
+        ctx._observer.event(ctx, "tool.policy", attributes)
+
+
+def redacted(arguments: Any, fields: tuple[str, ...]) -> Any:
+    """`arguments` with the top-level `fields` replaced by "[redacted]" (JSON text stays text)."""
+    if not fields:
+        return arguments
+    try:
+        data = msgspec.json.decode(arguments) if isinstance(arguments, str | bytes) else dict(arguments)
+    except Exception:
+        return "[redacted]"
+    if not isinstance(data, dict):
+        return arguments
+    for field in fields:
+        if field in data:
+            data[field] = "[redacted]"
+    return msgspec.json.encode(data).decode() if isinstance(arguments, str | bytes) else data
+
+
+def call_of(request: CallRequest) -> ToolCall:
+    """The ToolCall a request stands for (its tool and arguments, as a policy left them)."""
+    call = request._call.call
+    return ToolCall(id=call.id, name=request.tool_name, arguments=request.arguments)

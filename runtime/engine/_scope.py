@@ -1,0 +1,146 @@
+"""Per-request views: who a request's calls run for, and which tools it may see and call.
+
+    with rt.scoped(principal="user-42", only=None, exclude=(), tags=None, prepare=None) as view:
+        view.schemas("openai")             # only what this request may see
+        await view.call_many(calls)        # a hidden tool is UNKNOWN_TOOL (suggestions: visible ones)
+
+A view is a `Scope` (the rules) over a runtime's live registry; its visible tools are worked out
+again whenever the registry changes. `prepare(view, descriptor) -> descriptor | None` hides a
+tool (None) or re-describes it for this request; the tool still decodes its calls as it is.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..exceptions import RuntimeClosed
+from ..registry import ToolRegistry
+from ..schema import ToolDescriptor, render_tool
+
+__all__ = ["Prepare", "Scope", "View"]
+
+Prepare = Callable[[Any, ToolDescriptor], ToolDescriptor | None]
+"""`prepare(view, descriptor) -> descriptor | None`: re-describe a tool for a request, or hide it."""
+
+
+class Scope:
+    """The rules of one view: its principal and what it may see.
+
+    Args:
+        principal: who its calls run for.
+        only: tool names (or globs) it may see; None: all.
+        exclude: tool names (or globs) it may not see.
+        tags: it sees only tools with one of these tags (the `tags` tool option); None: any.
+        prepare: re-describes or hides a tool per request (see the module docstring).
+    """
+
+    __slots__ = (
+        "_descriptors",
+        "_registry",
+        "_version",
+        "exclude",
+        "only",
+        "prepare",
+        "principal",
+        "tags",
+        "view",
+    )
+
+    def __init__(
+        self,
+        principal: str | None = None,
+        *,
+        only: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        tags: Iterable[str] | None = None,
+        prepare: Prepare | None = None,
+    ) -> None:
+        if principal is not None and not isinstance(principal, str):
+            raise TypeError(f"a principal is a string id, not {type(principal).__name__}")
+        self.principal = principal
+        self.only = None if only is None else tuple(only)
+        self.exclude = tuple(exclude)
+        self.tags = None if tags is None else frozenset(tags)
+        self.prepare = prepare
+        self.view: Any = None  # what `prepare` is given
+        self._version = -1
+        self._registry = ToolRegistry()
+        self._descriptors: dict[str, ToolDescriptor] = {}
+
+    def _admits(self, name: str, tool: Any) -> bool:
+        if self.only is not None and not any(fnmatch.fnmatchcase(name, p) for p in self.only):
+            return False
+        if any(fnmatch.fnmatchcase(name, p) for p in self.exclude):
+            return False
+        return not (self.tags is not None and not (self.tags & tool.options.tags))
+
+    def visible(self, registry: ToolRegistry, version: int) -> ToolRegistry:
+        """The tools this scope sees in `registry` (worked out once per registry version)."""
+        if version != self._version:
+            kept: dict[str, Any] = {}
+            descriptors: dict[str, ToolDescriptor] = {}
+            for tool in registry:
+                if not self._admits(tool.name, tool):
+                    continue
+                descriptor = tool.descriptor
+                if self.prepare is not None:
+                    shown = self.prepare(self.view, descriptor)
+                    if shown is None:
+                        continue
+                    descriptor = shown
+                kept[tool.name] = tool
+                descriptors[tool.name] = descriptor
+            self._registry = ToolRegistry._trusted(kept)
+            self._descriptors = descriptors
+            self._version = version
+        return self._registry
+
+    def descriptors(self, registry: ToolRegistry, version: int) -> list[ToolDescriptor]:
+        self.visible(registry, version)
+        return list(self._descriptors.values())
+
+
+class View:
+    """What every scoped view has (`rt.scoped(...)` on each kind of runtime); a context manager
+    whose end closes it (its calls then raise RuntimeClosed)."""
+
+    def __init__(self, scope: Scope, routing: Any) -> None:
+        self._scope = scope
+        self._routing = routing
+        self._closed = False
+        scope.view = self
+
+    @property
+    def principal(self) -> str | None:
+        return self._scope.principal
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools this view sees now."""
+        return self._scope.visible(self._routing.registry, self._routing.version)
+
+    def descriptors(self) -> list[ToolDescriptor]:
+        """What this view's model is told of each visible tool (after `prepare`)."""
+        return self._scope.descriptors(self._routing.registry, self._routing.version)
+
+    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
+        """The visible tools' definitions for `provider`, as `ToolRegistry.schemas` renders them."""
+        if self._scope.prepare is None:
+            return self.registry.schemas(provider, strict=strict)
+        return [render_tool(d, provider, strict=strict) for d in self.descriptors()]
+
+    def _check(self) -> Scope:
+        if self._closed:
+            raise RuntimeClosed("this view is closed; make another with rt.scoped(...)")
+        return self._scope
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
