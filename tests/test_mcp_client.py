@@ -184,6 +184,18 @@ async def test_tools_are_listed_with_title_annotations_and_output_schema() -> No
             assert {"refuse", "grow", "shrink"} <= {t.name for t in rt.registry}
 
 
+async def test_include_and_exclude_choose_the_servers_tools_by_name_or_glob() -> None:
+    paged = sys.executable, [str(SERVERS / "paged.py")]
+    only_low = mcp.stdio(*paged, mode="legacy", include=["t[0-3]"], exclude=["t2"], prefix="p")
+    without = mcp.stdio(*paged, mode="legacy", exclude=["t*"], name="none")
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[only_low, without]) as rt:
+            assert sorted(t.name for t in rt.registry) == ["p_t0", "p_t1", "p_t3"]  # the server's names
+            assert ok(await rt.call(call("p_t3", {"n": 1}))).content == "t3"
+            left_out = await rt.call(call("p_t2", {"n": 1}))
+    assert left_out.kind is FailureKind.UNKNOWN_TOOL
+
+
 async def test_every_page_of_the_listing_is_read() -> None:
     paged = mcp.stdio(sys.executable, [str(SERVERS / "paged.py")], mode="legacy")
     with trio.fail_after(LIMIT):
@@ -505,6 +517,8 @@ def test_long_names_stay_unique_and_fit() -> None:
         ({"mode": "2025-11-25"}, "MCP mode must be one of"),
         ({"connect_timeout": 0}, "connect_timeout must be a positive number"),
         ({"call_timeout": -1}, "call_timeout must be a positive number"),
+        ({"include": [""]}, "MCP include must be tool names or globs"),
+        ({"exclude": [3]}, "MCP exclude must be tool names or globs"),
     ],
 )
 def test_specs_check_their_options(options: dict[str, Any], message: str) -> None:

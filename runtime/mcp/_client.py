@@ -66,6 +66,7 @@ from ..exceptions import CannotAsk, RuntimeClosed, ToolRejected, ToolUnavailable
 from ..tools import CallContext, is_cancellation
 from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
+from ._client_pool import Held, SessionPool
 from ._client_tool import McpTool
 from ._client_transport import WatchedTransport
 
@@ -141,11 +142,33 @@ class RemoteServer:
         self._up = False  # whether the current session got as far as registering the tools
         self._transport: Any = None  # the current session's transport (it may know a refusal)
         self._in_flight: dict[int, tuple[str, str | None]] = {}  # calls being served: (tool, call id)
+        credentials = getattr(spec, "credentials", None)
+        self.pool = (
+            SessionPool(
+                self.name,
+                credentials,
+                self._principal_session,
+                _describe,
+                max_sessions=getattr(spec, "max_principal_sessions", 32),
+                idle_timeout=getattr(spec, "principal_idle_timeout", 300.0),
+            )
+            if credentials is not None
+            else None
+        )
 
     # -- the connection's life -------------------------------------------------------
 
     async def run(self, registrar: ToolRegistrar, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, serve, reconnect with backoff, until cancelled."""
+        async with trio.open_nursery() as sessions:  # the principals' own sessions (if any)
+            if self.pool is not None:
+                self.pool.nursery = sessions
+            try:
+                await self._connect(registrar, task_status)
+            finally:
+                sessions.cancel_scope.cancel()
+
+    async def _connect(self, registrar: ToolRegistrar, task_status: Any) -> None:
         spec = self.spec
         self._ready = task_status
         failures = 0
@@ -259,6 +282,35 @@ class RemoteServer:
             return f"no answer within {spec.connect_timeout:g}s"
         return link.lost or "the session ended"
 
+    async def _principal_session(self, held: Held) -> None:
+        """One principal's own session (runtime.mcp._client_pool): opened with its credentials,
+        kept while `held.serve` says so."""
+        spec = self.spec
+        link = _Link()
+        client = Client(
+            WatchedTransport(
+                spec.transport(held.headers),  # type: ignore[call-arg]  # the HTTP specs take headers
+                lambda: link.mark_lost("the server closed the connection"),
+                self.name,
+            ),
+            mode=spec.mode,
+            cache=None,
+            message_handler=link.on_message,
+            logging_callback=self._server_log,
+            client_info=_CLIENT_INFO,
+        )
+        with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
+            async with client:
+                connecting.deadline = math.inf
+                link.client = client
+                try:
+                    await held.serve(link)
+                finally:
+                    link.mark_lost("the principal's session was closed")
+                    link.close()
+        if connecting.cancelled_caught:
+            raise ToolUnavailable(f"no answer within {spec.connect_timeout:g}s")
+
     async def _listen(
         self, client: Client, link: _Link, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -361,7 +413,18 @@ class RemoteServer:
             ToolRejected: the server refused the arguments (JSON-RPC invalid params).
             MCPError: any other error the server answered with (reported as ERROR).
         """
-        link = self.link
+        pool = self.pool
+        if pool is None:
+            return await self._call_over(self.link, tool, args, ctx)
+        held = await pool.acquire(ctx.principal if ctx is not None else None)
+        try:
+            return await self._call_over(held.link, tool, args, ctx)
+        finally:
+            pool.release(held)
+
+    async def _call_over(
+        self, link: _Link | None, tool: McpTool, args: Any, ctx: CallContext | None
+    ) -> types.CallToolResult:
         client = link.client if link is not None else None
         if link is None or client is None:
             raise ToolUnavailable(

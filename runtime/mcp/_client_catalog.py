@@ -9,6 +9,7 @@ taken over: that tool is skipped and logged.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -51,6 +52,10 @@ class ServerOptions(Protocol):
     def max_backoff(self) -> float: ...
     @property
     def max_tools(self) -> int: ...
+    @property
+    def include(self) -> tuple[str, ...] | None: ...
+    @property
+    def exclude(self) -> tuple[str, ...]: ...
     def transport(self) -> Transport: ...
 
 
@@ -135,7 +140,11 @@ class RemoteCatalog:
             self.tools.update({t.name: fresh[t.name] for t in adding})
 
     def _bounded(self, listing: list[types.Tool]) -> list[types.Tool]:
-        """The listing within the bounds: at most `max_tools` tools, descriptions cut, no huge schema."""
+        """The listing within the bounds: the tools `include`/`exclude` leave, at most `max_tools`
+        of them, descriptions cut, no huge schema."""
+        include, exclude = self.spec.include, self.spec.exclude
+        if include is not None or exclude:
+            listing = [t for t in listing if _chosen(t.name, include, exclude)]
         limit = self.spec.max_tools
         if len(listing) > limit:
             log.warning(
@@ -232,3 +241,9 @@ class RemoteCatalog:
             definitions={**descriptor.definitions, **definitions},
             output_schema=dict(remote.output_schema or {}),  # served again as the server gave it
         )
+
+
+def _chosen(name: str, include: tuple[str, ...] | None, exclude: tuple[str, ...]) -> bool:
+    if include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatchcase(name, p) for p in exclude)

@@ -13,7 +13,7 @@ still too long is cut to 55 characters plus 8 hex digits of a hash; the change i
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
         max_tools: the most tools taken from the server; the rest are refused with a warning.
         requires_approval: each of its tools asks before it runs (True), or before the calls
             whose arguments (a dict) a predicate picks; see `ToolOptions.requires_approval`.
+        include: the server's tools to take, by the server's names or globs (`"get_*"`); None:
+            all of them.
+        exclude: the server's tools to leave out, by name or glob (applied after `include`).
     """
 
     name: str
@@ -63,6 +66,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_backoff: float = 30.0
     max_tools: int = 1000
     requires_approval: Any = False
+    include: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
@@ -75,6 +80,10 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, option)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"MCP {option} must be a positive number of seconds, not {value!r}")
+        for option in ("include", "exclude"):
+            patterns = getattr(self, option)
+            if patterns is not None and not all(isinstance(p, str) and p for p in patterns):
+                raise ValueError(f"MCP {option} must be tool names or globs (strings), not {patterns!r}")
         if isinstance(self.max_tools, bool) or not isinstance(self.max_tools, int) or self.max_tools < 1:
             raise ValueError(f"MCP max_tools must be a positive integer, not {self.max_tools!r}")
         call_timeout = self.call_timeout
@@ -85,8 +94,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
                 f"MCP call_timeout must be a positive number of seconds or None, not {call_timeout!r}"
             )
 
-    def transport(self) -> Transport:
-        """A fresh SDK transport to the server (entered once per connection attempt)."""
+    def transport(self, headers: Mapping[str, str] | None = None) -> Transport:
+        """A fresh SDK transport to the server (entered once per connection attempt); `headers`
+        go with its requests on top of the spec's own (a principal's credentials)."""
         raise NotImplementedError
 
     async def run(self, registrar: ToolRegistrar, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -102,33 +112,52 @@ class StdioServer(ServerSpec, frozen=True, kw_only=True):
     env: dict[str, str] | None = None
     cwd: str | None = None
 
-    def transport(self) -> Transport:
+    def transport(self, headers: Mapping[str, str] | None = None) -> Transport:
         return stdio_transport(self.command, self.args, self.env, self.cwd)
 
 
-class HttpServer(ServerSpec, frozen=True, kw_only=True):
-    """A server reached over streamable HTTP."""
+class _OverHttp(ServerSpec, frozen=True, kw_only=True):
+    """What both HTTP transports have: the URL, headers, auth and per-principal credentials."""
 
     url: str
     headers: dict[str, str] | None = None
     auth: Any = None  # an httpx2.Auth: `mcp.oauth(...)`, or any of the SDK's OAuth providers
+    credentials: Any = None  # principal -> headers | None (runtime.mcp._client_pool)
+    max_principal_sessions: int = 32
+    principal_idle_timeout: float = 300.0
 
-    def transport(self) -> Transport:
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.credentials is not None and not callable(self.credentials):
+            raise ValueError("MCP credentials must be a callable of the principal that returns headers")
+        sessions = self.max_principal_sessions
+        if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
+            raise ValueError(f"MCP max_principal_sessions must be a positive integer, not {sessions!r}")
+        idle = self.principal_idle_timeout
+        if isinstance(idle, bool) or not isinstance(idle, int | float) or idle <= 0:
+            raise ValueError(f"MCP principal_idle_timeout must be a positive number of seconds, not {idle!r}")
+
+    def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str] | None:
+        if not extra:
+            return self.headers
+        return {**(self.headers or {}), **extra}
+
+
+class HttpServer(_OverHttp, frozen=True, kw_only=True):
+    """A server reached over streamable HTTP."""
+
+    def transport(self, headers: Mapping[str, str] | None = None) -> Transport:
         refusals = Refusals(self.auth)
         return RefusalsSeen(
-            http_transport(self.url, self.headers, self.connect_timeout, auth=refusals), refusals
+            http_transport(self.url, self._headers(headers), self.connect_timeout, auth=refusals), refusals
         )
 
 
-class SseServer(ServerSpec, frozen=True, kw_only=True):
+class SseServer(_OverHttp, frozen=True, kw_only=True):
     """A server reached over the older HTTP+SSE transport (always the `initialize` handshake)."""
 
-    url: str
-    headers: dict[str, str] | None = None
-    auth: Any = None  # an httpx2.Auth, as for `http`
-
-    def transport(self) -> Transport:
-        return sse_transport(self.url, self.headers, self.connect_timeout, auth=self.auth)
+    def transport(self, headers: Mapping[str, str] | None = None) -> Transport:
+        return sse_transport(self.url, self._headers(headers), self.connect_timeout, auth=self.auth)
 
 
 class Refusals(httpx2.Auth):
@@ -222,6 +251,8 @@ def stdio(
     max_backoff: float = 30.0,
     max_tools: int = 1000,
     requires_approval: Any = False,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -239,6 +270,8 @@ def stdio(
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server (default 1000).
         requires_approval: its tools ask before they run (True, or a predicate on the arguments).
+        include: only these of its tools (the server's names, or globs such as `"read_*"`).
+        exclude: not these of its tools (names or globs; after `include`).
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -256,6 +289,8 @@ def stdio(
         max_backoff=max_backoff,
         max_tools=max_tools,
         requires_approval=requires_approval,
+        include=_patterns(include),
+        exclude=tuple(_patterns(exclude) or ()),
     )
 
 
@@ -273,6 +308,11 @@ def http(
     max_tools: int = 1000,
     requires_approval: Any = False,
     auth: Any = None,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+    credentials: Callable[[str], Mapping[str, str] | None] | None = None,
+    max_principal_sessions: int = 32,
+    principal_idle_timeout: float = 300.0,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
@@ -291,6 +331,13 @@ def http(
         max_backoff: the longest wait between attempts.
         max_tools: the most tools taken from the server (default 1000).
         requires_approval: its tools ask before they run (True, or a predicate on the arguments).
+        include: only these of its tools (the server's names, or globs such as `"read_*"`).
+        exclude: not these of its tools (names or globs; after `include`).
+        credentials: `principal -> headers` (or None: refused) for a session of each
+            principal's own: its calls go over it, opened on its first call, closed when idle
+            (see runtime.mcp._client_pool); `headers`/`auth` then list the tools only.
+        max_principal_sessions: the most principals' sessions open at once.
+        principal_idle_timeout: seconds a principal's session may be unused before it closes.
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -305,6 +352,11 @@ def http(
         max_tools=max_tools,
         requires_approval=requires_approval,
         auth=auth,
+        include=_patterns(include),
+        exclude=tuple(_patterns(exclude) or ()),
+        credentials=credentials,
+        max_principal_sessions=max_principal_sessions,
+        principal_idle_timeout=principal_idle_timeout,
     )
 
 
@@ -321,10 +373,15 @@ def sse(
     max_tools: int = 1000,
     requires_approval: Any = False,
     auth: Any = None,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+    credentials: Callable[[str], Mapping[str, str] | None] | None = None,
+    max_principal_sessions: int = 32,
+    principal_idle_timeout: float = 300.0,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
-    Same options as `http`; the protocol is always the `initialize` handshake.
+    Same options as `http` (`credentials` too); the protocol is always the `initialize` handshake.
     """
     return SseServer(
         name=name or prefix or _display_url(url),
@@ -339,7 +396,20 @@ def sse(
         max_tools=max_tools,
         requires_approval=requires_approval,
         auth=auth,
+        include=_patterns(include),
+        exclude=tuple(_patterns(exclude) or ()),
+        credentials=credentials,
+        max_principal_sessions=max_principal_sessions,
+        principal_idle_timeout=principal_idle_timeout,
     )
+
+
+def _patterns(patterns: Sequence[str] | None) -> tuple[str, ...] | None:
+    if patterns is None:
+        return None
+    if isinstance(patterns, str):
+        raise TypeError("include and exclude take a sequence of names or globs, not one string")
+    return tuple(patterns)
 
 
 def _display_url(url: str) -> str:

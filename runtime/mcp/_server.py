@@ -16,13 +16,15 @@ import importlib.metadata
 import logging
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as types
 import trio
 from mcp import MCPError
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
 from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -93,8 +95,11 @@ class ServedRuntime:
         name: str = DEFAULT_NAME,
         instructions: str | None = None,
         sse_poll_after: float | None = None,
+        view_of: Callable[[str | None], Any] | None = None,
     ) -> None:
         self._rt = rt
+        self._view_of = view_of
+        self._views: dict[str | None, Any] = {}  # principal -> its view, made once
         self._poll_after = sse_poll_after
         self._catalog = Catalog(rt)
         self._bus = InMemorySubscriptionBus()
@@ -127,14 +132,40 @@ class ServedRuntime:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return self._catalog.listing()
+        listing = self._catalog.listing()
+        view = self._view()
+        if view is None:
+            return listing
+        visible = view.registry
+        return types.ListToolsResult(
+            tools=[t for t in listing.tools if visible.get_or_none(t.name) is not None]
+        )
+
+    def _view(self) -> Any:
+        """The view of the principal this request's verified token names (None: the runtime)."""
+        principal = principal_of_token(get_access_token())
+        if principal is None and self._view_of is None:
+            return None
+        view = self._views.get(principal)
+        if view is None:
+            view = (
+                self._view_of(principal)
+                if self._view_of is not None
+                else self._rt.scoped(principal=principal)
+            )
+            self._views[principal] = view
+        return view
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        served = self._catalog.get(params.name)
-        if served is None and self._rt.registry.get_or_none(params.name) is None:
-            raise MCPError(INVALID_PARAMS, f"Unknown tool: {self._rt.registry.missing_message(params.name)}")
+        view = self._view()
+        caller = self._rt if view is None else view
+        registry = caller.registry
+        listed = registry.get_or_none(params.name) is not None  # in this principal's view
+        served = self._catalog.get(params.name) if listed else None
+        if not listed:
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {registry.missing_message(params.name)}")
         call = ToolCall(
             id=f"mcp-{ctx.request_id}" if ctx.request_id is not None else "mcp",
             name=params.name,
@@ -165,11 +196,11 @@ class ServedRuntime:
             with reporting(on_progress=on_progress, on_log=on_log), asking(**questions.handlers()):
                 close = ctx.close_sse_stream
                 if close is None or self._poll_after is None:
-                    result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+                    result = await caller.call(call, metadata=trace_metadata(params.meta))
                 else:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(_release_stream, close, self._poll_after)
-                        result = await self._rt.call(call, metadata=trace_metadata(params.meta))
+                        result = await caller.call(call, metadata=trace_metadata(params.meta))
                         nursery.cancel_scope.cancel()
         except RuntimeClosed as exc:
             return error_result(f"Error: {exc}")
@@ -283,3 +314,13 @@ async def serve_stdio(rt: Runtime, *, name: str = DEFAULT_NAME, instructions: st
         async with stdio_server() as (read_stream, write_stream):
             await served.server.run(read_stream, write_stream, served.server.create_initialization_options())
         nursery.cancel_scope.cancel()
+
+
+def principal_of_token(token: AccessToken | None) -> str | None:
+    """Who a verified bearer token names: its subject, or its client (None for no token, or
+    the one shared `token=` of `serve_http`, which names no one)."""
+    if token is None:
+        return None
+    if token.subject:
+        return token.subject
+    return None if token.client_id == "bearer-token" else token.client_id

@@ -31,7 +31,7 @@ import contextlib
 import hmac
 import ipaddress
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import trio
@@ -58,7 +58,7 @@ from ._http_limits import DEFAULT_LOG_INTERVAL, BoundBodies, LogRefusals, Refusa
 from ._http_sessions import FairSessions
 from ._server import DEFAULT_NAME, ServedRuntime
 
-__all__ = ["StaticToken", "serve_http"]
+__all__ = ["StaticToken", "Tokens", "serve_http"]
 
 log = logging.getLogger("runtime.mcp")
 
@@ -120,6 +120,35 @@ class StaticToken:
         return None
 
 
+class Tokens:
+    """A `TokenVerifier` for one bearer token per principal (`{token: principal}`): each
+    request's token is compared with every known one in constant time, and the principal it
+    names is the session's (`AccessToken.subject`): its calls run for it, and it is served that
+    principal's view of the tools."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        if not tokens:
+            raise ValueError("MCP tokens is empty: give {token: principal} pairs (or no tokens)")
+        for token, principal in tokens.items():
+            if not isinstance(token, str) or not token.strip():
+                raise ValueError("an MCP bearer token in tokens is empty: give non-empty tokens")
+            if not isinstance(principal, str) or not principal:
+                raise ValueError(
+                    f"the principal of an MCP token must be a non-empty string, not {principal!r}"
+                )
+        self._tokens = [(token.encode(), principal) for token, principal in tokens.items()]
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        given = token.encode()
+        found: str | None = None
+        for known, principal in self._tokens:  # no early exit: the time does not say which matched
+            if hmac.compare_digest(given, known):
+                found = principal
+        if found is None:
+            return None
+        return AccessToken(token=token, client_id="bearer-token", scopes=[], subject=found)
+
+
 def check_http_options(host: str, token: str | None, verifier: Any, insecure_no_auth: bool) -> None:
     """Refuse an unsafe configuration before anything is bound.
 
@@ -142,7 +171,9 @@ async def serve_http(
     path: str = "/mcp",
     *,
     token: str | None = None,
+    tokens: Mapping[str, str] | None = None,
     token_verifier: TokenVerifier | None = None,
+    view_of: Callable[[str | None], Any] | None = None,
     auth: AuthSettings | None = None,
     allowed_hosts: Sequence[str] = (),
     insecure_no_auth: bool = False,
@@ -168,7 +199,13 @@ async def serve_http(
         port: the port; 0 picks a free one.
         path: the endpoint's path.
         token: requests without `Authorization: Bearer <token>` get 401.
-        token_verifier: checks bearer tokens instead of `token` (e.g. OAuth 2.1 access tokens).
+        tokens: one bearer token per principal (`{token: principal}`) instead of `token`: a
+            session's calls run for its token's principal, each client has its own sessions.
+        token_verifier: checks bearer tokens instead of `token` (e.g. OAuth 2.1 access tokens);
+            a verified token's principal is its `subject` (or its `client_id`).
+        view_of: the view a principal is served (`lambda p: rt.scoped(principal=p, ...)`):
+            what it lists and may call; made once per principal. Default: every tool, each
+            call run for the session's principal.
         auth: the SDK's auth settings for `token_verifier` (issuer, resource URL: served as
             protected-resource metadata, required scopes).
         allowed_hosts: more names clients may reach the server by (`mcp.example.com`,
@@ -197,6 +234,10 @@ async def serve_http(
         ValueError: an empty token, or a non-loopback bind without a token or `insecure_no_auth`.
         OSError: the address cannot be bound (in use, not local...).
     """
+    if sum(option is not None for option in (token, tokens, token_verifier)) > 1:
+        raise ValueError("serve_http takes one of token, tokens and token_verifier")
+    if tokens is not None:
+        token_verifier = Tokens(tokens)
     check_http_options(host, token, token_verifier, insecure_no_auth)
     if max_body_buffer is None:
         max_body_buffer = BODY_BUFFER_BODIES * int(max_body) if isinstance(max_body, int) else 0
@@ -217,7 +258,9 @@ async def serve_http(
         raise ValueError(
             f"serve_http sse_poll_after must be a positive number or None, not {sse_poll_after!r}"
         )
-    served = ServedRuntime(rt, name=name, instructions=instructions, sse_poll_after=sse_poll_after)
+    served = ServedRuntime(
+        rt, name=name, instructions=instructions, sse_poll_after=sse_poll_after, view_of=view_of
+    )
     verifier: TokenVerifier | None = StaticToken(token) if token is not None else token_verifier
     if verifier is not None and auth is None:
         # The SDK installs its bearer check only with auth settings; without a resource URL it
