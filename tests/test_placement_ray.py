@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -117,40 +117,54 @@ async def test_the_calls_span_is_the_parent_of_the_work_on_the_ray_side() -> Non
     assert rejected.message == "n must not be negative"
 
 
-async def test_a_200_mb_result_from_a_replica_does_not_stall_the_loop() -> None:
+async def test_a_200_mb_result_from_a_replica_does_not_stall_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The replica hands a large reply to Ray out of band (no copy on the way) and the runtime
     # puts it together piece by piece (tests/test_placement_heavy.py has the Subprocess side).
+    # What is asserted is structural: other tasks run between the pieces while the reply is put
+    # together (decoded in one step, they would run about once). The CPU the loop spends per
+    # step is printed, not asserted: it is a timing figure, and a loaded machine moves it.
+    import runtime.placement.ray as placed_on_ray
+
+    turns = 0
+    during: list[int] = []
+    real = placed_on_ray.reply_from_frames
+
+    async def counted(data: Any) -> Any:
+        before = turns
+        try:
+            return await real(data)
+        finally:
+            during.append(turns - before)
+
+    monkeypatch.setattr(placed_on_ray, "reply_from_frames", counted)
     async with open_runtime([pt.ray_big_text], tracing=False) as rt:
         assert (await rt.call(call("ray_big_text", '{"megabytes": 0}'))).ok
-        busiest = longest = 0.0
+        busiest = 0.0
         async with trio.open_nursery() as nursery:
 
-            async def tick() -> None:
-                nonlocal busiest, longest
-                last, last_cpu = time.perf_counter(), time.thread_time()
+            async def other_task() -> None:
+                nonlocal busiest, turns
+                last_cpu = time.thread_time()
                 while True:
-                    await trio.sleep(0.001)
-                    now, now_cpu = time.perf_counter(), time.thread_time()
+                    await trio.lowlevel.checkpoint()
+                    turns += 1
+                    now_cpu = time.thread_time()
                     busiest = max(busiest, now_cpu - last_cpu)
-                    longest = max(longest, now - last)
-                    last, last_cpu = now, now_cpu
+                    last_cpu = now_cpu
 
-            # What is measured is the engine's work, not a collection of the whole test session's
-            # heap that happens to fall in one tick (262 ms once, late in a full run).
-            gc.collect()
-            gc.disable()
-            try:
-                nursery.start_soon(tick)
-                result = await rt.call(call("ray_big_text", '{"megabytes": 200}'))
-                await trio.sleep(0.05)  # the tick after the result: what the engine did with it counts
-                nursery.cancel_scope.cancel()
-            finally:
-                gc.enable()
-    print(f"200 MB from Ray: loop busy at most {busiest * 1000:.1f} ms, wall gap {longest * 1000:.1f} ms")
+            nursery.start_soon(other_task)
+            result = await rt.call(call("ray_big_text", '{"megabytes": 200}'))
+            nursery.cancel_scope.cancel()
+    print(
+        f"200 MB from Ray: {during[-1]} turns of another task while it was put together; "
+        f"loop busy at most {busiest * 1000:.1f} ms in one step"
+    )
     assert result.ok
     assert len(result.value) == 200 << 20
     assert len(result.content) < 101_000
-    assert busiest <= 0.050  # CPU of the loop's thread between two 1 ms ticks (see test_placement_heavy)
+    assert during[-1] >= 200  # 800 pieces of 256 KiB; one decode would let the other task in once or twice
 
 
 async def test_one_callers_timeout_or_cancellation_stops_its_call_alone(tmp_path: Path) -> None:

@@ -503,3 +503,33 @@ def test_policies_and_views_from_a_runtime_thread() -> None:
     with RuntimeThread(TOOLS, policies=[Suspending()], tracing=False) as rt:
         out["suspended"] = rt.call(call("3", "lookup", key="k"))
     _check_embedded(out)
+
+
+async def test_a_policy_reads_the_calls_context_and_metadata_even_when_its_tool_takes_none() -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    class Reads(Policy):
+        def intercept(self, request: CallRequest) -> Any:
+            ctx = request.ctx
+            assert ctx is not None
+            seen.append((ctx.principal, ctx.call_id, request.metadata.get("runtime.principal")))
+            seen.append(request.metadata.get("tenant"))
+            return (yield request)
+
+    async with open_runtime(TOOLS, policies=[Reads()], tracing=False) as rt:
+        result = await rt.call(call("1", "lookup", key="k"), principal="p1", metadata={"tenant": "t9"})
+    assert result.ok
+    assert seen == [("p1", "1", "p1"), "t9"]
+
+
+async def test_a_call_sent_from_a_tool_without_context_to_one_with_it_gets_its_context() -> None:
+    """The context is made lazily; a call a policy routes to a tool that takes one still gets it."""
+
+    class ToPay(Policy):
+        def intercept(self, request: CallRequest) -> Any:
+            return (yield request.replace(tool="pay", arguments='{"amount": 3}'))
+
+    async with open_runtime([lookup, pay], policies=[ToPay()], tracing=False) as rt:
+        result = await rt.call(call("1", "lookup", key="k"), principal="ann")
+    assert result.ok, result
+    assert result.value == "paid 3 for ann"

@@ -122,7 +122,7 @@ class ToolActor:
             placement if placement is not None and not placement.in_process else None
         )
         self.asks = options.requires_approval is not False  # its calls need a CallContext
-        self.needs_context = tool.takes_context or self.asks or bool(plan.policies)
+        self.needs_context = tool.takes_context or self.asks  # a policy's is made when it asks
         self.host_executor: HostTasks | None = None
         self.eager = False
         self._threads: Threads | None = None

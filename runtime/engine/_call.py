@@ -27,6 +27,7 @@ import contextvars
 import enum
 import logging
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -116,6 +117,7 @@ class Call:
         notes: the policies' decisions, kept until the call's span exists.
         shown: the call as observers see it, when a policy redacted some of it.
         asked: the tool the model named, when a policy sent the call to another one.
+        metadata: the caller's metadata, kept for a context made later (a policy asks for one).
     """
 
     __slots__ = (
@@ -133,6 +135,7 @@ class Call:
         "interrupted",
         "job",
         "limit",
+        "metadata",
         "notes",
         "plan",
         "principal",
@@ -180,6 +183,7 @@ class Call:
         self.notes: list[tuple[str, dict[str, Any]]] | None = None
         self.shown: ToolCall | None = None
         self.asked: str | None = None
+        self.metadata: Mapping[str, Any] | None = None
 
     # -- settling ----------------------------------------------------------------------
 

@@ -113,18 +113,7 @@ class Entry:
                 actor = None  # hidden from this view: as if it did not exist
         ctx = None
         if self.pipeline is not None or (actor is not None and actor.needs_context):
-            tool = actor.tool if actor is not None else None
-            merged = self._settings.pipeline.merge_metadata(call, tool, metadata, principal)
-            ctx = CallContext(
-                call.id,
-                name,
-                merged,
-                None,
-                tool,
-                asking=self.asking,
-                observer=self._observer,
-                principal=principal,
-            )
+            ctx = self.context(call, actor.tool if actor is not None else None, metadata, principal)
         if actor is None:
             c = Call(call, ctx, None, deadline, limit, reply, index, principal)
             if problem is None:
@@ -139,6 +128,8 @@ class Entry:
             return c
         plan = actor.plan
         c = Call(call, ctx, plan, deadline, limit, reply, index, principal)
+        if ctx is None and plan.policies:
+            c.metadata = metadata  # a policy that reads request.ctx gets one made then
         if self.closing:
             c.fail(FailureKind.UNAVAILABLE, f"tool {name!r} is unavailable: the runtime is shutting down")
         elif actor.mailbox.closed:  # down: that is what the model must hear, whatever its arguments
@@ -148,6 +139,28 @@ class Entry:
         else:
             plan.decode(c)
         return c
+
+    def context(
+        self, call: ToolCall, tool: Any, metadata: Mapping[str, Any] | None, principal: str | None
+    ) -> CallContext:
+        """A call's CallContext: its merged metadata, the runtime's asking handlers and observer."""
+        merged = self._settings.pipeline.merge_metadata(call, tool, metadata, principal)
+        return CallContext(
+            call.id,
+            call.name,
+            merged,
+            None,
+            tool,
+            asking=self.asking,
+            observer=self._observer,
+            principal=principal,
+        )
+
+    def context_of(self, c: Call) -> CallContext:
+        """`c`'s context, made the first time a policy asks for it (`CallRequest.ctx`)."""
+        if c.ctx is None:
+            c.ctx = self.context(c.call, c.plan.tool if c.plan is not None else None, c.metadata, c.principal)
+        return c.ctx
 
     def admit_all(self, calls: Sequence[Call], host: bool = False) -> Call | None:
         """Admit each call in turn; the first whose mailbox is full, if any (the caller waits for
@@ -200,7 +213,7 @@ class Entry:
         before-halves, then the features' starting hooks."""
         plan = c.plan
         if plan is not None and plan.policies and c.state is QUEUED:
-            self._let_through(c, policy.drive_now(policy.before(c, plan.policies)))
+            self._let_through(c, policy.drive_now(policy.before(c, plan.policies, self.context_of)))
         pipeline = self.pipeline
         if pipeline is not None:
             if pipeline.has_starting:
@@ -212,7 +225,7 @@ class Entry:
         """`starting_now`, awaiting what may suspend."""
         plan = c.plan
         if plan is not None and plan.policies and c.state is QUEUED:
-            chain = policy.before(c, plan.policies)
+            chain = policy.before(c, plan.policies, self.context_of)
             self._let_through(c, await policy.drive(chain) if plan.suspends else policy.drive_now(chain))
         pipeline = self.pipeline
         if pipeline is not None:
@@ -251,7 +264,11 @@ class Entry:
                 if c.ctx is not None:
                     c.ctx.tool = actor.tool
                     c.ctx.tool_name = actor.name
-            c.call = policy.call_of(request)
+                c.call = policy.call_of(request)
+                if c.ctx is None and actor.needs_context:
+                    self.context_of(c)  # the tool it was sent to takes one
+            else:
+                c.call = policy.call_of(request)
             c.plan.decode(c)  # type: ignore[union-attr]  # routed
         if request._redacted:
             c.shown = ToolCall(

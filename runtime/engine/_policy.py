@@ -27,7 +27,7 @@ never. Each decision is an event on the call's span (`tool.policy`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
@@ -85,10 +85,11 @@ class CallRequest:
         ctx: its CallContext (when the call has one).
     """
 
-    __slots__ = ("_call", "_redacted", "args", "arguments", "id", "tool_name")
+    __slots__ = ("_call", "_context_of", "_redacted", "args", "arguments", "id", "tool_name")
 
-    def __init__(self, call: Call) -> None:
+    def __init__(self, call: Call, context_of: Callable[[Call], CallContext] | None = None) -> None:
         self._call = call
+        self._context_of = context_of
         self.id = call.call.id
         self.tool_name = call.call.name
         self.arguments = call.call.arguments
@@ -101,12 +102,15 @@ class CallRequest:
 
     @property
     def metadata(self) -> Mapping[str, Any]:
-        ctx = self._call.ctx
+        ctx = self.ctx
         return ctx.metadata if ctx is not None else {}
 
     @property
     def ctx(self) -> CallContext | None:
-        return self._call.ctx
+        ctx = self._call.ctx
+        if ctx is None and self._context_of is not None:
+            ctx = self._context_of(self._call)  # made on first use: most policies never ask
+        return ctx
 
     def replace(
         self, *, arguments: str | dict[str, Any] | None = None, tool: str | None = None
@@ -114,6 +118,7 @@ class CallRequest:
         """The request with other arguments (decoded and checked again) or for another tool."""
         changed = CallRequest.__new__(CallRequest)
         changed._call = self._call
+        changed._context_of = self._context_of
         changed.id = self.id
         changed.tool_name = tool if tool is not None else self.tool_name
         changed.arguments = arguments if arguments is not None else self.arguments
@@ -153,11 +158,13 @@ class NeedsTrio(Exception):
 # -- the chain, written once: before the call (in begin), after it (in finish) ---------------
 
 
-def before(call: Call, policies: tuple[Policy, ...]) -> Generator[Awaitable[Any], Any, CallRequest | None]:
+def before(
+    call: Call, policies: tuple[Policy, ...], context_of: Callable[[Call], CallContext] | None = None
+) -> Generator[Awaitable[Any], Any, CallRequest | None]:
     """Run each policy up to its `yield request`, outermost first; the flows that went on are
     kept on the call for `after`. Returns the request as the last policy let it through, or None
     when a policy answered the call (it is settled, and the inner ones never ran)."""
-    request = CallRequest(call)
+    request = CallRequest(call, context_of)
     kept: list[tuple[Policy, PolicyFlow]] = []
     call.flows = kept
     call.notes = []
