@@ -533,3 +533,60 @@ async def test_a_call_sent_from_a_tool_without_context_to_one_with_it_gets_its_c
         result = await rt.call(call("1", "lookup", key="k"), principal="ann")
     assert result.ok, result
     assert result.value == "paid 3 for ann"
+
+
+async def nap() -> None:
+    await trio.lowlevel.checkpoint()
+
+
+class ForgotToSuspend(Policy):
+    """Awaits something (before the call or after it) without saying `suspends = True`."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def intercept(self, request: CallRequest) -> Any:
+        if self.where == "before":
+            yield nap()
+        result = yield request
+        if self.where == "after":
+            yield nap()
+        return result
+
+
+def _check_forgot(results: list[ToolResult]) -> None:
+    before, after, fine = results
+    assert before.kind is FailureKind.ERROR
+    assert before.message == (
+        "policy ForgotToSuspend yielded coroutine to await; a policy that awaits says suspends = True"
+    )
+    assert after.kind is FailureKind.ERROR  # the tool ran; the policy's own fault is that call's ERROR
+    assert fine.ok  # the runtime goes on
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the coroutine nobody awaits is closed, not leaked
+async def test_a_policy_that_awaits_without_saying_it_suspends_fails_its_call_alone_from_trio() -> None:
+    results = []
+    for where in ("before", "after", "nowhere"):
+        async with open_runtime(TOOLS, policies=[ForgotToSuspend(where)], tracing=False) as rt:
+            results.append(await rt.call(call("1", "lookup", key="k")))
+    _check_forgot(results)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_policy_that_awaits_without_saying_it_suspends_fails_its_call_alone_from_asyncio_and_a_thread() -> (
+    None
+):
+    async def main() -> list[ToolResult]:
+        out = []
+        for where in ("before", "after", "nowhere"):
+            async with open_asyncio_runtime(TOOLS, policies=[ForgotToSuspend(where)], tracing=False) as rt:
+                out.append(await rt.call(call("1", "lookup", key="k")))
+        return out
+
+    _check_forgot(asyncio.run(main()))
+    threaded = []
+    for where in ("before", "after", "nowhere"):
+        with RuntimeThread(TOOLS, policies=[ForgotToSuspend(where)], tracing=False) as rt:
+            threaded.append(rt.call(call("1", "lookup", key="k")))
+    _check_forgot(threaded)

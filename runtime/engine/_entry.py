@@ -185,7 +185,7 @@ class Entry:
         if c.state is REPORTED:
             return
         if c.flows is not None:
-            c.transform(policy.drive_now(policy.after(c)))
+            c.transform(policy.after_now(c))
         if not c.reported():
             return
         pipeline = self.pipeline
@@ -197,10 +197,11 @@ class Entry:
         if c.state is REPORTED:
             return
         if c.flows is not None:
-            chain = policy.after(c)
             plan = c.plan
             c.transform(
-                await policy.drive(chain) if plan is not None and plan.suspends else policy.drive_now(chain)
+                await policy.drive(policy.after(c))
+                if plan is not None and plan.suspends
+                else policy.after_now(c)
             )
         if not c.reported():
             return
@@ -213,7 +214,7 @@ class Entry:
         before-halves, then the features' starting hooks."""
         plan = c.plan
         if plan is not None and plan.policies and c.state is QUEUED:
-            self._let_through(c, policy.drive_now(policy.before(c, plan.policies, self.context_of)))
+            self._let_through(c, policy.before_now(c, plan.policies, self.context_of))
         pipeline = self.pipeline
         if pipeline is not None:
             if pipeline.has_starting:
@@ -225,8 +226,11 @@ class Entry:
         """`starting_now`, awaiting what may suspend."""
         plan = c.plan
         if plan is not None and plan.policies and c.state is QUEUED:
-            chain = policy.before(c, plan.policies, self.context_of)
-            self._let_through(c, await policy.drive(chain) if plan.suspends else policy.drive_now(chain))
+            if plan.suspends:
+                request = await policy.drive(policy.before(c, plan.policies, self.context_of))
+            else:
+                request = policy.before_now(c, plan.policies, self.context_of)
+            self._let_through(c, request)
         pipeline = self.pipeline
         if pipeline is not None:
             if pipeline.has_starting:
@@ -293,8 +297,14 @@ class Entry:
         c = self.prepare(call, metadata, deadline, timeout, None, 0, principal, scope)
         pipeline = self.pipeline
         try:
-            if pipeline is not None or (c.plan is not None and c.plan.policies):
-                await self.starting(c)
+            plan = c.plan
+            if pipeline is not None or (plan is not None and plan.policies):
+                if (plan is not None and plan.suspends) or not (
+                    pipeline is None or pipeline.hooks_cannot_suspend
+                ):
+                    await self.starting(c)
+                else:
+                    self.starting_now(c)  # nothing to await: no coroutine for it
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             if c.state is QUEUED and not c.plan.mailbox.admit(c, None):  # type: ignore[union-attr]  # routed
                 await self._wait_room(c)
@@ -308,8 +318,13 @@ class Entry:
         except BaseException:
             await self.cancelled([c])
             raise
-        if pipeline is None and c.flows is None:
-            c.reported()
+        if pipeline is None:
+            if c.flows is None:
+                c.reported()
+            elif c.plan is not None and c.plan.suspends:
+                await self.finish(c)
+            else:
+                self.finish_now(c)
         else:
             await self.finish(c)
         return c.result  # type: ignore[return-value]  # DONE
