@@ -88,7 +88,8 @@ class Feature:
         return None
 
     def on_supervisor_event(self, tool_name: str, event: str, reason: str) -> None:
-        """An actor was restarted (`event` "restart") or marked down ("down")."""
+        """An actor was restarted (`event` "restart"), marked down ("down"), or tried again
+        after its cool-down ("retry")."""
 
     def on_call_event(self, ctx: CallContext, name: str, attributes: dict[str, Any]) -> None:
         """Something happened during the call: `tool.progress`, `tool.log` or `tool.ask`.

@@ -228,6 +228,13 @@ if Ray is not None:
         return f"{ctx.trace_id:032x}-{ctx.span_id:016x}"
 
     @tool(placement=Ray(replicas=1, num_cpus=0))
+    def ray_crashy(exit: bool = False) -> int:
+        """End the replica's process (os._exit), or answer its pid."""
+        if exit:
+            os._exit(3)
+        return os.getpid()
+
+    @tool(placement=Ray(replicas=1, num_cpus=0))
     def ray_big_text(megabytes: int) -> str:
         """A text result of `megabytes` MiB from a Ray replica."""
         return "0123456789abcdef" * (megabytes << 16)

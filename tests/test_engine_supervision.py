@@ -155,7 +155,12 @@ async def test_backoff_between_restarts_doubles_up_to_max_backoff(autojump_clock
 def test_restart_policy_delay_doubles_from_backoff_and_is_capped() -> None:
     policy = RestartPolicy(backoff=0.25, max_backoff=1.5)
     assert [policy.delay(n) for n in range(6)] == [0.25, 0.25, 0.5, 1.0, 1.5, 1.5]
-    assert RestartPolicy() == RestartPolicy(max_restarts=3, within=5.0, backoff=0.1, max_backoff=5.0)
+    assert RestartPolicy() == RestartPolicy(
+        max_restarts=3, within=5.0, backoff=0.1, max_backoff=5.0, cool_down=30.0, max_cool_down=600.0
+    )
+    cooling = RestartPolicy(cool_down=10, max_cool_down=50)
+    assert [cooling.rest(n) for n in range(1, 6)] == [10.0, 20.0, 40.0, 50.0, 50.0]
+    assert RestartPolicy(cool_down=None).rest(1) is None
 
 
 async def test_too_many_restarts_within_the_period_mark_the_tool_down_while_others_serve(
@@ -177,7 +182,8 @@ async def test_too_many_restarts_within_the_period_mark_the_tool_down_while_othe
     for result in [*results[3:], later]:
         assert isinstance(result, ToolFailure)
         assert result.kind is FailureKind.UNAVAILABLE
-        assert result.content == f"Error: tool 'flaky' is down: {reason}"
+        # what the model reads: why, and when it is worth asking again (the default cool-down)
+        assert result.content == f"Error: tool 'flaky' is down: {reason}; it is tried again in 30s"
     assert other.ok
     assert (stats.tools["flaky"].state, stats.tools["flaky"].restarts) == ("down", 2)
     assert stats.tools["flaky"].failures == {"error": 3, "unavailable": 3}
@@ -243,7 +249,7 @@ async def test_a_setup_that_always_fails_marks_the_tool_down_and_the_runtime_sti
     for result in (waiting, later):
         assert isinstance(result, ToolFailure)
         assert result.kind is FailureKind.UNAVAILABLE
-        assert result.message == f"tool 'flaky' is down: {reason}"
+        assert result.message == f"tool 'flaky' is down: {reason}; it is tried again in 30s"
     assert other.ok
     assert (stats.state, stats.restarts) == ("down", 2)
     assert flaky.times("setup") == [0.0, 0.5, 1.5]
@@ -666,3 +672,104 @@ async def test_tool_sources_start_together(autojump_clock: trio.abc.Clock) -> No
     async with open_runtime([], tracing=False, mcp_servers=[SlowSource("x"), SlowSource("y")]) as rt:
         assert trio.current_time() - start == 1
         assert sorted(rt.registry.names()) == ["x_ping", "y_ping"]
+
+
+# -- a down tool comes back: cool-down, one try (half-open), then it serves ---------------
+
+
+class SlowSetup(Flaky):
+    """Flaky whose setup takes `setup_seconds`."""
+
+    setup_seconds = 0.0
+
+    async def setup(self) -> None:
+        await super().setup()
+        await trio.sleep(self.setup_seconds)
+
+
+async def test_a_down_tool_is_tried_again_after_its_cool_down_and_serves_again(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    flaky = SlowSetup()
+    events = Events()
+    policy = RestartPolicy(max_restarts=1, within=10, backoff=1, cool_down=20)
+    async with open_runtime([flaky], tracing=False, restart=policy, features=[events]) as rt:
+        await rt.call(crash("c1"))
+        await trio.sleep_until(1.5)  # restarted at 1
+        await rt.call(crash("c2"))  # the second crash within 10 s: down at 1.5, tried again at 21.5
+        down = await rt.call(work("w1"))
+        await trio.sleep_until(11.5)
+        still_down = await rt.call(work("w2"))
+        state_down = rt.statistics().tools["flaky"].state
+        flaky.setup_seconds = 2.0
+        await trio.sleep_until(22.0)  # the try began at 21.5; its setup ends at 23.5
+        during_try = await rt.call(work("w3"))  # waits for the try, as a call waits for a restart
+        answered_at = trio.current_time()
+        stats = rt.statistics().tools["flaky"]
+    reason = "it crashed 2 times within 10s (last: LinkLost: link lost)"
+    assert down.kind is FailureKind.UNAVAILABLE
+    assert down.message == f"tool 'flaky' is down: {reason}; it is tried again in 20s"
+    assert still_down.message == f"tool 'flaky' is down: {reason}; it is tried again in 10s"
+    assert state_down == "down"
+    assert during_try.ok
+    assert answered_at == 23.5
+    assert (stats.state, stats.down_reason) == ("up", None)
+    assert flaky.times("setup") == [0.0, 1.0, 21.5]
+    assert ("flaky", "retry", "tried again after 20s down") in events.events
+
+
+async def test_a_try_that_fails_rests_twice_as_long_until_the_tool_answers_a_call(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    flaky = Flaky(failing_setups=3)  # setup fails at 0 (down), 10 and 30 (the tries); works at 55
+    policy = RestartPolicy(max_restarts=0, within=10, backoff=1, cool_down=10, max_cool_down=25)
+    async with open_runtime([flaky], tracing=False, restart=policy) as rt:
+        messages = []
+        for when in (5, 15, 40):
+            await trio.sleep_until(when)
+            messages.append((await rt.call(work(f"w{when}"))).message)
+        await trio.sleep_until(56)
+        served = await rt.call(work("w56"))
+        gone = await rt.call(crash("c57"))  # down again, after a call it answered: 10 s again
+        again = await rt.call(work("w57"))
+    failed_try = (
+        "tool 'flaky' is down: it was tried again after its cool-down and failed: "
+        "setup failed: OSError: database unreachable"
+    )
+    assert messages == [
+        "tool 'flaky' is down: it crashed 1 times within 10s (last: setup failed: OSError: database "
+        "unreachable); it is tried again in 5s",
+        f"{failed_try}; it is tried again in 15s",  # failed at 10: 20 s
+        f"{failed_try}; it is tried again in 15s",  # failed at 30: 25 s (the cap)
+    ]
+    assert flaky.times("setup") == [0.0, 10.0, 30.0, 55.0]
+    assert served.ok
+    assert gone.kind is FailureKind.ERROR
+    assert again.message.endswith("; it is tried again in 10s")
+
+
+async def test_with_no_cool_down_a_down_tool_stays_down(autojump_clock: trio.abc.Clock) -> None:
+    flaky = Flaky()
+    policy = RestartPolicy(max_restarts=0, cool_down=None)
+    async with open_runtime([flaky], tracing=False, restart=policy) as rt:
+        await rt.call(crash("c1"))
+        await trio.sleep(3600)
+        later = await rt.call(work("w1"))
+        stats = rt.statistics().tools["flaky"]
+    assert later.message == "tool 'flaky' is down: it crashed 1 times within 5s (last: LinkLost: link lost)"
+    assert stats.state == "down"
+    assert flaky.times("setup") == [0.0]
+
+
+async def test_closing_while_a_tool_rests_does_not_wait_for_its_cool_down(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    flaky = Flaky()
+    async with open_runtime(
+        [flaky], tracing=False, restart=RestartPolicy(max_restarts=0, cool_down=500)
+    ) as rt:
+        await rt.call(crash("c1"))
+        await trio.sleep(0.1)  # the supervisor takes it down after the call is answered
+        assert rt.statistics().tools["flaky"].state == "down"
+    assert trio.current_time() < 1.0  # an autojump clock would have jumped 500 s for a sleep
+    assert flaky.times("setup") == [0.0]

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import placement_tools as pt
 import pytest
@@ -439,3 +440,64 @@ async def test_progress_and_logs_travel_back_to_the_callers_handlers(
     assert heard == [("r1", 1.0, 3.0, "step 1"), ("r1", 2.0, 3.0, "step 2"), ("r1", 3.0, 3.0, "step 3")]
     assert logged == [("r1", "warning", "almost done", {"pid": result.value["pid"]})]
     assert any(r.name == "runtime.tools.reporter" and "almost done" in r.getMessage() for r in caplog.records)
+
+
+async def wait_until_it_serves(rt: Any, name: str, arguments: str = "{}") -> float:
+    """Seconds until a call of `name` succeeds again (each try is one call: it is down until then)."""
+    start = trio.current_time()
+    with trio.fail_after(60):
+        while True:
+            if (await rt.call(call(name, arguments, id="probe"))).ok:
+                return trio.current_time() - start
+            await trio.sleep(0.05)
+
+
+async def wait_for_state(rt: Any, name: str, state: str) -> None:
+    """Until the tool is in `state` (its workers are other processes: no event to wait on)."""
+    with trio.fail_after(30):
+        while True:
+            if rt.statistics().tools[name].state == state:
+                return
+            await trio.sleep(0.05)
+
+
+async def test_a_tool_taken_down_by_a_turn_of_segfaults_serves_again_after_its_cool_down() -> None:
+    # One model turn of four parallel calls on an input that segfaults: four deaths within 5 s
+    # (the default policy) take the tool down. Before, it stayed down until the process restarted.
+    async with open_runtime([pt.crashy], tracing=False, restart=RestartPolicy(cool_down=1.0)) as rt:
+        turn = await rt.call_many([call("crashy", '{"how": "segfault"}', id=f"s{i}") for i in range(4)])
+        assert all(not r.ok for r in turn)
+        await wait_for_state(rt, "crashy", "down")
+        down = await rt.call(call("crashy"))
+        back_in = await wait_until_it_serves(rt, "crashy")
+        stats = rt.statistics().tools["crashy"]
+    assert down.kind is FailureKind.UNAVAILABLE
+    assert "it is tried again in 1s" in down.message
+    assert back_in < 30
+    assert (stats.state, stats.down_reason) == ("up", None)
+    print(f"down -> serving again in {back_in:.2f} s (cool-down 1 s)")
+
+
+async def test_a_worker_that_cannot_start_for_want_of_file_descriptors_is_not_a_crash() -> None:
+    # A moment without file descriptors in this process (another tool leaking them) used to take a
+    # healthy tool down for good: each failed start of the replacement counted as a death.
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    policy = RestartPolicy(max_restarts=1, backoff=0.05, max_backoff=0.2)
+    async with open_runtime([pt.crashy], tracing=False, restart=policy) as rt:
+        assert (await rt.call(call("crashy"))).ok
+        open_now = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 1, hard))  # no room for a worker's pipes
+        try:
+            lost = await rt.call(call("crashy", '{"how": "exit"}'))  # one death: its replacement cannot start
+            await trio.sleep(1.0)  # several starts fail meanwhile (0.05, 0.1, 0.2, 0.2 s apart)
+            during = rt.statistics().tools["crashy"]
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        back_in = await wait_until_it_serves(rt, "crashy")
+        stats = rt.statistics().tools["crashy"]
+    assert lost.kind is FailureKind.ERROR
+    assert during.state == "up"  # restarting its worker, never down: one death counted (max 1)
+    assert during.restarts == 1
+    assert (stats.state, stats.restarts) == ("up", 1)
+    assert back_in < 10

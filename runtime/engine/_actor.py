@@ -9,6 +9,9 @@ Life of an actor (each turn of the loop is one incarnation, Erlang/OTP one_for_o
                     more than `max_restarts` within `within` seconds ─▶ down: every call UNAVAILABLE
     setup() longer than `setup_timeout` ─▶ down
 
+    down ─▶ cool-down ─▶ one try (half-open: setup, or the placement's start) ──starts──▶ serve
+                              └──fails──▶ down again, the next cool-down twice as long
+
 Only the tool's own exceptions while it executes count toward a restart; invalid arguments,
 rejections, timeouts and cancellations never do. A tool placed in other processes (`Subprocess`,
 `Ray`) runs `setup()` there, in each worker: an incarnation opens the placement (bounded by
@@ -174,6 +177,10 @@ class ToolActor:
         self._crash: str | None = None
         self._stopping = False
         self._stop_scope: trio.CancelScope | None = None
+        self._trying = False  # the one try after a cool-down, until it serves
+        self._downs = 0  # times down in a row without a successful call in between
+        self._succeeded_at_try = -1  # counters.succeeded when it was last tried again
+        self._back_at: float | None = None  # when a down tool is tried again
         self._setup_scope: trio.CancelScope | None = None
         self._drain_event: trio.Event | None = None
         plan.drained = self._drained
@@ -201,7 +208,11 @@ class ToolActor:
 
     def _unavailable(self) -> str:
         if self.state is ActorState.DOWN:
-            return f"tool {self.name!r} is down: {self.down_reason}"
+            back_at = self._back_at
+            if back_at is None:
+                return f"tool {self.name!r} is down: {self.down_reason}"
+            wait = max(1, math.ceil(back_at - trio.current_time()))
+            return f"tool {self.name!r} is down: {self.down_reason}; it is tried again in {wait}s"
         if self._stopping:
             return f"tool {self.name!r} is unavailable: the runtime is shutting down"
         return f"tool {self.name!r} is unavailable: its actor stopped unexpectedly and is restarting"
@@ -213,8 +224,9 @@ class ToolActor:
     # -- supervision -------------------------------------------------------------------
 
     async def supervise(self, policy: RestartPolicy, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Run incarnations until stopped or down. Reports `started()` at once; `ready` after
-        the first setup attempt (so that nobody who starts an actor waits on its setup)."""
+        """Run incarnations until stopped (or down with no cool-down). Reports `started()` at
+        once; `ready` after the first setup attempt (so that nobody who starts an actor waits on
+        its setup)."""
         task_status.started()
         self._window = window = RestartWindow(policy)
         try:
@@ -225,14 +237,23 @@ class ToolActor:
                     log.exception("tool %r: its actor failed", self.name)
                     crash = f"its actor failed: {describe_error(exc)[1]}"
                 self.ready.set()
-                if crash is None or self._stopping or self.state is ActorState.DOWN:
+                if self._stopping:
                     break
-                delay = window.record()
-                if delay is None:
-                    self._go_down(
-                        f"it crashed {window.recent} times within {policy.within:g}s (last: {crash})"
-                    )
-                    return
+                if self.state is not ActorState.DOWN:
+                    if crash is None:
+                        break
+                    if self._trying:  # the try after a cool-down: one failure and it rests again
+                        self._go_down(f"it was tried again after its cool-down and failed: {crash}")
+                    elif (delay := window.record()) is None:
+                        self._go_down(
+                            f"it crashed {window.recent} times within {policy.within:g}s (last: {crash})"
+                        )
+                if self.state is ActorState.DOWN:
+                    if not await self._rest(policy):
+                        return
+                    continue
+                assert crash is not None
+                assert delay is not None
                 self.counters.restarts += 1
                 self.state = ActorState.RESTARTING
                 log.warning("tool %r crashed (%s); restarting", self.name, crash)
@@ -248,6 +269,29 @@ class ToolActor:
                 self.state = ActorState.STOPPED
             self.mailbox.close()
             self.stopped.set()
+
+    async def _rest(self, policy: RestartPolicy) -> bool:
+        """Down: wait out the cool-down, then let the tool be tried once more (calls wait for
+        that try as they wait for a restart). False: it stays down (no cool-down, or stopping)."""
+        back_at = self._back_at
+        if back_at is None or self._stopping:
+            return False
+        rest = policy.rest(self._downs)
+        with trio.CancelScope() as self._stop_scope:
+            await trio.sleep_until(back_at)
+        self._stop_scope = None
+        self._back_at = None
+        if self._stopping:
+            return False
+        self._window.clear()
+        self._succeeded_at_try = self.counters.succeeded
+        self._trying = True
+        self.state = ActorState.RESTARTING
+        self.down_reason = None
+        self.mailbox.reopen()
+        log.warning("tool %r: trying it again after %gs down", self.name, rest)
+        self.settings.pipeline.supervisor_event(self.name, "retry", f"tried again after {rest:g}s down")
+        return True
 
     async def _incarnation(self) -> str | None:
         """One incarnation; the reason it crashed, or None (stopped, or down)."""
@@ -306,6 +350,7 @@ class ToolActor:
 
     async def _serve(self) -> str | None:
         self.state = ActorState.UP
+        self._trying = False
         self.ready.set()
         plan = self.plan
         self._drain_event = trio.Event()
@@ -377,6 +422,10 @@ class ToolActor:
         self.settings.pipeline.supervisor_event(self.name, "restart", reason)
         return delay
 
+    def start_delay(self, previous: float) -> float:
+        policy = self._window.policy
+        return float(min(policy.max_backoff, max(policy.backoff, 0.05, previous * 2)))
+
     def _crash_now(self, reason: str) -> None:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
         self._crash = reason
@@ -399,7 +448,15 @@ class ToolActor:
     def _go_down(self, reason: str) -> None:
         self.state = ActorState.DOWN
         self.down_reason = reason
-        log.error("tool %r is down: %s", self.name, reason)
+        if self.counters.succeeded == self._succeeded_at_try:
+            self._downs += 1  # down again before it answered a call: rest longer
+        else:
+            self._downs = 1
+        rest = self._window.policy.rest(self._downs)
+        self._back_at = None if rest is None or self._stopping else trio.current_time() + rest
+        log.error(
+            "tool %r is down: %s%s", self.name, reason, "" if rest is None else f"; tried again in {rest:g}s"
+        )
         self.settings.pipeline.supervisor_event(self.name, "down", reason)
         self.mailbox.close()
         self._kill_outside()

@@ -196,6 +196,10 @@ class Mailbox:
         """The tool stops serving for now (crashed, restarting): calls wait, none start."""
         self._serving = False
 
+    def reopen(self) -> None:
+        """Take calls again (a down tool is tried again): they wait until it serves."""
+        self.closed = False
+
     def close(self) -> None:
         """Refuse calls from now on (down, stopping); the waiting ones fail UNAVAILABLE now."""
         self.closed = True

@@ -29,23 +29,38 @@ Count = Annotated[int, msgspec.Meta(ge=1)]
 class RestartPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How the supervisor restarts a crashed tool actor (OTP restart intensity).
 
-    The same window counts the deaths of a placed tool's workers and replicas.
+    The same window counts the deaths of a placed tool's workers and replicas. A tool that is
+    down rests for `cool_down` seconds, then is tried once more (half-open, as a circuit
+    breaker: one new incarnation, its setup or its workers' start): if that starts, it serves
+    again with a fresh window; if not, it is down again and the next cool-down is twice as long.
 
     Attributes:
         max_restarts: restarts allowed within `within` seconds; one more marks the tool down.
         within: the intensity period, in seconds.
         backoff: seconds before the first restart; doubles for each recent restart.
         max_backoff: the longest wait between restarts.
+        cool_down: seconds a down tool rests before it is tried again; None: down until the
+            runtime is opened again.
+        max_cool_down: the longest cool-down (it doubles each time a try fails, or the tool goes
+            down again before it answered a call).
     """
 
     max_restarts: Annotated[int, msgspec.Meta(ge=0)] = 3
     within: Positive = 5.0
     backoff: Seconds = 0.1
     max_backoff: Seconds = 5.0
+    cool_down: Positive | None = 30.0
+    max_cool_down: Positive = 600.0
 
     def delay(self, recent: int) -> float:
         """The wait before a restart when `recent` restarts happened within the period."""
         return float(min(self.max_backoff, self.backoff * 2 ** max(0, recent - 1)))
+
+    def rest(self, failed: int) -> float | None:
+        """The cool-down of a tool that went down `failed` times in a row (1: the first time)."""
+        if self.cool_down is None:
+            return None
+        return float(min(self.max_cool_down, self.cool_down * 2 ** max(0, failed - 1)))
 
 
 class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -2,7 +2,8 @@
 
 One window per tool actor counts every restart it pays for: a crash of the tool's own code
 (a `restart_on` exception), a failed `setup()`, and the death of one of its placed workers or
-replicas. Past `max_restarts` within `within` seconds the tool is down.
+replicas. Past `max_restarts` within `within` seconds the tool is down; after its cool-down it
+is tried again with a fresh window (`ToolActor.supervise`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class RestartWindow:
         if len(recent) > self.policy.max_restarts:
             return None
         return self.policy.delay(len(recent))
+
+    def clear(self) -> None:
+        """Forget the restarts (a tool that was down starts again with a fresh window)."""
+        self._recent.clear()
 
     @property
     def recent(self) -> int:

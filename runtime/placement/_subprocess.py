@@ -6,7 +6,9 @@ a time over its pipes, in length-prefixed MessagePack frames (`_protocol`).
 
     a worker dies (segfault, os._exit, OOM kill)  -> its call only: ERROR "... killed by SIGSEGV";
                                                      replaced after the restart backoff, and counted
-                                                     toward the restart intensity (too many: DOWN)
+                                                     toward the restart intensity (too many: DOWN,
+                                                     tried again after its cool-down)
+    a new worker cannot start for want of fds/memory -> tried again with a capped backoff, not counted
     a call's deadline passes                      -> the worker is killed (and reaped) before the
                                                      TIMEOUT answer; a new one starts
     its caller cancels                            -> the same, as the cancellation reaches the actor
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import signal
 import subprocess
@@ -55,6 +58,8 @@ from ._reference import main_path, reference
 __all__ = ["Subprocess", "rebuild", "trace_carrier"]
 
 log = logging.getLogger("runtime.placement")
+
+_SHORTAGE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})  # of this process: it passes
 
 _W3C = TraceContextTextMapPropagator()
 _REAP = 5.0  # seconds a killed worker may take to be reaped (it is SIGKILLed: it cannot refuse)
@@ -259,7 +264,24 @@ class _Pool:
         return worker
 
     async def add_worker(self) -> None:
-        self._release(await self.start_worker())
+        """Start a worker and let it take calls. A start this process cannot make for want of
+        a resource (no file descriptors, memory or processes left: a shortage that passes) is
+        tried again after a capped exponential backoff and never counts as a crash."""
+        delay = 0.0
+        while True:
+            try:
+                worker = await self.start_worker()
+            except OSError as exc:
+                if exc.errno not in _SHORTAGE or self.closing:
+                    raise
+                delay = self.host.start_delay(delay)
+                log.warning(
+                    "tool %r: a worker could not start (%s); trying again in %gs", self.name, exc, delay
+                )
+                await trio.sleep(delay)
+                continue
+            self._release(worker)
+            return
 
     def _release(self, worker: _Worker) -> None:
         self._idle.append(worker)

@@ -42,6 +42,13 @@ class PlacementHost(Protocol):
         """
         ...
 
+    def start_delay(self, previous: float) -> float:
+        """A new worker could not start for want of a resource of this process (file
+        descriptors, memory, processes): not a crash, so not counted. Seconds to wait before
+        trying again, `previous` the wait before this try (0.0 the first time): capped
+        exponential, from the restart policy's `backoff` to its `max_backoff`."""
+        ...
+
 
 class PlacedTool(Protocol):
     """One tool, opened in its placement for one incarnation of its actor."""
