@@ -13,6 +13,10 @@ run and the same runtime; subjects: the same function placed in `Subprocess(work
 - stuck calls: 40 calls of a sync tool blocked in time.sleep far past its 0.05 s timeout;
   the work still running right after they all came back TIMEOUT (in-process: the threads
   run on, nothing can interrupt them; Subprocess: the workers were killed).
+- stderr without newlines: the runtime's CPU (its loop's thread) for a worker that writes
+  40 MB and 10 MB to stderr with no newline, logged at INFO; the ratio is linear at 4x.
+- large result: the longest CPU time the loop spent in one step (between two ticks of a 1 ms
+  ticker) while a 200 MB text came back from a worker (in pieces).
 - threads to await Ray: the most threads alive while 1,000 Ray calls are in flight, minus
   the threads before (the goal is zero: ObjectRefs are awaited through the trio token).
 """
@@ -20,6 +24,8 @@ run and the same runtime; subjects: the same function placed in `Subprocess(work
 from __future__ import annotations
 
 import ctypes
+import gc
+import logging
 import os
 import statistics
 import sys
@@ -48,6 +54,22 @@ def add_thread(a: int, b: int) -> int:
 @tool(placement=Subprocess(workers=2))
 def add_subprocess(a: int, b: int) -> int:
     return a + b
+
+
+@tool(placement=Subprocess(workers=1))
+def scribble(megabytes: int) -> int:
+    """Write `megabytes` MiB to stderr without a newline (a progress bar gone wrong)."""
+    block = b"#" * (1 << 20)
+    for _ in range(megabytes):
+        sys.stderr.buffer.write(block)
+    sys.stderr.flush()
+    return megabytes
+
+
+@tool(placement=Subprocess(workers=1))
+def big_text(megabytes: int) -> str:
+    """A text result of `megabytes` MiB."""
+    return "0123456789abcdef" * (megabytes << 16)
 
 
 @tool(placement=Subprocess(workers=1))
@@ -229,6 +251,71 @@ async def _ray_threads(fan: int) -> int:
     return peak - before
 
 
+class _Counting(logging.Handler):
+    """Takes the worker's stderr lines as a log handler would (formats each), keeps nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.getMessage()
+        self.lines += 1
+
+
+async def _stderr_cpu(sizes: tuple[int, ...], rounds: int) -> dict[int, float]:
+    """CPU seconds of the runtime's thread (the trio loop) for a call whose worker writes `size`
+    MiB to stderr without a newline, logged at INFO: the median of `rounds` per size."""
+    logger = logging.getLogger("runtime.placement")
+    level, propagate, counting = logger.level, logger.propagate, _Counting()
+    logger.setLevel(logging.INFO)
+    logger.addHandler(counting)
+    logger.propagate = False  # the lines are formatted by our handler, not printed
+    cpu: dict[int, list[float]] = {size: [] for size in sizes}
+    try:
+        async with open_runtime([scribble], tracing=False) as rt:
+            await rt.call(ToolCall(id="w", name="scribble", arguments={"megabytes": 0}))
+            for _ in range(rounds):
+                for size in sizes:
+                    start = time.thread_time()
+                    await rt.call(ToolCall(id="s", name="scribble", arguments={"megabytes": size}))
+                    await trio.sleep(0.2)  # the last lines are read after the answer
+                    cpu[size].append(time.thread_time() - start)
+    finally:
+        logger.removeHandler(counting)
+        logger.setLevel(level)
+        logger.propagate = propagate
+    return {size: statistics.median(times) for size, times in cpu.items()}
+
+
+async def _big_result_stall(megabytes: int) -> tuple[float, float]:
+    """The longest CPU time the loop's thread spent between two ticks of a 1 ms ticker while a
+    `megabytes` MiB text came back from a worker, and the call's wall time (seconds)."""
+    async with open_runtime([big_text], tracing=False) as rt:
+        await rt.call(ToolCall(id="w", name="big_text", arguments={"megabytes": 0}))
+        busiest = 0.0
+        async with trio.open_nursery() as nursery:
+
+            async def tick() -> None:
+                nonlocal busiest
+                last = time.thread_time()
+                while True:
+                    await trio.sleep(0.001)
+                    now = time.thread_time()
+                    busiest = max(busiest, now - last)
+                    last = now
+
+            gc.collect()
+            nursery.start_soon(tick)
+            began = time.perf_counter()
+            result = await rt.call(ToolCall(id="b", name="big_text", arguments={"megabytes": megabytes}))
+            took = time.perf_counter() - began
+            await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    assert result.ok
+    return busiest, took
+
+
 def main(quick: bool = False) -> Report:
     n = 200 if quick else 2000
     fan = 1000
@@ -305,6 +392,32 @@ def main(quick: bool = False) -> Report:
                 f"{running} still running after {timeouts}/40 TIMEOUTs",
             )
         )
+    small, large = (5, 20) if quick else (10, 40)
+    cpu = trio.run(_stderr_cpu, (small, large), 1 if quick else 3)
+    report.add(
+        Row(
+            f"stderr without newlines {large} vs {small} MB",
+            f"{large} MB",
+            f"{small} MB",
+            cpu[large] * 1e6,
+            cpu[small] * 1e6,
+            4.5,
+            f"runtime CPU {cpu[small]:.2f} s / {cpu[large]:.2f} s (linear: 4x; before 39x)",
+        )
+    )
+    megabytes = 50 if quick else 200
+    stall, took = trio.run(_big_result_stall, megabytes)
+    report.add(
+        Row(
+            f"{megabytes} MB result: loop busy in one step",
+            "Subprocess",
+            "-",
+            stall * 1e6,
+            1.0,
+            None,
+            f"{stall * 1000:.1f} ms at most between two ticks (goal <= 50), call {took:.2f} s",
+        )
+    )
     if HAVE_RAY:
         threads = trio.run(_ray_threads, fan)
         report.add(
