@@ -89,6 +89,8 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             (`async def on_roots(r: RootsRequest) -> list[Root]`).
         policies: interceptors (`runtime.Policy`) around every call of the tools they apply to,
             outermost first; a tool's own (`@tool(policies=...)`) run inside these.
+        long_call_warning: seconds after which a call with no deadline that still runs is
+            logged (a warning, once per call, naming the tool and `timeout=`); None: never.
     """
 
     features: tuple[Feature, ...] = ()
@@ -105,6 +107,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     on_sample: Any = None
     on_roots: Any = None
     policies: tuple[Policy, ...] = ()
+    long_call_warning: Positive | None = 60.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.tracing, bool | Feature):
@@ -165,6 +168,7 @@ class RuntimeOptionsKw(TypedDict, total=False):
     on_sample: SampleHandler | None
     on_roots: RootsHandler | None
     policies: Iterable[Policy]
+    long_call_warning: float | None
 
 
 class Settings:

@@ -125,6 +125,7 @@ class ToolPlan:
         self.placed: PlacedTool | None = None  # a placed tool's workers, per incarnation
         self.threads: KeptThreads | None = None  # a sync tool's threads (set by the actor)
         self.host_loop: Any = None  # the host asyncio loop (asyncio tools)
+        self._hinted = False  # the asyncio-under-trio hint was logged
         self.host_executor: Any = None  # where an asyncio caller's call runs, if not where a trio caller's
         self.policies: tuple[Any, ...] = ()  # its interceptors, outermost first (set by the actor)
         self.suspends = False  # one of them yields awaitables: its calls go through a trio task
@@ -212,6 +213,11 @@ class ToolPlan:
         if isinstance(exc, _Refused):
             return failure(call.call, exc.kind, str(exc))
         result = exception_failure(call.call, self.name, exc, self.max_chars)
+        if self.tool.is_async and self.options.loop != "asyncio" and _asyncio_under_trio(exc):
+            result = failure(call.call, result.kind, f"{result.message} ({_ASYNCIO_HINT})", result.error_type)
+            if not self._hinted:
+                self._hinted = True
+                log.warning("tool %r: %s", self.name, _ASYNCIO_HINT)
         if call.ctx is not None:
             call.ctx.error = exc
         restart_on = self.restart_on
@@ -358,3 +364,15 @@ class _Refused(Exception):
 
 def _nothing() -> None:
     pass
+
+
+_ASYNCIO_HINT = (
+    'the tool awaits asyncio code but runs on trio: give it @tool(loop="asyncio") and open the '
+    "runtime with runtime.embed.open_asyncio_runtime, or use a trio-compatible client"
+)
+
+
+def _asyncio_under_trio(exc: BaseException) -> bool:
+    """Whether `exc` is what asyncio code raises when it is awaited in a trio task."""
+    text = str(exc) if isinstance(exc, RuntimeError | TypeError) else ""
+    return text == "no running event loop" or text.startswith("trio.run received unrecognized yield message")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any, NoReturn, Unpack
 
@@ -335,6 +337,55 @@ async def open_runtime(
         yield rt
 
 
+async def _watch_long_calls(routing: RegistryActor, after: float, scope: trio.CancelScope) -> None:
+    """Log each call with no deadline that has run `after` seconds (once per call): a sync tool
+    blocked for ever is otherwise silent. Looks every `after / 4` seconds (at least 1 s), so a
+    call is told of between `after` and `after` + two looks later; calls cost nothing for it."""
+    every = max(1.0, after / 4)
+    seen: dict[Any, float] = {}  # running calls with no deadline -> when first seen running
+    told: set[Any] = set()
+    with scope:
+        while True:
+            await trio.sleep(every)
+            now = trio.current_time()
+            running: dict[Any, float] = {}
+            for actor in list(routing.routes.values()):
+                for c in actor.plan.running:
+                    if c.deadline == math.inf:
+                        since = running[c] = seen.get(c, now)
+                        if now - since >= after and c not in told:
+                            told.add(c)
+                            log.warning(
+                                "tool %r: call %s has run over %.0f s with no deadline; give the "
+                                "tool timeout=, or the runtime default_timeout=, to bound such calls",
+                                actor.name,
+                                c.call.id,
+                                now - since,
+                            )
+            seen = running
+            told &= running.keys()
+
+
+def _check_trio() -> None:
+    """A clear line for a runtime opened outside trio (asyncio.run, most often)."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        asyncio = sys.modules.get("asyncio")
+        under_asyncio = False
+        if asyncio is not None:
+            try:
+                asyncio.get_running_loop()
+                under_asyncio = True
+            except RuntimeError:
+                pass
+        where = "asyncio code (asyncio.run)" if under_asyncio else "code that trio does not run"
+        raise RuntimeError(
+            f"open_runtime needs trio (trio.run(main)) and was called from {where}: from asyncio use "
+            "runtime.embed.open_asyncio_runtime, from sync code runtime.embed.RuntimeThread"
+        ) from None
+
+
 @contextlib.asynccontextmanager
 async def open_engine(
     registry: ToolRegistry | Iterable[ToolLike], options: RuntimeOptions, *, host_loop: Any = None
@@ -344,6 +395,7 @@ async def open_engine(
     `host_loop`: the asyncio loop this trio run is a guest of (`open_asyncio_runtime`), where
     tools declared `loop="asyncio"` run; it must be running on this thread.
     """
+    _check_trio()
     if not isinstance(registry, ToolRegistry):
         registry = ToolRegistry(registry)
     feature_list = list(options.features)
@@ -357,6 +409,9 @@ async def open_engine(
     try:
         routing = RegistryActor(supervisor, settings)
         await host.nursery.start(routing.run)
+        watching = trio.CancelScope()
+        if options.long_call_warning is not None:
+            host.nursery.start_soon(_watch_long_calls, routing, options.long_call_warning, watching)
         entry = Entry(routing, settings, None if asker.empty else asker)
         rt: Runtime = Runtime._create(routing, entry, supervisor)
         try:
@@ -369,6 +424,7 @@ async def open_engine(
                         starting.start_soon(supervisor.start_source, source, rt)
             yield rt, entry
         finally:
+            watching.cancel()
             with trio.CancelScope(shield=True):
                 await rt._close()
     finally:
