@@ -73,7 +73,7 @@ class Feature:
     async def on_call_starting(self, call: ToolCall, ctx: CallContext) -> None:
         """The call is about to be sent to its tool (also for unknown tools)."""
 
-    async def on_call_completed(self, call: ToolCall, result: ToolSuccess, ctx: CallContext) -> None:
+    async def on_call_completed(self, call: ToolCall, result: ToolSuccess[Any], ctx: CallContext) -> None:
         """The call returned."""
 
     async def on_call_failed(self, call: ToolCall, failure: ToolFailure, ctx: CallContext) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -157,8 +157,12 @@ def describe_part(part: ContentPart) -> str:
     return f"[resource {part.name} ({part.uri}){about}]"
 
 
-class ToolSuccess(msgspec.Struct, frozen=True, kw_only=True, tag="success", tag_field="type"):
-    """A call that returned.
+R = TypeVar("R")
+
+
+class ToolSuccess(msgspec.Struct, Generic[R], frozen=True, kw_only=True, tag="success", tag_field="type"):
+    """A call that returned; `ToolSuccess[int]` for a tool whose result is an int (what
+    `Runtime.invoke(tool, ...)` returns for a tool object whose result type is known).
 
     Attributes:
         call_id: the id of the call this answers.
@@ -171,7 +175,7 @@ class ToolSuccess(msgspec.Struct, frozen=True, kw_only=True, tag="success", tag_
     call_id: str
     tool: str
     content: str
-    value: Any = None
+    value: R = None  # type: ignore[assignment]  # None for a tool that returns nothing
     parts: tuple[ContentPart, ...] = ()
 
     ok: ClassVar[bool] = True
@@ -202,7 +206,7 @@ class ToolFailure(msgspec.Struct, frozen=True, kw_only=True, tag="failure", tag_
         return f"Error: {self.message}"
 
 
-ToolResult = ToolSuccess | ToolFailure
+ToolResult = ToolSuccess[Any] | ToolFailure
 
 
 class ToolCallMetadata(Mapping[str, Any]):

@@ -152,7 +152,7 @@ class Tracing(Feature):
         self._calls[ctx] = (span, time.perf_counter())
         self._in_flight.add(1, {GEN_AI_TOOL_NAME: call.name})
 
-    async def on_call_completed(self, call: ToolCall, result: ToolSuccess, ctx: CallContext) -> None:
+    async def on_call_completed(self, call: ToolCall, result: ToolSuccess[Any], ctx: CallContext) -> None:
         self._end(call, result, ctx)
 
     async def on_call_failed(self, call: ToolCall, failure: ToolFailure, ctx: CallContext) -> None:

@@ -245,3 +245,71 @@ def test_tool_keeps_the_signature_for_type_checkers(tmp_path: Path) -> None:
     assert (
         'Argument 1 to "__call__" of "FunctionTool" has incompatible type "int"; expected "str"' in errors[1]
     )
+
+
+RESULT_SNIPPET = """
+import msgspec
+from runtime import Tool, ToolSuccess, open_runtime, tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@tool
+async def fetch(url: str) -> bytes:
+    return b""
+
+
+class Text(msgspec.Struct):
+    text: str
+
+
+class Echo(Tool[Text, str]):
+    name = "echo"
+    description = "Echo."
+
+    async def execute(self, args: Text) -> str:
+        return args.text
+
+
+async def main() -> None:
+    async with open_runtime([add, fetch, Echo()]) as rt:
+        summed = await rt.invoke(add, a=1, b=2)
+        if isinstance(summed, ToolSuccess):
+            reveal_type(summed.value)
+        fetched = await rt.invoke(fetch, url="x")
+        if isinstance(fetched, ToolSuccess):
+            reveal_type(fetched.value)
+        echoed = await rt.invoke(Echo(), text="hi")
+        if isinstance(echoed, ToolSuccess):
+            reveal_type(echoed.value)
+        named = await rt.invoke("add", a=1, b=2)
+        if isinstance(named, ToolSuccess):
+            reveal_type(named.value)
+"""
+
+
+def test_invoke_of_a_tool_object_types_the_success_value(tmp_path: Path) -> None:
+    snippet = tmp_path / "results.py"
+    snippet.write_text(RESULT_SNIPPET)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--follow-imports=silent",
+            str(snippet),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).parent.parent,
+    )
+    lines = [line.split(": ", 1)[1] for line in run.stdout.splitlines() if line.startswith(str(snippet))]
+    revealed = [line.removeprefix("note: Revealed type is ") for line in lines if "Revealed" in line]
+    assert revealed == ['"int"', '"bytes"', '"str"', '"Any"'], run.stdout
+    assert not [line for line in lines if line.startswith("error")], run.stdout

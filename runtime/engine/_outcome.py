@@ -96,7 +96,7 @@ def success(
     text: str,
     parts: tuple[ContentPart, ...],
     max_chars: int,
-) -> ToolSuccess:
+) -> ToolSuccess[Any]:
     """The success of a call: its text (and text parts) cut to `max_chars`."""
     if len(text) > max_chars:
         text = truncate(text, max_chars)

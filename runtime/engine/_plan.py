@@ -329,7 +329,7 @@ class ToolPlan:
                 return run_to_end(coro)
         return run_to_end(coro)
 
-    async def placed_call(self, call: Call) -> ToolSuccess:
+    async def placed_call(self, call: Call) -> ToolSuccess[Any]:
         """Serve the call where the tool's placement runs it (the arguments are checked already)."""
         placed = self.placed
         if placed is None:  # between incarnations: the call waits for none

@@ -11,16 +11,16 @@ import itertools
 import logging
 import math
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
-from typing import Any, NoReturn, Unpack
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable, Mapping
+from typing import Any, NoReturn, TypeVar, Unpack, overload
 
 import trio
 
 from ..exceptions import RuntimeClosed
 from ..features import Feature, FeaturePipeline
-from ..messages import ToolCall, ToolResult
+from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..registry import ToolLike, ToolRegistry
-from ..tools import Asker, ToolBase
+from ..tools import Asker, FunctionTool, ToolBase
 from ._entry import Entry
 from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
 from ._routing import RegistryActor
@@ -31,6 +31,8 @@ from ._supervisor import Host, Supervisor
 __all__ = ["Runtime", "RuntimeStatistics", "ScopedRuntime", "ToolStatistics", "open_engine", "open_runtime"]
 
 log = logging.getLogger("runtime.engine")
+
+R = TypeVar("R")
 
 _HOST_GRACE = 1.0  # seconds the host's last tasks may take to end once everything has stopped
 
@@ -184,6 +186,50 @@ class Runtime(metaclass=_NoPublicConstructor):
         """
         return completed(self._entry, list(calls), metadata, timeout, principal, None)
 
+    @overload
+    async def invoke(
+        self,
+        tool: FunctionTool[..., Coroutine[Any, Any, R]],
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolSuccess[R] | ToolFailure: ...
+    @overload
+    async def invoke(
+        self,
+        tool: FunctionTool[..., R],
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolSuccess[R] | ToolFailure: ...
+    @overload
+    async def invoke(
+        self,
+        tool: ToolBase[Any, R],
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolSuccess[R] | ToolFailure: ...
+    @overload
+    async def invoke(
+        self,
+        tool: str,
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolResult: ...
     async def invoke(
         self,
         tool: ToolBase[Any, Any] | str,
@@ -195,6 +241,9 @@ class Runtime(metaclass=_NoPublicConstructor):
         **arguments: Any,
     ) -> ToolResult:
         """Call a tool from code, with keyword arguments, through the same pipeline.
+
+        Given the tool object, the result is typed from it: `ToolSuccess[int] | ToolFailure`
+        for `@tool def add(a: int, b: int) -> int`.
 
         `await rt.invoke(add, a=1, b=2)`; the arguments are validated like a model's (a value
         that is not JSON, such as `object()`, is INVALID_ARGUMENTS for this call alone). The

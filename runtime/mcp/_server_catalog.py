@@ -143,7 +143,7 @@ def plain_result(result: ToolResult) -> types.CallToolResult:
     return types.CallToolResult(content=_content(result))
 
 
-def _content(result: ToolSuccess) -> list[types.ContentBlock]:
+def _content(result: ToolSuccess[Any]) -> list[types.ContentBlock]:
     if not result.parts:
         return [types.TextContent(text=result.content)]
     return [_block(part) for part in result.parts]

@@ -107,7 +107,7 @@ class Done(msgspec.Struct, frozen=True, kw_only=True, tag="done", tag_field="typ
         value_is_content: the value is the text itself (a text result), sent once, as `content`.
     """
 
-    result: ToolSuccess
+    result: ToolSuccess[Any]
     retire: bool = False
     streamed: tuple[Literal["content", "value"], ...] = ()
     value_is_content: bool = False

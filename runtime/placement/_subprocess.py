@@ -387,7 +387,7 @@ class _Pool:
 
     async def call(
         self, call: ToolCall, arguments: bytes, ctx: CallContext | None, timeout: float | None
-    ) -> ToolSuccess:
+    ) -> ToolSuccess[Any]:
         traceparent, tracestate = trace_carrier(ctx)
         request = Request(
             call_id=call.id,

@@ -385,7 +385,7 @@ class _Replicas:
 
     async def call(
         self, call: ToolCall, arguments: bytes, ctx: CallContext | None, timeout: float | None
-    ) -> ToolSuccess:
+    ) -> ToolSuccess[Any]:
         traceparent, tracestate = trace_carrier(ctx)
         request = encode_request(
             Request(

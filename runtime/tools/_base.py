@@ -14,8 +14,8 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
@@ -138,13 +138,21 @@ class ToolBase(Generic[ArgsT, ResultT]):
         """The tool's options as one validated value (read from its attributes)."""
         return ToolOptions.build(f"tool {getattr(self, 'name', '?')!r}", self)
 
-    async def execute(self, args: ArgsT, ctx: CallContext) -> ResultT:
-        """Do the work. The engine calls this through `dispatch`, never the model directly."""
-        raise NotImplementedError(f"{type(self).__qualname__} must define execute()")
+    if TYPE_CHECKING:
+        # Subclasses choose the signature (`Tool.execute(args)`, `ToolBase.execute(args, ctx)`),
+        # so type checkers see a callable that any of them overrides.
+        execute: Callable[..., Awaitable[ResultT]]
+        """Do the work: `async def execute(self, args, ctx)`. The engine calls it through
+        `dispatch`, never the model directly."""
+    else:
+
+        async def execute(self, args, ctx):
+            """Do the work. The engine calls this through `dispatch`, never the model directly."""
+            raise NotImplementedError(f"{type(self).__qualname__} must define execute()")
 
     def dispatch(self, args: ArgsT, ctx: CallContext | None) -> Any:
         """Start `execute`; an awaitable when `is_async`, else the result. Called by the engine."""
-        return self.execute(args, ctx)  # type: ignore[arg-type]
+        return self.execute(args, ctx)
 
     def dispatch_code(self) -> types.CodeType | None:
         """The code object every `dispatch` runs: its coroutine's code for an async tool.
@@ -252,7 +260,7 @@ class Tool(ToolBase[ArgsT, ResultT], dynamic=True):
 
     takes_context: ClassVar[bool] = False
 
-    async def execute(self, args: ArgsT) -> ResultT:  # type: ignore[override]
+    async def execute(self, args: ArgsT) -> ResultT:
         """Do the work with the decoded args."""
         raise NotImplementedError(f"{type(self).__qualname__} must define execute()")
 

@@ -63,7 +63,7 @@ class PlacedTool(Protocol):
 
     async def call(
         self, call: ToolCall, arguments: bytes, ctx: CallContext | None, timeout: float | None
-    ) -> ToolSuccess:
+    ) -> ToolSuccess[Any]:
         """Serve one call whose arguments the engine has already checked.
 
         Args:
