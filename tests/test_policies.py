@@ -22,6 +22,7 @@ from runtime import (
     Policy,
     ToolCall,
     ToolResult,
+    ToolSuccess,
     open_runtime,
     tool,
 )
@@ -387,6 +388,43 @@ async def test_the_principal_reaches_the_tool_and_the_span_and_redacted_fields_s
     pay_events = [dict(e.attributes or {}) for e in pay_span.events if e.name == "tool.policy"]
     assert {"tool.policy.name": "DenyEve", "tool.policy.decision": "refused"} in pay_events
     assert pay_span.attributes[PRINCIPAL] == "eve"  # type: ignore[index]
+
+
+async def test_decisions_after_the_call_reach_the_span_when_nothing_was_decided_before() -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+
+    class Shout(Policy):
+        def intercept(self, request: CallRequest) -> Any:
+            result: ToolResult = yield request
+            if isinstance(result, ToolSuccess):
+                return request.answer(str(result.value).upper())
+            return result
+
+    class Broken(Policy):
+        def intercept(self, request: CallRequest) -> Any:
+            yield request
+            raise RuntimeError("after-half bug")
+
+    tracing = Tracing(tracer_provider=provider)
+    async with open_runtime(TOOLS, policies=[Shout()], tracing=tracing) as rt:
+        shouted = await rt.call(call("1", "login", user="ann", password="x"))
+        async with trio.open_nursery() as nursery:  # and on a task of its own (the mailbox route)
+            nursery.start_soon(rt.call_many, [call("2", "login", user="bo", password="y")])
+    async with open_runtime(TOOLS, policies=[Broken()], tracing=tracing) as rt:
+        broken = await rt.call(call("3", "login", user="cy", password="z"))
+    assert shouted.ok
+    assert shouted.value == "HELLO ANN (1)"
+    assert broken.kind is FailureKind.ERROR
+    by_id = {s.attributes["gen_ai.tool.call.id"]: s for s in spans.get_finished_spans()}  # type: ignore[index]
+    for call_id, name, decision in (
+        ("1", "Shout", "transformed"),
+        ("2", "Shout", "transformed"),
+        ("3", "Broken", "failed"),
+    ):
+        events = [dict(e.attributes or {}) for e in by_id[call_id].events if e.name == "tool.policy"]
+        assert events == [{"tool.policy.name": name, "tool.policy.decision": decision}], call_id
 
 
 async def test_a_principal_must_be_a_string() -> None:

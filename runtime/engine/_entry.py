@@ -216,11 +216,10 @@ class Entry:
         if plan is not None and plan.policies and c.state is QUEUED:
             self._let_through(c, policy.before_now(c, plan.policies, self.context_of))
         pipeline = self.pipeline
-        if pipeline is not None:
-            if pipeline.has_starting:
-                drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
-            if c.notes:
-                self._tell(c)
+        if pipeline is not None and pipeline.has_starting:
+            drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
+        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
+            self._tell(c)
 
     async def starting(self, c: Call) -> None:
         """`starting_now`, awaiting what may suspend."""
@@ -232,19 +231,18 @@ class Entry:
                 request = policy.before_now(c, plan.policies, self.context_of)
             self._let_through(c, request)
         pipeline = self.pipeline
-        if pipeline is not None:
-            if pipeline.has_starting:
-                if pipeline.hooks_cannot_suspend:
-                    drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
-                else:
-                    await drive(pipeline.starting(c.shown or c.call, c.ctx), finish=False)  # type: ignore[arg-type]
-            if c.notes:
-                self._tell(c)
+        if pipeline is not None and pipeline.has_starting:
+            if pipeline.hooks_cannot_suspend:
+                drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
+            else:
+                await drive(pipeline.starting(c.shown or c.call, c.ctx), finish=False)  # type: ignore[arg-type]
+        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
+            self._tell(c)
 
     def _tell(self, c: Call) -> None:
         """The policies' decisions, on the call's span now that it has one."""
-        notes, c.notes = c.notes or [], None
-        if self._observer is not None and c.ctx is not None:
+        notes, c.notes = c.notes or (), None
+        if notes and self._observer is not None and c.ctx is not None:
             for name, attributes in notes:
                 self._observer.event(c.ctx, name, attributes)
 
