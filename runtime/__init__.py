@@ -39,10 +39,16 @@ from .registry import ToolRegistry as ToolRegistry
 from .schema import ToolDescriptor as ToolDescriptor
 from .schema import ToolParameter as ToolParameter
 from .tools import Answer as Answer
+from .tools import Budget as Budget
+from .tools import Cache as Cache
 from .tools import CallContext as CallContext
+from .tools import CircuitBreaker as CircuitBreaker
+from .tools import Dedupe as Dedupe
 from .tools import Description as Description
 from .tools import Elicitation as Elicitation
 from .tools import Elicited as Elicited
+from .tools import RateLimit as RateLimit
+from .tools import Retry as Retry
 from .tools import Root as Root
 from .tools import RootsRequest as RootsRequest
 from .tools import Sampled as Sampled
@@ -60,6 +66,12 @@ from .tools import tools_of as tools_of
 from .tools import validate as validate
 
 __all__ = [
+    "Budget",
+    "Cache",
+    "CircuitBreaker",
+    "Dedupe",
+    "RateLimit",
+    "Retry",
     "asking",
     "SamplingMessage",
     "Sampling",

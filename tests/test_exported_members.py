@@ -36,6 +36,8 @@ ADDED_ON_PURPOSE = {
     "tools_of",
     # call policies (DESIGN.md 3.11): interceptors, the call as they see it; the settings as one value
     "Policy", "CallRequest", "RuntimeOptions",
+    # resilience (DESIGN.md 3.11, issue 23): what a tool or a runtime asks of its policies
+    "Retry", "Cache", "Dedupe", "RateLimit", "Budget", "CircuitBreaker",
 }  # fmt: skip
 
 

@@ -322,6 +322,7 @@ class AsyncioRuntime:
             for i, call in enumerate(calls)
         ]
         waiter.calls = cs
+        entry.gate_batch(cs)
         try:
             for c in cs:
                 entry.starting_now(c)

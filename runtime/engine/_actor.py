@@ -27,6 +27,7 @@ import logging
 import math
 from typing import Any
 
+import msgspec
 import trio
 
 from ..exceptions import ToolDefinitionError
@@ -38,7 +39,8 @@ from ._mailbox import Mailbox
 from ._options import RestartPolicy, Settings
 from ._outcome import describe_error
 from ._plan import ToolPlan
-from ._policy import Policy
+from ._policy import Policy, drive
+from ._resilience import BreakerPolicy, CachePolicy, resilience_counts
 from ._restart import RestartWindow
 from ._stats import ToolCounters, ToolStatistics
 from ._threads import KeptThreads
@@ -119,6 +121,15 @@ class ToolActor:
         )
         plan.host_loop = settings.host_loop
         plan.policies = policies_of(tool, runtime_options.policies, options.policies)
+        resilience = settings.resilience
+        if resilience is not None:
+            own = resilience.policies_for(tool, options)
+            plan.policies = (*plan.policies, *own)
+            plan.breaker = next((p.b for p in own if isinstance(p, BreakerPolicy)), None)
+            retry = options.retry or (runtime_options.retry if options.repeatable else None)
+            if retry is not None:
+                plan.retry = retry
+                plan.retry_later = resilience.retry_later
         plan.suspends = any(p.suspends for p in plan.policies)
         placement = options.placement
         self.placement: Placement | None = (
@@ -168,6 +179,7 @@ class ToolActor:
             options.on_full == "reject",
             executor,
             self._unavailable,
+            runtime_options.weights if runtime_options.fair else None,
         )
         cls = type(tool)
         self._has_setup = cls.setup is not ToolBase.setup and self.placement is None
@@ -204,7 +216,26 @@ class ToolActor:
             abandoned_running=stuck + stuck_threads,
             threads=self.mailbox.running if self._threads is not None else 0,
             down_reason=self.down_reason,
+            retries=c.retries,
+            **resilience_counts(self.plan.policies),
         )
+
+    async def invalidate(self, arguments: Any, principal: str | None) -> int:
+        """Forget this tool's cached results (see `Runtime.invalidate`)."""
+        caches = [p for p in self.plan.policies if isinstance(p, CachePolicy)]
+        if not caches:
+            return 0
+        args = None
+        if arguments is not None:
+            raw = arguments if isinstance(arguments, str | bytes) else msgspec.json.encode(arguments)
+            try:
+                args = self.plan._decode(raw)
+            except Exception as exc:  # whatever the tool's decoder raises
+                raise ValueError(f"arguments for tool {self.name!r} do not decode: {exc}") from None
+        forgotten = 0
+        for cache in caches:
+            forgotten += await drive(cache.invalidate(principal, args))
+        return forgotten
 
     def _unavailable(self) -> str:
         if self.state is ActorState.DOWN:

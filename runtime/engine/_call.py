@@ -27,6 +27,7 @@ import contextvars
 import enum
 import logging
 import math
+import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -118,11 +119,16 @@ class Call:
         shown: the call as observers see it, when a policy redacted some of it.
         asked: the tool the model named, when a policy sent the call to another one.
         metadata: the caller's metadata, kept for a context made later (a policy asks for one).
+        attempt: which attempt runs (1 until a `Retry` runs it again).
+        until: the caller's deadline and its timeout, while the tool's own shortens `deadline`
+            (an attempt after a tool TIMEOUT gets the tool's timeout again, within this).
+        gates: the budgets it waits in before its mailbox (`Gate`s), and how many it holds.
     """
 
     __slots__ = (
         "args",
         "asked",
+        "attempt",
         "call",
         "cancelled",
         "context",
@@ -131,12 +137,14 @@ class Call:
         "executor",
         "expires",
         "flows",
+        "gates",
         "index",
         "interrupted",
         "job",
         "limit",
         "metadata",
         "notes",
+        "passed",
         "plan",
         "principal",
         "queued",
@@ -145,6 +153,7 @@ class Call:
         "settled_at",
         "shown",
         "state",
+        "until",
         "waiter",
     )
 
@@ -184,6 +193,10 @@ class Call:
         self.shown: ToolCall | None = None
         self.asked: str | None = None
         self.metadata: Mapping[str, Any] | None = None
+        self.attempt = 1
+        self.until: tuple[float, float | None] | None = None
+        self.gates: tuple[Any, ...] | None = None
+        self.passed = 0
 
     # -- settling ----------------------------------------------------------------------
 
@@ -214,12 +227,20 @@ class Call:
                 plan.mailbox.left(self)
         self.state = DONE
         self.result = result
+        if self.passed:
+            self._leave_gates()
         self._notify()
         return True
 
     def fail(self, kind: FailureKind, message: str, error_type: str | None = None) -> bool:
         """Settle with a failure."""
         return self.settle(failure(self.call, kind, message, error_type))
+
+    def _leave_gates(self) -> None:
+        gates, passed = self.gates, self.passed
+        self.passed = 0
+        for gate in gates[:passed]:  # type: ignore[index]  # passed > 0: it has gates
+            gate.leave(self)
 
     def _notify(self) -> None:
         reply = self.reply
@@ -240,6 +261,12 @@ class Call:
             return False
         plan = self.plan
         assert plan is not None
+        breaker = plan.breaker
+        if breaker is not None and breaker.state == "open":  # it opened while this call waited
+            refused = breaker.refusal(trio.current_time(), self)
+            if refused is not None:
+                self.fail(FailureKind.UNAVAILABLE, refused)
+                return False
         deadline = self.deadline
         own = plan.timeout
         if own is None and deadline == math.inf:
@@ -250,6 +277,8 @@ class Call:
                 self.fail(FailureKind.TIMEOUT, self.timeout_message())
                 return False
             if own is not None and now + own < deadline:
+                if plan.retry is not None:
+                    self.until = (deadline, self.limit)
                 deadline = self.deadline = now + own
                 self.limit = own
             self.expire_at(deadline)  # the waiter looks again then, should the tool ignore its cancel
@@ -296,14 +325,58 @@ class Call:
         plan.running.discard(self)
         self.job = None
         if self.state is RUNNING:
-            self.state = DONE
-            self.result = result
-            if self.reply is not None:
-                self._notify()
+            if plan.breaker is not None:
+                plan.breaker.heard(self, result)  # every attempt's outcome, retries included
+            if plan.retry is not None and type(result) is ToolFailure and self._again(result):
+                pass  # it waits for its next attempt
+            else:
+                self.state = DONE
+                self.result = result
+                if self.passed:
+                    self._leave_gates()
+                if self.reply is not None:
+                    self._notify()
         else:
             self._late(result)
         if plan.draining and not plan.running:
             plan.drained()
+
+    def _again(self, result: ToolFailure) -> bool:
+        """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
+        remain and the backoff ends within the caller's deadline. The span hears of each."""
+        plan = self.plan
+        assert plan is not None
+        retry = plan.retry
+        if retry is None:
+            return False
+        if result.kind not in retry.on or self.cancelled or self.attempt >= retry.attempts:
+            return False
+        if plan.breaker is not None and not plan.breaker.allows_retry():
+            return False  # its circuit opened: the model reads this failure, not a storm of attempts
+        delay = retry.delay(self.attempt + 1, random.random())
+        until = self.until
+        deadline, limit = until if until is not None else (self.deadline, self.limit)
+        now = trio.current_time()
+        if now + delay >= deadline or (self.interrupted and until is None):
+            return False  # no time left (or the caller's own deadline stopped it)
+        ctx = self.ctx
+        if ctx is not None and ctx._observer is not None:
+            ctx._observer.event(
+                ctx,
+                "tool.retry",
+                {"tool.retry.attempt": self.attempt, "tool.retry.outcome": result.kind.value},
+            )
+        plan.counters.retries += 1
+        self.attempt += 1
+        self.state = QUEUED
+        self.interrupted = False
+        self.deadline = self.expires = deadline
+        self.limit = limit
+        waiter = self.waiter
+        if waiter is not None:
+            waiter.deadline = deadline  # its waiter looks again at the caller's deadline, no sooner
+        plan.retry_later(delay, self)
+        return True
 
     def _late(self, result: ToolResult) -> None:
         """A result for a call answered already (its caller gave up, a deadline lapsed): dropped."""

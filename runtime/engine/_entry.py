@@ -31,6 +31,7 @@ from ._batch import Batch, lapse_due
 from ._call import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, Call
 from ._options import Settings
 from ._plan import call_chain
+from ._resilience import Gate
 from ._routing import RegistryActor
 from ._scope import Scope
 
@@ -58,6 +59,11 @@ class Entry:
         self.closed = False
         self.closing = False
         self.unknown = 0
+        budget = settings.options.budget
+        self._batch_gates = budget is not None and budget.per_batch is not None
+        self._principal_gates = budget is not None and budget.per_principal is not None and budget.wait
+        if settings.resilience is not None:
+            settings.resilience.readmit = self.readmit
 
     @property
     def direct(self) -> bool:
@@ -65,6 +71,13 @@ class Entry:
         feature hook and no tool's policy can suspend)."""
         pipeline = self.pipeline
         return (pipeline is None or pipeline.hooks_cannot_suspend) and not self._routing.suspends
+
+    def store_health(self) -> dict[str, Any]:
+        """The store's failures so far, and whether it fails now (for `statistics()`)."""
+        resilience = self._settings.resilience
+        if resilience is None or resilience.local:
+            return {}
+        return {"store_failures": resilience.store_failures, "store_degraded": resilience.store.degraded}  # type: ignore[attr-defined]
 
     def check_open(self) -> None:
         if self.closed:
@@ -136,8 +149,10 @@ class Entry:
             actor.mailbox.admit(c)
         elif plan.chained and _waits_on_itself(c, actor.mailbox.capacity):
             pass
-        else:
-            plan.decode(c)
+        elif plan.decode(c) and self._principal_gates:
+            gate = self._settings.resilience.gates_for(principal)  # type: ignore[union-attr]  # budgets have one
+            if gate is not None:
+                c.gates = (gate,)
         return c
 
     def context(
@@ -177,7 +192,30 @@ class Entry:
         """
         plan = c.plan
         assert plan is not None
+        gates = c.gates
+        if gates is not None:
+            while c.passed < len(gates):  # its budgets first: it may wait in one
+                if not gates[c.passed].enter(c, host):
+                    return True  # admitted when a place is free (`readmit`)
+                c.passed += 1
         return plan.mailbox.admit(c, plan.host_executor if host else None)
+
+    def readmit(self, c: Call, host: bool = False) -> None:
+        """Admit a call that waited outside its mailbox (in a budget's gate, or for a retry)."""
+        if c.state is not QUEUED:
+            return
+        if not self.admit(c, host):
+            c.plan.mailbox.wait_room_soon(lambda: self.readmit(c, host))  # type: ignore[union-attr]
+
+    def gate_batch(self, cs: Sequence[Call]) -> None:
+        """`Budget(per_batch=N)`: at most N of one batch's calls run at once (the rest wait)."""
+        budget = self._settings.options.budget
+        if budget is None or budget.per_batch is None or len(cs) <= budget.per_batch:
+            return
+        gate = Gate(budget.per_batch, self.readmit)
+        for c in cs:
+            if c.state is QUEUED:
+                c.gates = (gate,) if c.gates is None else (gate, *c.gates)
 
     def finish_now(self, c: Call) -> None:
         """End's steps on the caller's side, none of which may suspend, once: the policies'
@@ -304,7 +342,9 @@ class Entry:
                 else:
                     self.starting_now(c)  # nothing to await: no coroutine for it
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
-            if c.state is QUEUED and not c.plan.mailbox.admit(c, None):  # type: ignore[union-attr]  # routed
+            if c.state is QUEUED and not (
+                c.plan.mailbox.admit(c, None) if c.gates is None else self.admit(c)  # type: ignore[union-attr]  # routed
+            ):
                 await self._wait_room(c)
             state = c.state
             if state is DONE:
@@ -348,7 +388,8 @@ class Entry:
             c.waiter = None
             if c.state is DONE:
                 return
-            c.lapse()
+            if c.expires <= trio.current_time():  # not moved later meanwhile (a retry's next attempt)
+                c.lapse()
             if c.state is DONE:
                 return
 
@@ -382,6 +423,8 @@ class Entry:
             self.prepare(call, metadata, deadline, timeout, batch, i, principal, scope)
             for i, call in enumerate(calls)
         ]
+        if self._batch_gates:
+            self.gate_batch(cs)
         if not batch.timed:
             batch.timed = any(c.plan is not None and not c.plan.untimed for c in cs)
         finished = 0

@@ -4,7 +4,8 @@ Every call of a tool, whoever makes it (a trio task, asyncio code, a batch) and 
 tool runs (a worker task, its own threads, the host loop, another process), is admitted here:
 
     a slot free (running < capacity) and nobody waiting  -> its executor starts it now
-    else, fewer than `size` waiting                      -> it waits its turn, in order
+    else, fewer than `size` waiting                      -> it waits its turn, in order (or
+                                                            fairly across principals: `fair=True`)
     else (full)                                          -> OVERLOADED (`on_full="reject"`),
                                                             or its caller waits for room
 A slot is held until the executor frees it: a call whose thread is blocked keeps its slot even
@@ -25,6 +26,7 @@ import trio
 
 from ..messages import FailureKind
 from ._call import QUEUED, Call, Executor
+from ._fair import FairQueue
 
 __all__ = ["Mailbox"]
 
@@ -39,10 +41,13 @@ class Mailbox:
         reject_when_full: OVERLOADED instead of backpressure when `size` are waiting.
         executor: what starts its calls.
         why_closed: what a refused call hears (down, shutting down).
+        fair: the principals' weights when waiting calls are served fairly across principals
+            (deficit round robin; `RuntimeOptions.fair`); None: in order of arrival.
     """
 
     __slots__ = (
         "_dead",
+        "_fair",
         "_queue",
         "_room",
         "_serving",
@@ -64,6 +69,7 @@ class Mailbox:
         reject_when_full: bool,
         executor: Executor,
         why_closed: Callable[[], str],
+        fair: dict[str, float] | None = None,
     ) -> None:
         self.name = name
         self.capacity = capacity
@@ -72,11 +78,17 @@ class Mailbox:
         self.executor = executor
         self._why_closed = why_closed
         self.running = 0
-        self._queue: collections.deque[Call] = collections.deque()
+        self._fair = fair
+        self._queue: collections.deque[Call] | FairQueue[Call] = self._empty()
         self._dead = 0  # calls in `_queue` answered while they waited (skipped when reached)
         self._room: collections.deque[Callable[[], Any]] = collections.deque()  # callers waiting for room
         self._serving = False
         self.closed = False
+
+    def _empty(self) -> collections.deque[Call] | FairQueue[Call]:
+        if self._fair is None:
+            return collections.deque()
+        return FairQueue(_principal, self._fair)
 
     @property
     def queued(self) -> int:
@@ -145,7 +157,11 @@ class Mailbox:
         """A queued call was answered while it waited (its caller gave up, a deadline)."""
         self._dead += 1
         if self._dead > 64 and self._dead * 2 > len(self._queue):  # mostly dead: drop them now
-            self._queue = collections.deque(c for c in self._queue if c.queued)
+            queue = self._queue
+            if isinstance(queue, FairQueue):
+                queue.keep(_waiting)
+            else:
+                self._queue = collections.deque(c for c in queue if c.queued)
             self._dead = 0
         self._wake_room()
 
@@ -205,7 +221,7 @@ class Mailbox:
         self.closed = True
         self._serving = False
         message = self._why_closed()
-        queue, self._queue = self._queue, collections.deque()
+        queue, self._queue = self._queue, self._empty()
         self._dead = 0
         for call in queue:
             if call.queued:
@@ -214,6 +230,14 @@ class Mailbox:
         room, self._room = self._room, collections.deque()
         for wake in room:  # they find it closed and are refused
             wake()
+
+
+def _principal(call: Call) -> str | None:
+    return call.principal
+
+
+def _waiting(call: Call) -> bool:
+    return call.queued
 
 
 def _all_stuck(name: str, stuck: int) -> str:

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 import msgspec
 
 from ..features import Feature, FeaturePipeline
+from ..tools import Budget, CircuitBreaker, Retry
 from ._policy import Policy
 
 if TYPE_CHECKING:
     from ..tools import ElicitHandler, RootsHandler, SampleHandler
+    from ._resilience import Resilience
     from ._source import ToolSource
 
 __all__ = ["RestartPolicy", "RuntimeOptions", "RuntimeOptionsKw", "Settings"]
@@ -91,6 +93,16 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             outermost first; a tool's own (`@tool(policies=...)`) run inside these.
         long_call_warning: seconds after which a call with no deadline that still runs is
             logged (a warning, once per call, naming the tool and `timeout=`); None: never.
+        store: where the resilience policies keep what outlives a call (`runtime.stores`:
+            `MemoryStore()` by default; `SQLiteStore(path)` to survive a restart; `RedisStore(url)`
+            to share budgets, rate limits, breakers and dedupe between processes). A store that
+            fails is degraded to memory (logged, counted), never a call's failure.
+        retry: the default `Retry` of every idempotent tool that sets none.
+        breaker: the default `CircuitBreaker` of every tool (an MCP server's tools share one).
+        budget: caps per batch and per principal (`Budget`).
+        fair: a tool's waiting calls are served fairly across principals (deficit round robin),
+            so one principal's burst cannot starve another's calls.
+        weights: principals' shares under `fair` (default 1.0 each).
     """
 
     features: tuple[Feature, ...] = ()
@@ -108,6 +120,12 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     on_roots: Any = None
     policies: tuple[Policy, ...] = ()
     long_call_warning: Positive | None = 60.0
+    store: Any = None
+    retry: Retry | None = None
+    breaker: CircuitBreaker | None = None
+    budget: Budget | None = None
+    fair: bool = False
+    weights: dict[str, Positive] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tracing, bool | Feature):
@@ -116,6 +134,10 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             handler = getattr(self, name)
             if handler is not None and not callable(handler):
                 raise ValueError(f"{name} must be an async function or None, not {handler!r}")
+        if self.store is not None and not all(
+            callable(getattr(self.store, op, None)) for op in ("get", "set", "add", "incr", "take")
+        ):
+            raise ValueError(f"store must be a runtime.stores store (MemoryStore, ...), not {self.store!r}")
 
     @classmethod
     def build(cls, base: RuntimeOptions | None = None, **values: Any) -> RuntimeOptions:
@@ -169,15 +191,29 @@ class RuntimeOptionsKw(TypedDict, total=False):
     on_roots: RootsHandler | None
     policies: Iterable[Policy]
     long_call_warning: float | None
+    store: Any
+    retry: Retry | None
+    breaker: CircuitBreaker | None
+    budget: Budget | None
+    fair: bool
+    weights: dict[str, float]
 
 
 class Settings:
     """What every part of one runtime reads: its options, its features, its host loop."""
 
-    __slots__ = ("host_loop", "options", "pipeline")
+    __slots__ = ("host_loop", "options", "pipeline", "resilience")
 
-    def __init__(self, options: RuntimeOptions, pipeline: FeaturePipeline, host_loop: Any = None) -> None:
+    def __init__(
+        self,
+        options: RuntimeOptions,
+        pipeline: FeaturePipeline,
+        host_loop: Any = None,
+        resilience: Resilience | None = None,
+    ) -> None:
         self.options = options
         self.pipeline = pipeline
         self.host_loop = host_loop
         """The asyncio loop this trio run is a guest of (`open_asyncio_runtime`), else None."""
+        self.resilience = resilience
+        """The store, breakers and budgets the resilience policies share (None: none at all)."""

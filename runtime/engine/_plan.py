@@ -25,7 +25,16 @@ import trio
 from ..exceptions import RemoteToolError, ResultTypeError
 from ..features import FeaturePipeline
 from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
-from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, cannot_suspend, result_encoder, run_to_end
+from ..tools import (
+    CallContext,
+    PlacedTool,
+    Retry,
+    ToolBase,
+    ToolOptions,
+    cannot_suspend,
+    result_encoder,
+    run_to_end,
+)
 from ._arguments import check_arguments, not_unicode
 from ._call import ABANDON_GRACE, Call
 from ._mailbox import Mailbox
@@ -129,6 +138,9 @@ class ToolPlan:
         self.host_executor: Any = None  # where an asyncio caller's call runs, if not where a trio caller's
         self.policies: tuple[Any, ...] = ()  # its interceptors, outermost first (set by the actor)
         self.suspends = False  # one of them yields awaitables: its calls go through a trio task
+        self.retry: Retry | None = None  # run a failed call again (set by the actor)
+        self.retry_later: Callable[[float, Call], None] = _never  # where a retry waits its backoff
+        self.breaker: Any = None  # its circuit breaker's state (`BreakerState`), which hears every attempt
         placement = options.placement
         self.is_placed = placement is not None and not placement.in_process
         self.crash_reason: str | None = None
@@ -376,3 +388,7 @@ def _asyncio_under_trio(exc: BaseException) -> bool:
     """Whether `exc` is what asyncio code raises when it is awaited in a trio task."""
     text = str(exc) if isinstance(exc, RuntimeError | TypeError) else ""
     return text == "no running event loop" or text.startswith("trio.run received unrecognized yield message")
+
+
+def _never(delay: float, call: Call) -> None:  # pragma: no cover - set with `retry`
+    raise AssertionError("a retry without a place to wait")

@@ -39,7 +39,7 @@ from ._outcome import describe_error, failure
 if TYPE_CHECKING:
     from ._call import Call
 
-__all__ = ["CallRequest", "Policy", "after", "after_now", "before", "before_now"]
+__all__ = ["CallRequest", "Policy", "after", "after_now", "before", "before_now", "note"]
 
 log = logging.getLogger("runtime.engine")
 
@@ -370,13 +370,18 @@ def _crashed(call: Call, policy: Policy, exc: BaseException) -> ToolFailure:
 
 
 def _event(call: Call, policy: Policy, what: str) -> None:
-    attributes: dict[str, Any] = {"tool.policy.name": policy.name, "tool.policy.decision": what}
+    note(call, "tool.policy", {"tool.policy.name": policy.name, "tool.policy.decision": what})
+
+
+def note(call: Call, name: str, attributes: dict[str, Any]) -> None:
+    """An event for the call's span: kept until the span exists (a policy's decision before the
+    call starts), told at once after."""
     if call.notes is not None:  # before the call's span exists: told once it does
-        call.notes.append(("tool.policy", attributes))
+        call.notes.append((name, attributes))
         return
     ctx = call.ctx
     if ctx is not None and ctx._observer is not None:
-        ctx._observer.event(ctx, "tool.policy", attributes)
+        ctx._observer.event(ctx, name, attributes)
 
 
 def redacted(arguments: Any, fields: tuple[str, ...]) -> Any:

@@ -23,6 +23,7 @@ from ..registry import ToolLike, ToolRegistry
 from ..tools import Asker, FunctionTool, ToolBase
 from ._entry import Entry
 from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
+from ._resilience import Resilience
 from ._routing import RegistryActor
 from ._scope import Prepare, Scope, View
 from ._stats import RuntimeStatistics, ToolStatistics
@@ -103,7 +104,24 @@ class Runtime(metaclass=_NoPublicConstructor):
         return RuntimeStatistics(
             tools={name: a.statistics() for name, a in self._routing.routes.items()},
             unknown_tool_calls=self._entry.unknown,
+            **self._entry.store_health(),
         )
+
+    async def invalidate(
+        self, tool: str, arguments: Mapping[str, Any] | str | None = None, *, principal: str | None = None
+    ) -> int:
+        """Forget cached results of `tool` (`cache=Cache(...)`): all of them, a principal's,
+        or those of one call (`arguments`, as the model would send them, with `principal`
+        unless the cache is shared). Returns how many were forgotten (0: a tool without a cache).
+
+        Raises:
+            KeyError: no tool has that name.
+            ValueError: `arguments` do not decode as the tool's.
+        """
+        actor = self._routing.routes.get(tool)
+        if actor is None:
+            raise KeyError(f"no tool named {tool!r}")
+        return await actor.invalidate(arguments, principal)
 
     # -- run-time registration -------------------------------------------------------
 
@@ -451,9 +469,11 @@ async def open_engine(
     tracing_feature = _tracing_feature(options.tracing)
     if tracing_feature is not None:
         feature_list.insert(0, tracing_feature)
-    settings = Settings(options, FeaturePipeline(feature_list), host_loop)
+    resilience = Resilience(options)
+    settings = Settings(options, FeaturePipeline(feature_list), host_loop, resilience)
     asker = Asker(options.on_elicit, options.on_sample, options.on_roots)
     host = await Host.open()
+    resilience.nursery = host.nursery
     supervisor = Supervisor(host, options.restart, options.shutdown_timeout)
     try:
         routing = RegistryActor(supervisor, settings)
@@ -476,6 +496,8 @@ async def open_engine(
             watching.cancel()
             with trio.CancelScope(shield=True):
                 await rt._close()
+                with trio.move_on_after(_HOST_GRACE):
+                    await resilience.store.aclose()
     finally:
         host.close()  # what still runs there (code that ignores cancellation) is abandoned
         if not supervisor.abandoned:  # everything stopped: let the host's tasks end with us

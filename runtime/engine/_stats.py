@@ -26,6 +26,7 @@ class ToolCounters:
             count as abandoned (when they were answered, plus a grace if they were only cancelled).
         abandoned_late: orphans whose work ended more than a grace after they were answered.
         abandoned_threads: threads of a sync tool left running when their call was cancelled.
+        retries: attempts made again (`Retry`).
     """
 
     __slots__ = (
@@ -36,6 +37,7 @@ class ToolCounters:
         "in_flight",
         "orphans",
         "restarts",
+        "retries",
         "succeeded",
     )
 
@@ -48,6 +50,7 @@ class ToolCounters:
         self.orphans: dict[object, float] = {}
         self.abandoned_late = 0
         self.abandoned_threads = 0
+        self.retries = 0
 
     def stuck_orphans(self, now: float) -> int:
         """Orphans that count as abandoned by `now`."""
@@ -82,6 +85,11 @@ class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
         abandoned_running: abandoned work still running now (a stuck thread, a shielded task).
         threads: worker threads this tool holds now (sync tools), abandoned ones included.
         down_reason: why the tool is down, if it is.
+        retries: attempts made again (`Retry`).
+        cache_hits, cache_misses: calls answered from its `Cache`, and calls that ran.
+        replayed: calls answered from the replay journal (`Dedupe`) without running.
+        joined: calls that shared an identical call's execution (`Dedupe`).
+        breaker: its circuit breaker's state ("closed", "open", "half_open"), if it has one.
     """
 
     calls: int
@@ -95,13 +103,26 @@ class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
     abandoned_running: int = 0
     threads: int = 0
     down_reason: str | None = None
+    retries: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    replayed: int = 0
+    joined: int = 0
+    breaker: str | None = None
 
 
 class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters of a runtime (a snapshot): per tool, and calls to tools it does not have."""
+    """Counters of a runtime (a snapshot): per tool, and calls to tools it does not have.
+
+    Attributes:
+        store_failures: steps its store (`runtime.stores`) could not do, answered from memory.
+        store_degraded: the store is failing now (the policies run on memory meanwhile).
+    """
 
     tools: dict[str, ToolStatistics]
     unknown_tool_calls: int
+    store_failures: int = 0
+    store_degraded: bool = False
 
     @property
     def in_flight(self) -> int:

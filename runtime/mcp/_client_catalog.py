@@ -221,6 +221,8 @@ class RemoteCatalog:
             timeout=self.spec.call_timeout,
             wrapped=wrapped,
             requires_approval=getattr(self.spec, "requires_approval", False),
+            idempotent=bool(annotations is not None and annotations.idempotent_hint),
+            read_only=bool(annotations is not None and annotations.read_only_hint),
         )
 
     def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:

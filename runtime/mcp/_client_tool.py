@@ -93,6 +93,8 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         timeout: float | None = None,
         wrapped: bool = False,
         requires_approval: Any = False,
+        idempotent: bool = False,
+        read_only: bool = False,
     ) -> None:
         self.name = name
         self.remote_name = remote_name
@@ -104,6 +106,8 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         self.args_type = dict[str, Any]
         self.timeout = timeout
         self.requires_approval = requires_approval
+        self.idempotent = idempotent  # the server's idempotentHint: retries and dedupe may act
+        self.read_only = read_only  # its readOnlyHint: a Cache may serve its results
         self._caller = caller
         self._wrapped = wrapped
 

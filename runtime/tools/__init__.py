@@ -43,5 +43,13 @@ from ._placement import InProcess as InProcess
 from ._placement import PlacedTool as PlacedTool
 from ._placement import Placement as Placement
 from ._placement import PlacementHost as PlacementHost
+from ._resilience import NEVER_RETRIED as NEVER_RETRIED
+from ._resilience import TRANSPORT as TRANSPORT
+from ._resilience import Budget as Budget
+from ._resilience import Cache as Cache
+from ._resilience import CircuitBreaker as CircuitBreaker
+from ._resilience import Dedupe as Dedupe
+from ._resilience import RateLimit as RateLimit
+from ._resilience import Retry as Retry
 from ._toolset import ToolSet as ToolSet
 from ._toolset import tools_of as tools_of

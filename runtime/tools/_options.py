@@ -18,6 +18,7 @@ import msgspec
 
 from ..exceptions import ToolDefinitionError
 from ._placement import Placement
+from ._resilience import Cache, CircuitBreaker, Dedupe, RateLimit, Retry
 
 __all__ = ["Loop", "OnFull", "ToolOptions", "ToolOptionsKw"]
 
@@ -59,6 +60,15 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             the reason, and the tool does not run.
         tags: labels a per-request view selects tools by (`rt.scoped(tags=...)`).
         policies: the tool's own interceptors (`runtime.Policy`), inside the runtime's.
+        idempotent: running a call twice does what running it once does (an MCP tool's
+            `idempotentHint`): it may be retried and hedged.
+        read_only: it changes nothing (an MCP tool's `readOnlyHint`; implies idempotent): its
+            results may be cached.
+        retry: run a failed call again (`Retry`; idempotent tools only).
+        cache: answer from an earlier result of the same call (`Cache`; read-only tools only).
+        dedupe: identical calls run once, and a replay gets the stored result (`Dedupe`).
+        rate_limit: calls a second this tool takes, from everyone (`RateLimit`).
+        breaker: stop calling it while it cannot be reached (`CircuitBreaker`).
     """
 
     timeout: Seconds | None = None
@@ -73,6 +83,13 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     requires_approval: Approval = False
     tags: frozenset[str] = frozenset()
     policies: tuple[Any, ...] = ()
+    idempotent: bool = False
+    read_only: bool = False
+    retry: Retry | None = None
+    cache: Cache | None = None
+    dedupe: Dedupe | None = None
+    rate_limit: RateLimit | None = None
+    breaker: CircuitBreaker | None = None
 
     def __post_init__(self) -> None:
         # The checks msgspec's constraints cannot make; `build` words them (its `_why`).
@@ -83,6 +100,15 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError("policies")
         if self.inline and self.timeout is not None:
             raise ValueError("inline+timeout")
+        if self.retry is not None and not (self.idempotent or self.read_only):
+            raise ValueError("retry+idempotent")
+        if self.cache is not None and not self.read_only:
+            raise ValueError("cache+read_only")
+
+    @property
+    def repeatable(self) -> bool:
+        """Running a call twice is safe (idempotent, or read-only)."""
+        return self.idempotent or self.read_only
 
     @classmethod
     def build(cls, what: str, values: Any) -> ToolOptions:
@@ -128,6 +154,13 @@ _EXPECTED = {
     "requires_approval": "True, False or a predicate (args) -> bool",
     "tags": "a set of strings",
     "policies": "a sequence of runtime.Policy instances",
+    "idempotent": "True or False",
+    "read_only": "True or False",
+    "retry": "a runtime.Retry(...) or None",
+    "cache": "a runtime.Cache(...) or None",
+    "dedupe": "a runtime.Dedupe(...) or None",
+    "rate_limit": "a runtime.RateLimit(...) or None",
+    "breaker": "a runtime.CircuitBreaker(...) or None",
 }
 
 
@@ -136,17 +169,30 @@ def _objects(kind: Any, value: Any) -> Any:
     if getattr(kind, "__origin__", None) is type:  # type[BaseException]
         if isinstance(value, type) and issubclass(value, kind.__args__[0]):
             return value
-    elif kind is Placement:
-        if isinstance(value, Placement):
+    elif kind is Placement or kind in _VALUES:
+        if isinstance(value, kind):
             return value
     elif callable(value):  # Callable[[Any], bool]
         return value
     raise TypeError(f"Expected `{kind}`")  # msgspec adds where: `$.restart_on[1]`
 
 
+_VALUES = (Retry, Cache, Dedupe, RateLimit, CircuitBreaker)
+
+
 def _why(fields: dict[str, Any], exc: Exception) -> str:
     """The sentence for a value msgspec refused: the option, what it must be, what it was."""
     text = str(exc)
+    if "retry+idempotent" in text:
+        return (
+            "retry= runs a call again, which only an idempotent tool allows: say idempotent=True "
+            "(or read_only=True) if running it twice does what running it once does, or drop retry="
+        )
+    if "cache+read_only" in text:
+        return (
+            "cache= serves an earlier result instead of running the tool, which only a read-only "
+            "tool allows: say read_only=True if it changes nothing, or drop cache="
+        )
     if "inline+timeout" in text:
         return (
             f"an inline tool runs on the event loop and cannot be interrupted, so its "
@@ -179,3 +225,10 @@ class ToolOptionsKw(TypedDict, total=False):
     requires_approval: bool | Callable[[Any], bool]
     tags: frozenset[str] | set[str] | list[str] | tuple[str, ...]
     policies: tuple[Any, ...] | list[Any]
+    idempotent: bool
+    read_only: bool
+    retry: Retry | None
+    cache: Cache | None
+    dedupe: Dedupe | None
+    rate_limit: RateLimit | None
+    breaker: CircuitBreaker | None
