@@ -76,7 +76,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from runtime import (
+    Budget,
+    Cache,
     CallContext,
+    CircuitBreaker,
+    Dedupe,
     CallRequest,
     FailureKind,
     Feature,
@@ -406,12 +410,16 @@ _DRAIN = 30.0  # seconds (real) the abandoned work may take to end once released
 # -- the callers -----------------------------------------------------------------------------------
 
 
-def run_trio(plan_: Plan, tools: list[Any], *, virtual: bool) -> tuple[Observed, Recorder]:
+def run_trio(
+    plan_: Plan, tools: list[Any], *, virtual: bool, options: Mapping[str, Any] = {}
+) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
 
     async def main() -> None:
-        async with open_runtime(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt:
+        async with open_runtime(
+            tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
+        ) as rt:
             scopes: list[trio.CancelScope] = []
             async with trio.open_nursery() as nursery:
 
@@ -525,13 +533,15 @@ def _loop_runner(loop: str) -> asyncio.Runner:
     return asyncio.Runner()
 
 
-def run_guest(plan_: Plan, tools: list[Any], *, loop: str) -> tuple[Observed, Recorder]:
+def run_guest(
+    plan_: Plan, tools: list[Any], *, loop: str, options: Mapping[str, Any] = {}
+) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
 
     async def main() -> None:
         async with open_asyncio_runtime(
-            tools, features=[recorder], policies=[recorder.witness], tracing=False
+            tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
         ) as rt:
             await drive_asyncio(
                 plan_, _AsyncCaller(rt.call, rt.call_many, rt.statistics, rt.as_completed), seen
@@ -542,21 +552,23 @@ def run_guest(plan_: Plan, tools: list[Any], *, loop: str) -> tuple[Observed, Re
     return seen, recorder
 
 
-def run_thread_asyncio(plan_: Plan, tools: list[Any]) -> tuple[Observed, Recorder]:
+def run_thread_asyncio(
+    plan_: Plan, tools: list[Any], options: Mapping[str, Any] = {}
+) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
     with (
-        RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt,
+        RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False, **options) as rt,
         asyncio.Runner() as runner,
     ):
         runner.run(drive_asyncio(plan_, _AsyncCaller(rt.acall, rt.acall_many, rt.statistics), seen))
     return seen, recorder
 
 
-def run_threads(plan_: Plan, tools: list[Any]) -> tuple[Observed, Recorder]:
+def run_threads(plan_: Plan, tools: list[Any], options: Mapping[str, Any] = {}) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
-    with RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt:
+    with RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False, **options) as rt:
         errors: list[BaseException] = []
 
         def catching(fn: Callable[[], None]) -> Callable[[], None]:
@@ -603,24 +615,27 @@ def run_route(
     executors: tuple[str, ...],
     tools: list[Any],
     known_bugs: Mapping[tuple[str, str], str] = KNOWN_BUGS,
+    options: Mapping[str, Any] = {},
+    asyncio_tools: Mapping[str, Any] = ASYNCIO_TOOLS,
 ) -> None:
     """Run `batch` on `executors` from `caller` (but the `known_bugs`): check every result, the
-    statistics, and that nothing is left once the runtime has closed."""
+    statistics, and that nothing is left once the runtime has closed. `options` go to the
+    runtime (`open_runtime` and the others)."""
     if caller in ("asyncio", "uvloop"):
         executors = (*executors, "asyncio") if "task" in executors else executors
-        tools = [*tools, *ASYNCIO_TOOLS.values()] if "task" in executors else tools
+        tools = [*tools, *asyncio_tools.values()] if "task" in executors else tools
     virtual = caller == "trio" and not any(e in executors for e in ("subprocess", "ray"))
     plan_ = plan(batch, executors, caller, known_bugs, opt.BLOCK_VIRTUAL if virtual else opt.BLOCK)
     opt.RELEASE.clear()
     with leakcheck.scope() as scope:
         if caller == "trio":
-            seen, recorder = run_trio(plan_, tools, virtual=virtual)
+            seen, recorder = run_trio(plan_, tools, virtual=virtual, options=options)
         elif caller in ("asyncio", "uvloop"):
-            seen, recorder = run_guest(plan_, tools, loop=caller)
+            seen, recorder = run_guest(plan_, tools, loop=caller, options=options)
         elif caller == "threads":
-            seen, recorder = run_threads(plan_, tools)
+            seen, recorder = run_threads(plan_, tools, options)
         else:
-            seen, recorder = run_thread_asyncio(plan_, tools)
+            seen, recorder = run_thread_asyncio(plan_, tools, options)
     check(plan_, seen, recorder)
     assert scope.leaks() == []
 
@@ -651,6 +666,50 @@ def test_in_process_executors(caller: str) -> None:
     @example(batch=list(KINDS))  # every kind, on every route, in every run
     def run(batch: list[str]) -> None:
         run_route(caller, batch, IN_PROCESS, list(ASYNC_TOOLS.values()))
+
+    run()
+
+
+# The same tools with every resilience policy that leaves a call's outcome as it was: identical
+# calls join one run (`Dedupe`: the batches repeat arguments, such as every `raise` or `hang`),
+# successes are cached (each `ok` has its own arguments, so none is served twice), a breaker
+# that hears every attempt but never opens, and budgets that make calls wait their turn
+# (per batch, per principal) in a fair queue. Each call must still get its one result, the same
+# outcome, every hook once, and nothing may be left.
+_RESILIENT = {"read_only": True, "cache": Cache(ttl=60), "dedupe": Dedupe(ttl=0)}
+RESILIENT_TOOLS = {
+    "task": tool(opt.trio_kinds, name="task", **_RESILIENT),
+    "task_timed": tool(opt.trio_kinds, name="task_timed", timeout=T, **_RESILIENT),
+    "eager": tool(opt.eager_kinds, name="eager", **_RESILIENT),
+    "inline": tool(opt.sync_kinds, name="inline", inline=True, **_RESILIENT),
+    "thread": tool(opt.sync_kinds, name="thread", **_RESILIENT),
+    "thread_timed": tool(opt.sync_kinds, name="thread_timed", timeout=T, **_RESILIENT),
+}
+RESILIENT_ASYNCIO_TOOLS = {
+    "asyncio": tool(opt.asyncio_kinds, name="asyncio", loop="asyncio", **_RESILIENT),
+    "asyncio_timed": tool(opt.asyncio_kinds, name="asyncio_timed", loop="asyncio", timeout=T, **_RESILIENT),
+}
+RESILIENT_OPTIONS = {
+    "breaker": CircuitBreaker(failures=1_000_000),
+    "budget": Budget(per_batch=3, per_principal=5, wait=True),
+    "fair": True,
+}
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+def test_in_process_executors_with_resilience(caller: str) -> None:
+    @_settings(max(2, EXAMPLES[caller] // 3))
+    @given(batch=batches())
+    @example(batch=list(KINDS))
+    def run(batch: list[str]) -> None:
+        run_route(
+            caller,
+            batch,
+            IN_PROCESS,
+            list(RESILIENT_TOOLS.values()),
+            options=RESILIENT_OPTIONS,
+            asyncio_tools=RESILIENT_ASYNCIO_TOOLS,
+        )
 
     run()
 
