@@ -558,7 +558,9 @@ def run_thread_asyncio(
     recorder = Recorder()
     seen = Observed(recorder=recorder)
     with (
-        RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False, **options) as rt,
+        RuntimeThread(
+            tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
+        ) as rt,
         asyncio.Runner() as runner,
     ):
         runner.run(drive_asyncio(plan_, _AsyncCaller(rt.acall, rt.acall_many, rt.statistics), seen))
@@ -568,7 +570,9 @@ def run_thread_asyncio(
 def run_threads(plan_: Plan, tools: list[Any], options: Mapping[str, Any] = {}) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
-    with RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False, **options) as rt:
+    with RuntimeThread(
+        tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
+    ) as rt:
         errors: list[BaseException] = []
 
         def catching(fn: Callable[[], None]) -> Callable[[], None]:

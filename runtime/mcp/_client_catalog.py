@@ -223,6 +223,7 @@ class RemoteCatalog:
             requires_approval=getattr(self.spec, "requires_approval", False),
             idempotent=bool(annotations is not None and annotations.idempotent_hint),
             read_only=bool(annotations is not None and annotations.read_only_hint),
+            options=getattr(self.spec, "options", None),
         )
 
     def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:

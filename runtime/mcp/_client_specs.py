@@ -22,6 +22,7 @@ import msgspec
 import trio
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ..tools import ToolOptions
 from ._client import RemoteServer
 from ._client_transport import Transport, http_transport, sse_transport, stdio_transport
 
@@ -55,6 +56,10 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
         include: the server's tools to take, by the server's names or globs (`"get_*"`); None:
             all of them.
         exclude: the server's tools to leave out, by name or glob (applied after `include`).
+        options: tool options for each of its tools (`@tool`'s: `cache`, `retry`, `dedupe`,
+            `rate_limit`, `breaker`, `tags`, `max_concurrency`...). `cache` reaches only the
+            tools the server says are read-only (`readOnlyHint`), `retry` only those it says are
+            idempotent (`idempotentHint`, or read-only): the others run every call once.
     """
 
     name: str
@@ -68,8 +73,16 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     requires_approval: Any = False
     include: tuple[str, ...] | None = None
     exclude: tuple[str, ...] = ()
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.options:
+            if not isinstance(self.options, Mapping):
+                raise ValueError(f"MCP options must be a mapping of tool options, not {self.options!r}")
+            try:  # checked as a tool's options would be (as if read-only: `cache` and `retry` pass)
+                ToolOptions.build("an MCP server's tools", {**self.options, "read_only": True})
+            except TypeError as exc:
+                raise ValueError(str(exc)) from None
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
             raise ValueError(
                 f"MCP prefix {self.prefix!r} must be 1-32 characters from a-z, A-Z, 0-9, '_' and '-'"
@@ -253,6 +266,7 @@ def stdio(
     requires_approval: Any = False,
     include: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -272,6 +286,8 @@ def stdio(
         requires_approval: its tools ask before they run (True, or a predicate on the arguments).
         include: only these of its tools (the server's names, or globs such as `"read_*"`).
         exclude: not these of its tools (names or globs; after `include`).
+        options: tool options for each of its tools (see `ServerSpec.options`): e.g.
+            `{\"cache\": Cache(ttl=60)}` caches the read-only ones.
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -291,6 +307,7 @@ def stdio(
         requires_approval=requires_approval,
         include=_patterns(include),
         exclude=tuple(_patterns(exclude) or ()),
+        options=dict(options or {}),
     )
 
 
@@ -310,6 +327,7 @@ def http(
     auth: Any = None,
     include: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
     credentials: Callable[[str], Mapping[str, str] | None] | None = None,
     max_principal_sessions: int = 32,
     principal_idle_timeout: float = 300.0,
@@ -333,6 +351,8 @@ def http(
         requires_approval: its tools ask before they run (True, or a predicate on the arguments).
         include: only these of its tools (the server's names, or globs such as `"read_*"`).
         exclude: not these of its tools (names or globs; after `include`).
+        options: tool options for each of its tools (see `ServerSpec.options`): e.g.
+            `{\"cache\": Cache(ttl=60)}` caches the read-only ones.
         credentials: `principal -> headers` (or None: refused) for a session of each
             principal's own: its calls go over it, opened on its first call, closed when idle
             (see runtime.mcp._client_pool); `headers`/`auth` then list the tools only.
@@ -354,6 +374,7 @@ def http(
         auth=auth,
         include=_patterns(include),
         exclude=tuple(_patterns(exclude) or ()),
+        options=dict(options or {}),
         credentials=credentials,
         max_principal_sessions=max_principal_sessions,
         principal_idle_timeout=principal_idle_timeout,
@@ -375,6 +396,7 @@ def sse(
     auth: Any = None,
     include: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
     credentials: Callable[[str], Mapping[str, str] | None] | None = None,
     max_principal_sessions: int = 32,
     principal_idle_timeout: float = 300.0,
@@ -398,6 +420,7 @@ def sse(
         auth=auth,
         include=_patterns(include),
         exclude=tuple(_patterns(exclude) or ()),
+        options=dict(options or {}),
         credentials=credentials,
         max_principal_sessions=max_principal_sessions,
         principal_idle_timeout=principal_idle_timeout,

@@ -95,6 +95,7 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         requires_approval: Any = False,
         idempotent: bool = False,
         read_only: bool = False,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.remote_name = remote_name
@@ -110,6 +111,12 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         self.read_only = read_only  # its readOnlyHint: a Cache may serve its results
         self._caller = caller
         self._wrapped = wrapped
+        for option, value in (options or {}).items():  # the spec's, for each of its tools
+            if option == "cache" and not read_only:
+                continue  # the server does not say it is read-only: never served from a cache
+            if option == "retry" and not (idempotent or read_only):
+                continue  # nor idempotent: never run twice
+            setattr(self, option, value)
 
     def decode_args(self, raw: str | bytes | Mapping[str, Any]) -> Any:
         return decode_checked(self._validator, raw)
