@@ -33,6 +33,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
@@ -51,6 +52,8 @@ from ..features import Feature
 from ..messages import FailureKind, ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
 from ..tools import ToolBase
+
+log = logging.getLogger("runtime.embed")
 
 __all__ = ["AsyncioRuntime", "AsyncioScopedRuntime", "open_asyncio_runtime"]
 
@@ -555,8 +558,22 @@ async def open_asyncio_runtime(
     built = RuntimeOptions.build(options, **settings)
     ready: asyncio.Future[AsyncioRuntime] = loop.create_future()
     finished: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
+    # The runtime has closed: every call answered, what ignored its cancellation abandoned. The
+    # guest run itself may go on after that (an abandoned task that never returns keeps it, as
+    # it would keep `trio.run`), but the asyncio side no longer waits for it.
+    closed: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
 
     async def main() -> None:
+        try:
+            await serve()
+        except BaseException as exc:
+            if not closed.done():
+                closed.set_result(outcome.Error(exc))
+            raise
+        if not closed.done():
+            closed.set_result(outcome.Value(None))
+
+    async def serve() -> None:
         stop = trio.Event()
         async with (
             open_engine(registry, built, host_loop=loop) as (rt, entry),
@@ -590,5 +607,12 @@ async def open_asyncio_runtime(
         yield rt
     finally:
         rt._close()
-        await asyncio.shield(finished)
-        finished.result().unwrap()
+        await asyncio.shield(asyncio.wait((closed, finished), return_when=asyncio.FIRST_COMPLETED))
+        if finished.done():
+            finished.result().unwrap()
+        else:
+            closed.result().unwrap()
+            log.warning(
+                "the runtime closed with abandoned work still running on trio (code that ignores "
+                "cancellation); it runs on until it returns or the loop closes"
+            )
