@@ -19,11 +19,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from redis_server import RedisServer
 
-from runtime import Dedupe, Runtime, ToolCall, ToolResult, open_runtime, tool
+from runtime import (
+    Dedupe,
+    FailureKind,
+    Runtime,
+    ToolCall,
+    ToolFailure,
+    ToolResult,
+    ToolSuccess,
+    open_runtime,
+    tool,
+)
 from runtime.stores import RedisStore
 
 HERE = Path(__file__).parent
@@ -278,6 +289,63 @@ async def test_two_runtimes_given_the_same_batch_do_not_wait_on_each_others_clai
     assert sorted(done) == [("ran", i) for i in range(10)]
     assert [[r.value for r in rs] for rs in results] == [list(range(10))] * 2  # type: ignore[union-attr]
     assert sum(s.replayed for s in stats) == 10  # each call the other runtime ran: from the journal
+
+
+async def test_a_call_waiting_for_another_process_gets_its_journal_its_claim_or_its_deadline(
+    redis: RedisServer,
+) -> None:
+    """Another process (a second store on the same Redis) holds the key of a call: the call
+    waits, and ends with that run's journaled result; or runs once the claim runs out; or, with
+    a timeout shorter than that, times out without running. Closing the runtime ends a wait."""
+    done.clear()
+    other = RedisStore(redis.url)
+    call = ToolCall(id="mine", name="slow_work", arguments='{"n": 7}')
+    key = "slow_work\x00\x00k:"  # (tool, principal, the caller's idempotency key)
+    stored = ToolSuccess(call_id="theirs", tool="slow_work", content="700", value=700)
+    try:
+        async with open_runtime([slow_work], store=RedisStore(redis.url)) as rt:
+
+            async def journal_later() -> None:
+                await trio.sleep(0.3)
+                await other.set(f"journal:{key}journaled", msgspec.json.encode(stored), 60)
+                await other.delete(f"claim:{key}journaled")
+
+            await other.add(f"claim:{key}journaled", b"1", 30)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(journal_later)
+                answered = await rt.call(call, metadata={"idempotency_key": "journaled"})
+            assert answered == ToolSuccess(call_id="mine", tool="slow_work", content="700", value=700)
+
+            await other.add(f"claim:{key}abandoned", b"1", 0.5)  # its process died
+            start = trio.current_time()
+            ran = await rt.call(call, metadata={"idempotency_key": "abandoned"})
+            assert ran == ToolSuccess(call_id="mine", tool="slow_work", content="7", value=7)
+            assert 0.4 < trio.current_time() - start < 2.0
+
+            await other.add(f"claim:{key}busy", b"1", 30)
+            timed_out = await rt.call(call, metadata={"idempotency_key": "busy"}, timeout=0.3)
+            assert type(timed_out) is ToolFailure
+            assert timed_out.kind is FailureKind.TIMEOUT
+            assert done == [("ran", 7)]  # only the call whose claim ran out ran
+            assert rt.statistics().tools["slow_work"].replayed == 1
+
+        ended: list[ToolResult] = []  # the runtime closes while a call waits for another's run
+        async with (
+            trio.open_nursery() as nursery,
+            open_runtime([slow_work], store=RedisStore(redis.url)) as rt,
+        ):
+
+            async def wait_busy() -> None:
+                ended.append(await rt.call(call, metadata={"idempotency_key": "busy"}))
+
+            nursery.start_soon(wait_busy)
+            await trio.sleep(0.2)
+        assert [(type(r), getattr(r, "message", None)) for r in ended] == [
+            (ToolFailure, "tool 'slow_work': the runtime shut down while an identical call ran elsewhere")
+        ]
+        assert done == [("ran", 7)]
+    finally:
+        await other.aclose()
 
 
 async def test_a_breaker_opened_by_one_server_refuses_the_others_calls_on_redis(
