@@ -196,7 +196,7 @@ async def test_two_servers_share_a_rate_limit_on_redis(
     redis: RedisServer, tmp_path: Path, scope: str
 ) -> None:
     """Both servers call as fast as they can for 1.5 s against one bucket (burst 200, 100/s):
-    together they get what the bucket holds over that window, within 1%, and never more."""
+    together they get what the bucket holds over that window, never more (and not far less)."""
     rate, burst, seconds = 100.0, 200.0, 1.5
     log = tmp_path / "ran.log"
     args = redis_args(redis, log, "--rate", str(rate), "--burst", str(burst))
@@ -215,7 +215,10 @@ async def test_two_servers_share_a_rate_limit_on_redis(
         f"{[c['admitted'] for c in counts]}, refused {[c['refused'] for c in counts]}"
     )
     assert admitted <= bucket
-    assert admitted >= 0.99 * bucket
+    # Shared, not per process (each alone would take the whole bucket: twice it, over the bound
+    # above). The closeness (within 1%: 99.6-99.8% here) is measured in `make bench`; a test on a
+    # loaded CI machine only asks that the limiter is not far too strict.
+    assert admitted >= 0.95 * bucket
     assert all(c["admitted"] > 0 and c["refused"] > 0 for c in counts)  # both drew on it
     assert sum(n for (name, _, _), n in executions(log).items() if name == "ping") == admitted
 
