@@ -327,13 +327,16 @@ def _link(info: ArtifactInfo) -> ResourceLinkPart:
 
 # -- the built-in tools ----------------------------------------------------------------------------
 
-_HEADER_ROOM = 200  # characters of a page's first line
+
+def _page_header(handle: str, unit: str, offset: int, end: int, total: int) -> str:
+    """The first line of a page `read_artifact` returns."""
+    more = f"; the rest from offset={end}" if end < total else "; that is the end"
+    return f"[artifact {handle}: {unit} {offset:,} to {end:,} of {total:,}{more}]\n"
 
 
 def artifact_tools(store: ArtifactStore, max_chars: int) -> list[FunctionTool[..., Any]]:
     """`read_artifact` and `grep_artifact` over `store`, for a runtime whose texts are cut at
     `max_chars` (a page is never longer)."""
-    page = max(1, max_chars - _HEADER_ROOM)
 
     async def read_artifact(
         handle: Annotated[str, Description("the artifact's handle, as the result showed it (art_...)")],
@@ -350,6 +353,9 @@ def artifact_tools(store: ArtifactStore, max_chars: int) -> list[FunctionTool[..
         info = await store.info(ctx.principal, handle)
         if length < 1:
             raise ToolRejected(f"length must be at least 1, got {length}")
+        # the page and its first line fit under max_chars (its longest first line counted)
+        longest = _page_header(handle, "bytes, in base64", info.length, info.length - 1, info.length)
+        page = max(1, max_chars - len(longest))
         try:
             if info.is_text:
                 length = min(length, page)
@@ -366,9 +372,7 @@ def artifact_tools(store: ArtifactStore, max_chars: int) -> list[FunctionTool[..
                 data = raw
         except ValueError as exc:
             raise ToolRejected(str(exc)) from None
-        end = offset + len(data)
-        more = f"; the rest from offset={end}" if end < info.length else "; that is the end"
-        return f"[artifact {handle}: {unit} {offset:,} to {end:,} of {info.length:,}{more}]\n{shown}"
+        return _page_header(handle, unit, offset, offset + len(data), info.length) + shown
 
     async def grep_artifact(
         handle: Annotated[str, Description("the artifact's handle, as the result showed it (art_...)")],

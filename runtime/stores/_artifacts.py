@@ -124,7 +124,7 @@ class ArtifactStore:
         if ttl <= 0 or max_bytes < 1 or chunk < 1:
             raise ValueError("an artifact store needs a positive ttl, max_bytes and chunk")
         self.store = store if store is not None else MemoryStore(max_keys=10_000_000)
-        self.local = isinstance(self.store, MemoryStore)  # its steps never suspend
+        self.local = type(self.store) is MemoryStore  # its steps never suspend (a subclass may)
         self.ttl = float(ttl)
         self.max_bytes = max_bytes
         self.chunk = chunk
