@@ -43,6 +43,7 @@ INLINE: Final = 256 << 10
 
 _HANDLE = re.compile(r"^art_[0-9a-f]{24}$")
 _SAFE_PRINCIPAL = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+_PER_THREAD = 1  # chunks encoded and hashed per trip to a worker thread: the loop waits less for the GIL
 _GONE_KEPT = 10_000  # handles remembered as expired or dropped (to say so, not just "unknown")
 
 
@@ -180,12 +181,12 @@ class ArtifactStore:
         count = max(1, math.ceil(len(data) / chunk))
         hasher = hashlib.sha256()
         pieces: list[bytes] = []
-        for i in range(count):
-            piece = data[i * chunk : (i + 1) * chunk]
-            if len(piece) <= INLINE:
-                pieces.append(_encoded(piece, hasher))
-            else:  # a worker thread (hashlib lets go of the GIL): the loop goes on meanwhile
-                pieces.append((yield trio.to_thread.run_sync(_encoded, piece, hasher)))
+        if len(data) <= INLINE:
+            pieces.extend(_encoded(data, 0, count, chunk, hasher))
+        else:  # in worker threads (hashlib lets go of the GIL): the loop goes on meanwhile
+            for first in range(0, count, _PER_THREAD):
+                many = min(_PER_THREAD, count - first)
+                pieces.extend((yield trio.to_thread.run_sync(_encoded, data, first, many, chunk, hasher)))
         size = sum(map(len, pieces))
         if size > self.max_bytes:
             raise ValueError(f"an artifact of {size} bytes is over the store's limit of {self.max_bytes}")
@@ -410,10 +411,15 @@ class _Scan:
         self.offset, self.line = offset, line
 
 
-def _encoded(piece: str | bytes, hasher: Any) -> bytes:
-    data = piece.encode() if isinstance(piece, str) else bytes(piece)
-    hasher.update(data)
-    return data
+def _encoded(data: str | bytes, first: int, many: int, chunk: int, hasher: Any) -> list[bytes]:
+    """Chunks `first` to `first + many` of `data`, as bytes, each added to `hasher` in turn."""
+    pieces: list[bytes] = []
+    for i in range(first, first + many):
+        piece = data[i * chunk : (i + 1) * chunk]
+        encoded = piece.encode() if isinstance(piece, str) else bytes(piece)
+        hasher.update(encoded)
+        pieces.append(encoded)
+    return pieces
 
 
 def _scope(principal: str | None) -> str:
