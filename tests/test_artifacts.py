@@ -411,3 +411,14 @@ async def test_a_keeping_that_waits_is_stopped_by_the_deadline_and_the_caller(
     assert stats.failures == {"timeout": 1, "cancelled": 1}
     assert kept == {"artifacts": 1, "bytes": 1002}  # the stopped ones left nothing kept
     assert [k for k in store._data if "artifact:" in k and k.endswith(link_of(done).name)]
+
+
+async def test_a_placed_tools_large_result_is_kept_whole_here() -> None:
+    import placement_tools as pt
+
+    async with open_runtime([pt.big_text], tracing=False, artifacts=Artifacts()) as rt:
+        result = await rt.call(call("big_text", megabytes=8), principal="p")
+        assert rt.artifacts is not None
+        whole = await rt.artifacts.read("p", link_of(result).name)
+    assert whole == "0123456789abcdef" * (8 << 16)  # built in the worker process, kept whole here
+    assert len(result.content) <= LIMIT
