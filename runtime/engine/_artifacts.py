@@ -297,8 +297,15 @@ class Keeper:
         each = max(0, min(preview, room // 2, total // 2))
         if each == 0:
             return head[:limit]
-        hidden = total - 2 * each
-        return f"{head}{text[:each]}\n[… {hidden:,} characters not shown …]\n{text[total - each :]}"
+        start, end = text[:each], text[total - each :]
+        cut = start.rfind("\n")  # whole lines where the text has lines
+        if cut > 0:
+            start = start[: cut + 1]
+        cut = end.find("\n")
+        if 0 <= cut < len(end) - 1:
+            end = end[cut + 1 :]
+        hidden = total - len(start) - len(end)
+        return f"{head}{start}[… {hidden:,} characters not shown …]\n{end}"
 
     def _binary_note(self, info: ArtifactInfo, part: ContentPart) -> str:
         kind = (
