@@ -39,6 +39,7 @@ from runtime import (
     TextPart,
     Tool,
     ToolCall,
+    ToolDefinitionError,
     ToolFailure,
     ToolResult,
     ToolSuccess,
@@ -422,3 +423,28 @@ async def test_a_placed_tools_large_result_is_kept_whole_here() -> None:
         whole = await rt.artifacts.read("p", link_of(result).name)
     assert whole == "0123456789abcdef" * (8 << 16)  # built in the worker process, kept whole here
     assert len(result.content) <= LIMIT
+
+
+async def test_artifacts_true_is_the_defaults_and_bad_options_say_what_they_must_be() -> None:
+    async with open_runtime([text_of], tracing=False, artifacts=True) as rt:
+        assert rt.artifacts is not None
+        assert (rt.artifacts.ttl, rt.artifacts.max_bytes) == (3600.0, 256 << 20)
+        assert "read_artifact" in rt.registry
+    async with open_runtime([text_of], tracing=False) as rt:
+        assert rt.artifacts is None  # off unless asked for: results over the limit are cut
+        assert "read_artifact" not in rt.registry
+    with pytest.raises(ValueError, match=r"must be a runtime\.stores store or a folder"):
+        Artifacts(store=object())
+    with pytest.raises(ToolDefinitionError, match="max_result_chars must be a positive int or None, not 0"):
+
+        @tool(max_result_chars=0)
+        async def nothing() -> str:
+            return ""
+
+    @tool
+    async def read_artifact() -> str:
+        return "mine"
+
+    with pytest.raises(ToolDefinitionError, match="a tool is named 'read_artifact'"):
+        async with open_runtime([read_artifact], tracing=False, artifacts=True):
+            pass
