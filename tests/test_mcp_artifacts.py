@@ -162,3 +162,36 @@ async def test_our_client_reads_the_links_it_is_given_within_its_bounds(url: str
             # content-addressed: the server's artifact and the one kept here of what it held
             # have the same handle
             assert remote.name in {p.name for p in local}
+
+
+async def test_a_structured_result_over_the_limit_is_refused_with_its_link_and_preview() -> None:
+    from mcp.client._memory import InMemoryTransport
+
+    from runtime import tool
+    from runtime.mcp._server import ServedRuntime
+
+    @tool
+    async def rows(n: int) -> dict[str, list[int]]:
+        """`n` numbers."""
+        return {"rows": list(range(n))}
+
+    with trio.fail_after(WAIT):
+        async with open_runtime([rows], tracing=False, max_result_chars=500, artifacts=Artifacts()) as rt:
+            served = ServedRuntime(rt)
+            async with Client(InMemoryTransport(served.server), mode="legacy") as session:
+                result = await session.call_tool("rows", {"n": 5000})
+                (link,) = [b for b in result.content if isinstance(b, types.ResourceLink)]
+                read = await session.read_resource(str(link.uri))  # the session that made it reads it
+            async with Client(InMemoryTransport(served.server), mode="legacy") as other:
+                with pytest.raises(MCPError) as refused:  # another anonymous session does not
+                    await other.read_resource(str(link.uri))
+                assert (await other.list_resources()).resources == []
+    assert refused.value.code == INVALID_PARAMS
+    # cut JSON is not the value the outputSchema promises: an error, with what was kept whole
+    assert result.is_error is True
+    assert result.structured_content is None
+    assert "over the limit of 500 characters" in result.content[0].text  # type: ignore[union-attr]
+    (contents,) = read.contents
+    assert isinstance(contents, types.TextResourceContents)
+    assert contents.mime_type == "application/json"
+    assert contents.text == '{"rows":[' + ",".join(map(str, range(5000))) + "]}"

@@ -120,6 +120,7 @@ class ServedRuntime:
         self._levels: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         # artifacts the calls of each connection made (an anonymous session reads only its own)
         self._made: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self._handshakes: weakref.WeakSet[Any] = weakref.WeakSet()  # connections of the handshake era
         resources: dict[str, Any] = {}
         if rt.artifacts is not None:
             resources = {"on_list_resources": self._list_resources, "on_read_resource": self._read_resource}
@@ -261,9 +262,9 @@ class ServedRuntime:
         anonymous session of the handshake era, the only handles it may read (its own)."""
         view = self._view()
         principal = getattr(view, "principal", None) if view is not None else None
-        session = ctx.session
-        if principal is None and session in self._sessions:
-            return None, self._made.get(_connection_of(session), set())
+        connection = _connection_of(ctx.session)  # one per client; a session object per request
+        if principal is None and connection in self._handshakes:
+            return None, self._made.get(connection, set())
         return principal, None
 
     async def _list_resources(
@@ -327,6 +328,7 @@ class ServedRuntime:
         # so the session's connection (private) is where its removal is scheduled.
         session = ctx.session
         self._sessions.add(session)
+        self._handshakes.add(_connection_of(session))
         connection = getattr(session, "_connection", None)
         if isinstance(connection, Connection):
             connection.exit_stack.callback(self._sessions.discard, session)
