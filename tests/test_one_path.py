@@ -20,21 +20,24 @@ The outcome of each kind, on every route where it applies (`EXPECTED`):
 Executors: `task` (a trio worker task: an async tool that suspends), `eager` (an async tool that
 cannot suspend: run in the caller's task), `inline` (a sync tool with inline=True: in the
 caller's task too), `thread` (a sync tool: its kept threads), `asyncio` (loop="asyncio": a task
-of the host asyncio loop), `subprocess` (a Subprocess worker), `ray` (a Ray replica). Which kind
-applies where (x: applies; -: `NOT_APPLICABLE` says why; bug: `KNOWN_BUGS`, a strict xfail):
+of the host asyncio loop), `subprocess` (a Subprocess worker), `ray` (a Ray replica), `stream` (a
+streaming tool, an async generator in a worker task: each kind happens after its first chunk,
+mid-stream; its one-by-one calls are read with `stream`, chunk by chunk, where the caller has it,
+and every generator started must be closed by the end). Which kind applies where (x: applies;
+-: `NOT_APPLICABLE` says why; bug: `KNOWN_BUGS`, a strict xfail):
 
-    kind       task eager inline thread asyncio subprocess ray
-    ok          x     x     x      x      x        x        x
-    raise       x     x     x      x      x        x        x
-    hang        x     -     -      x      x        x        x
-    cancel      x     -     -      x      x        x        x     (- for the `threads` caller)
-    timeout     x     -     -      x      x        x        x
-    bad_json    x     x     x      x      x        x        x
-    deep_json   x     x     x      x      x        x        x
+    kind       task eager inline thread asyncio subprocess ray stream
+    ok          x     x     x      x      x        x        x    x
+    raise       x     x     x      x      x        x        x    x
+    hang        x     -     -      x      x        x        x    x
+    cancel      x     -     -      x      x        x        x    x     (- for the `threads` caller)
+    timeout     x     -     -      x      x        x        x    x
+    bad_json    x     x     x      x      x        x        x    x
+    deep_json   x     x     x      x      x        x        x    x
     unknown     (names no tool: one call per batch entry, on every route)
-    stale       x     x     x      x      x        x        x
-    shielded    x     -     -      -      x        x        x
-    blocking    -     -     -      x      -        x        x
+    stale       x     x     x      x      x        x        x    x
+    shielded    x     -     -      -      x        x        x    x
+    blocking    -     -     -      x      -        x        x    -
 
 Callers: `trio` (`open_runtime`; on trio's virtual clock for the in-process executors),
 `asyncio` and `uvloop` (`open_asyncio_runtime` on either loop), `threads` (a `RuntimeThread`
@@ -130,6 +133,7 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ),
     ("task", "blocking"): _NO_THREAD,
     ("asyncio", "blocking"): _NO_THREAD,
+    ("stream", "blocking"): _NO_THREAD,
     # callers
     ("threads", "cancel"): "a thread blocked in RuntimeThread.call has no way to cancel it",
 }
@@ -151,6 +155,8 @@ ASYNC_TOOLS = {
     "inline": tool(opt.sync_kinds, name="inline", inline=True),
     "thread": tool(opt.sync_kinds, name="thread"),
     "thread_timed": tool(opt.sync_kinds, name="thread_timed", timeout=T),
+    "stream": tool(opt.stream_kinds, name="stream"),
+    "stream_timed": tool(opt.stream_kinds, name="stream_timed", timeout=T),
 }
 ASYNCIO_TOOLS = {
     "asyncio": tool(opt.asyncio_kinds, name="asyncio", loop="asyncio"),
@@ -334,8 +340,8 @@ def check(plan_: Plan, seen: Observed, recorder: Recorder) -> None:
     def result_of(p: Planned, result: ToolResult) -> None:
         assert result.call_id == p.call.id
         assert (p.call.id, _outcome(result)) == (p.call.id, _expected(p)), result
-        if p.kind == "ok":
-            assert result.value == p.value  # type: ignore[union-attr]
+        if p.kind == "ok":  # a stream's value: its chunks (the digits of n) joined
+            assert result.value == (str(p.value) if p.executor == "stream" else p.value)  # type: ignore[union-attr]
 
     for key, group in (("many", plan_.many), ("timed", plan_.timed)):
         if group:
@@ -389,6 +395,7 @@ def check(plan_: Plan, seen: Observed, recorder: Recorder) -> None:
 
 ABANDONABLE: dict[str, tuple[str, ...]] = {
     "task": ("shielded",),
+    "stream": ("shielded",),
     "asyncio": ("shielded",),
     "thread": ("hang", "cancel", "timeout", "blocking"),
 }
@@ -427,7 +434,13 @@ def run_trio(
                     seen.batches[key] = await rt.call_many([p.call for p in group], timeout=timeout)
 
                 async def one(p: Planned) -> None:
-                    seen.single[p.call.id] = await rt.call(p.call, timeout=T if p.kind == "timeout" else None)
+                    timeout = T if p.kind == "timeout" else None
+                    if p.executor == "stream":  # read chunk by chunk: the chunks, then one result
+                        seen.single[p.call.id] = read_stream(
+                            [i async for i in rt.stream(p.call, timeout=timeout)]
+                        )
+                    else:
+                        seen.single[p.call.id] = await rt.call(p.call, timeout=timeout)
 
                 async def cancelled(key: str, fn: Callable[[], Awaitable[None]]) -> None:
                     with trio.CancelScope() as scope:
@@ -465,16 +478,30 @@ def run_trio(
     return seen, recorder
 
 
-class _AsyncCaller:
-    """`call` / `call_many` / `as_completed` of an AsyncioRuntime, or `acall` / `acall_many` of a
-    RuntimeThread (which has no `as_completed`)."""
+def read_stream(items: list[Any]) -> ToolResult:
+    """The one result of a streamed call: its last item; every item before it is a chunk."""
+    assert items, "a stream yields its result at least"
+    *chunks, result = items
+    assert all(type(chunk) is str for chunk in chunks), chunks
+    assert isinstance(result, ToolSuccess | ToolFailure), result
+    if isinstance(result, ToolSuccess):
+        assert "".join(chunks) == result.content  # the result: the chunks joined
+    return result
 
-    def __init__(self, call: Any, call_many: Any, statistics: Any, as_completed: Any = None) -> None:
-        self.call, self.call_many, self.statistics, self.as_completed = (
+
+class _AsyncCaller:
+    """`call` / `call_many` / `as_completed` / `stream` of an AsyncioRuntime, or `acall` /
+    `acall_many` of a RuntimeThread (which has no `as_completed` nor an asyncio `stream`)."""
+
+    def __init__(
+        self, call: Any, call_many: Any, statistics: Any, as_completed: Any = None, stream: Any = None
+    ) -> None:
+        self.call, self.call_many, self.statistics, self.as_completed, self.stream = (
             call,
             call_many,
             statistics,
             as_completed,
+            stream,
         )
 
 
@@ -483,7 +510,11 @@ async def drive_asyncio(plan_: Plan, rt: _AsyncCaller, seen: Observed) -> None:
         seen.batches[key] = await rt.call_many([p.call for p in group], timeout=timeout)
 
     async def one(p: Planned) -> None:
-        seen.single[p.call.id] = await rt.call(p.call, timeout=T if p.kind == "timeout" else None)
+        timeout = T if p.kind == "timeout" else None
+        if p.executor == "stream" and rt.stream is not None:  # chunk by chunk, then one result
+            seen.single[p.call.id] = read_stream([i async for i in rt.stream(p.call, timeout=timeout)])
+        else:
+            seen.single[p.call.id] = await rt.call(p.call, timeout=timeout)
 
     async def stream(group: list[Planned]) -> None:
         seen.batches["streamed"] = [r async for r in rt.as_completed([p.call for p in group])]
@@ -544,7 +575,7 @@ def run_guest(
             tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
         ) as rt:
             await drive_asyncio(
-                plan_, _AsyncCaller(rt.call, rt.call_many, rt.statistics, rt.as_completed), seen
+                plan_, _AsyncCaller(rt.call, rt.call_many, rt.statistics, rt.as_completed, rt.stream), seen
             )
 
     with _loop_runner(loop) as runner:
@@ -588,7 +619,11 @@ def run_threads(plan_: Plan, tools: list[Any], options: Mapping[str, Any] = {}) 
             seen.batches[key] = rt.call_many([p.call for p in group], timeout=timeout)
 
         def one(p: Planned) -> None:
-            seen.single[p.call.id] = rt.call(p.call, timeout=T if p.kind == "timeout" else None)
+            timeout = T if p.kind == "timeout" else None
+            if p.executor == "stream":  # chunk by chunk, then one result
+                seen.single[p.call.id] = read_stream(list(rt.stream(p.call, timeout=timeout)))
+            else:
+                seen.single[p.call.id] = rt.call(p.call, timeout=timeout)
 
         jobs: list[Callable[[], None]] = []
         if plan_.many:
@@ -631,6 +666,7 @@ def run_route(
     virtual = caller == "trio" and not any(e in executors for e in ("subprocess", "ray"))
     plan_ = plan(batch, executors, caller, known_bugs, opt.BLOCK_VIRTUAL if virtual else opt.BLOCK)
     opt.RELEASE.clear()
+    opt.STREAMS.clear()
     with leakcheck.scope() as scope:
         if caller == "trio":
             seen, recorder = run_trio(plan_, tools, virtual=virtual, options=options)
@@ -642,6 +678,8 @@ def run_route(
             seen, recorder = run_thread_asyncio(plan_, tools, options)
     check(plan_, seen, recorder)
     assert scope.leaks() == []
+    # every streaming tool's generator that started was closed, however its call ended
+    assert opt.STREAMS["opened"] == opt.STREAMS["closed"], opt.STREAMS
 
 
 def batches(kinds: Iterable[str] = KINDS, max_size: int = 8) -> st.SearchStrategy[list[str]]:
@@ -657,7 +695,7 @@ def _settings(examples: int) -> settings:
     )
 
 
-IN_PROCESS = ("task", "eager", "inline", "thread")
+IN_PROCESS = ("task", "eager", "inline", "thread", "stream")
 EXAMPLES = {"trio": 50, "asyncio": 6, "uvloop": 6, "threads": 6, "thread_asyncio": 6}
 
 # -- the tests -------------------------------------------------------------------------------------
@@ -793,7 +831,7 @@ def test_a_known_bug_still_breaks_its_kind(executor: str, kind: str) -> None:
 
 def test_the_table_in_this_docstring_is_the_one_the_tests_use() -> None:
     assert __doc__ is not None
-    columns = ("task", "eager", "inline", "thread", "asyncio", "subprocess", "ray")
+    columns = ("task", "eager", "inline", "thread", "asyncio", "subprocess", "ray", "stream")
     header = "    kind       " + " ".join(columns)
     lines = __doc__.split(header + "\n", 1)[1].split("\n\n", 1)[0].splitlines()
     rows = {line.split()[0]: line.split()[1:] for line in lines if not line.split()[1].startswith("(")}

@@ -44,7 +44,7 @@ import trio
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
 from ..engine._batch import lapse_due
 from ..engine._call import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED, Call
-from ..engine._entry import Entry
+from ..engine._entry import STREAM_BUFFER, Entry
 from ..engine._runtime import collect, completed, open_engine
 from ..engine._scope import Prepare, Scope, View
 from ..exceptions import RuntimeClosed
@@ -211,6 +211,20 @@ class AsyncioRuntime:
         (`contextlib.aclosing`), as with `Runtime.as_completed`.
         """
         return self._completed(list(calls), metadata, timeout, principal, None)
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncIterator[str | ToolResult]:
+        """`Runtime.stream` for asyncio: a streaming tool's chunks as it yields them, then the one
+        result. A slow reader holds the tool up once `buffer` chunks wait; stopping early cancels
+        the call (close the generator, `contextlib.aclosing`, to do it at once)."""
+        return self._streamed(call, metadata, timeout, principal, None, buffer)
 
     def scoped(
         self,
@@ -461,6 +475,50 @@ class AsyncioRuntime:
                 handle.cancel()
             await asyncio.shield(handle.ended)
 
+    async def _streamed(
+        self,
+        call: ToolCall,
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None,
+        scope: Scope | None,
+        buffer: int,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        """`Entry.stream` in a trio task, each item passed here once the one before was taken (so
+        the tool waits for this reader as it would for a trio one)."""
+        self._check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        taken = trio.Semaphore(1)  # released by this side (the guest run's state is this thread's)
+        entry = self._entry
+
+        async def pump() -> None:
+            items = entry.stream(
+                call, metadata=metadata, timeout=timeout, principal=principal, scope=scope, buffer=buffer
+            )
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    await taken.acquire()
+                    queue.put_nowait(item)
+
+        handle = self._spawn(pump)
+        handle.ended.add_done_callback(lambda _: queue.put_nowait(_END))
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    ended = handle.ended.result()
+                    if ended is None:
+                        raise RuntimeClosed("the asyncio runtime closed while this call was running")
+                    ended.unwrap()
+                    return
+                taken.release()
+                yield item
+        finally:
+            if not handle.ended.done():
+                handle.cancel()
+            await asyncio.shield(handle.ended)
+
     def _close(self) -> None:
         self._closing = True
         self._stop.set()
@@ -500,6 +558,17 @@ class AsyncioScopedRuntime(View):
     ) -> AsyncIterator[ToolResult]:
         """`AsyncioRuntime.as_completed`, for this view."""
         return self._owner._completed(list(calls), metadata, timeout, None, self._check())
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncIterator[str | ToolResult]:
+        """`AsyncioRuntime.stream`, for this view."""
+        return self._owner._streamed(call, metadata, timeout, None, self._check(), buffer)
 
     async def invoke(
         self,

@@ -60,6 +60,11 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             `rate_limit`, `breaker`, `tags`, `max_concurrency`...). `cache` reaches only the
             tools the server says are read-only (`readOnlyHint`), `retry` only those it says are
             idempotent (`idempotentHint`, or read-only): the others run every call once.
+        max_links: the most `resource_link`s of one result that are read (`resources/read`):
+            what they hold becomes part of the result (kept whole here too, when the runtime
+            keeps artifacts); the others stay links. 0: never read.
+        max_link_bytes: the most bytes read for the links of one result; a link that says it is
+            larger (`size`), or whose content turns out larger, stays a link.
     """
 
     name: str
@@ -74,6 +79,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     include: tuple[str, ...] | None = None
     exclude: tuple[str, ...] = ()
     options: dict[str, Any] = msgspec.field(default_factory=dict)
+    max_links: int = 8
+    max_link_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
         if self.options:
@@ -99,6 +106,10 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValueError(f"MCP {option} must be tool names or globs (strings), not {patterns!r}")
         if isinstance(self.max_tools, bool) or not isinstance(self.max_tools, int) or self.max_tools < 1:
             raise ValueError(f"MCP max_tools must be a positive integer, not {self.max_tools!r}")
+        for option in ("max_links", "max_link_bytes"):
+            value = getattr(self, option)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"MCP {option} must be an integer >= 0, not {value!r}")
         call_timeout = self.call_timeout
         if call_timeout is not None and (
             not isinstance(call_timeout, int | float) or isinstance(call_timeout, bool) or call_timeout <= 0
@@ -161,8 +172,13 @@ class HttpServer(_OverHttp, frozen=True, kw_only=True):
 
     def transport(self, headers: Mapping[str, str] | None = None) -> Transport:
         refusals = Refusals(self.auth)
+        # a resource read for a link may be one event of max_link_bytes (base64: 4/3 of it)
+        max_event = self.max_link_bytes * 3 // 2 + (1 << 20)
         return RefusalsSeen(
-            http_transport(self.url, self._headers(headers), self.connect_timeout, auth=refusals), refusals
+            http_transport(
+                self.url, self._headers(headers), self.connect_timeout, auth=refusals, max_event=max_event
+            ),
+            refusals,
         )
 
 
@@ -267,6 +283,8 @@ def stdio(
     include: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
     options: Mapping[str, Any] | None = None,
+    max_links: int = 8,
+    max_link_bytes: int = 16 << 20,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -287,7 +305,9 @@ def stdio(
         include: only these of its tools (the server's names, or globs such as `"read_*"`).
         exclude: not these of its tools (names or globs; after `include`).
         options: tool options for each of its tools (see `ServerSpec.options`): e.g.
-            `{\"cache\": Cache(ttl=60)}` caches the read-only ones.
+            `{"cache": Cache(ttl=60)}` caches the read-only ones.
+        max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
+        max_link_bytes: the most bytes read for the links of one result.
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -308,6 +328,8 @@ def stdio(
         include=_patterns(include),
         exclude=tuple(_patterns(exclude) or ()),
         options=dict(options or {}),
+        max_links=max_links,
+        max_link_bytes=max_link_bytes,
     )
 
 
@@ -331,6 +353,8 @@ def http(
     credentials: Callable[[str], Mapping[str, str] | None] | None = None,
     max_principal_sessions: int = 32,
     principal_idle_timeout: float = 300.0,
+    max_links: int = 8,
+    max_link_bytes: int = 16 << 20,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
@@ -352,12 +376,14 @@ def http(
         include: only these of its tools (the server's names, or globs such as `"read_*"`).
         exclude: not these of its tools (names or globs; after `include`).
         options: tool options for each of its tools (see `ServerSpec.options`): e.g.
-            `{\"cache\": Cache(ttl=60)}` caches the read-only ones.
+            `{"cache": Cache(ttl=60)}` caches the read-only ones.
         credentials: `principal -> headers` (or None: refused) for a session of each
             principal's own: its calls go over it, opened on its first call, closed when idle
             (see runtime.mcp._client_pool); `headers`/`auth` then list the tools only.
         max_principal_sessions: the most principals' sessions open at once.
         principal_idle_timeout: seconds a principal's session may be unused before it closes.
+        max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
+        max_link_bytes: the most bytes read for the links of one result.
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -378,6 +404,8 @@ def http(
         credentials=credentials,
         max_principal_sessions=max_principal_sessions,
         principal_idle_timeout=principal_idle_timeout,
+        max_links=max_links,
+        max_link_bytes=max_link_bytes,
     )
 
 
@@ -400,6 +428,8 @@ def sse(
     credentials: Callable[[str], Mapping[str, str] | None] | None = None,
     max_principal_sessions: int = 32,
     principal_idle_timeout: float = 300.0,
+    max_links: int = 8,
+    max_link_bytes: int = 16 << 20,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -424,6 +454,8 @@ def sse(
         credentials=credentials,
         max_principal_sessions=max_principal_sessions,
         principal_idle_timeout=principal_idle_timeout,
+        max_links=max_links,
+        max_link_bytes=max_link_bytes,
     )
 
 
