@@ -726,6 +726,8 @@ RESILIENT_TOOLS = {
     "inline": tool(opt.sync_kinds, name="inline", inline=True, **_RESILIENT),
     "thread": tool(opt.sync_kinds, name="thread", **_RESILIENT),
     "thread_timed": tool(opt.sync_kinds, name="thread_timed", timeout=T, **_RESILIENT),
+    "stream": tool(opt.stream_kinds, name="stream", **_RESILIENT),
+    "stream_timed": tool(opt.stream_kinds, name="stream_timed", timeout=T, **_RESILIENT),
 }
 RESILIENT_ASYNCIO_TOOLS = {
     "asyncio": tool(opt.asyncio_kinds, name="asyncio", loop="asyncio", **_RESILIENT),

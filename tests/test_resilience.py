@@ -763,3 +763,91 @@ async def test_retries_and_a_breaker_together_stop_a_storm(autojump_clock: trio.
         assert all(not r.ok for r in results)
         # the fifth failure opens it: the other 25 calls and every retry are refused (was 30 x 3 = 90)
         assert ran["dead"] == 5
+
+
+# -- a caller that gives up while the work goes on ----------------------------------------------
+
+
+async def test_a_leader_whose_caller_gives_up_keeps_running_for_the_calls_that_joined_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The work of a run its own caller left goes on (it ignores its cancellation here); the
+    calls that joined it get what it ends with, and no second run overlaps it."""
+    runs = {"started": 0, "running": 0, "peak": 0}
+
+    @tool(idempotent=True, dedupe=Dedupe())
+    async def pay(order: str) -> str:
+        """Ignores its cancellation for 1 s."""
+        runs["started"] += 1
+        runs["running"] += 1
+        runs["peak"] = max(runs["peak"], runs["running"])
+        try:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1)
+        finally:
+            runs["running"] -= 1
+        return f"paid {order}"
+
+    async with open_runtime([pay], tracing=False) as rt, trio.open_nursery() as nursery:
+
+        async def gives_up() -> None:
+            with trio.move_on_after(0.5):
+                await rt.call(call("a", "pay", order="A1"))
+
+        nursery.start_soon(gives_up)
+        await trio.sleep(0.1)
+        joined = await rt.call(call("b", "pay", order="A1"))
+        assert isinstance(joined, ToolSuccess)
+        assert joined.value == "paid A1"
+        assert trio.current_time() == pytest.approx(1.0)
+        assert runs == {"started": 1, "running": 0, "peak": 1}
+
+
+async def test_a_stopped_leaders_work_is_run_again_for_the_calls_that_joined_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ran.clear()
+    async with open_runtime(TOOLS, tracing=False) as rt, trio.open_nursery() as nursery:
+
+        async def gives_up() -> None:
+            with trio.move_on_after(0.5):
+                await rt.call(call("a", "charge", order="Z", amount=1))
+
+        nursery.start_soon(gives_up)
+        await trio.sleep(0.1)
+        joined = await rt.call(call("b", "charge", order="Z", amount=1))
+        assert joined.ok
+        assert ran["charge"] == 2  # the first run stopped with its caller: it had no answer to share
+        assert trio.current_time() == pytest.approx(1.5)  # after it stopped, not beside it
+
+
+@pytest.mark.parametrize("wait", [True, False])
+async def test_a_budget_place_is_held_until_the_work_ends_not_until_its_caller_leaves(
+    wait: bool, autojump_clock: trio.abc.Clock
+) -> None:
+    running = peak = 0
+
+    @tool
+    async def stubborn(x: int) -> int:
+        """Ignores its cancellation for 1 s."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1)
+        finally:
+            running -= 1
+        return x
+
+    async with open_runtime([stubborn], budget=Budget(per_principal=1, wait=wait), tracing=False) as rt:
+        with trio.move_on_after(0.1):
+            await rt.call(call("1", "stubborn", x=1), principal="p")
+        second = await rt.call(call("2", "stubborn", x=2), principal="p")
+        assert peak == 1
+        if wait:
+            assert second.ok
+            assert trio.current_time() == pytest.approx(2.0)  # it waited for the first's work to end
+        else:
+            assert isinstance(second, ToolFailure)
+            assert second.kind is FailureKind.OVERLOADED

@@ -630,19 +630,20 @@ async def open_asyncio_runtime(
     # The runtime has closed: every call answered, what ignored its cancellation abandoned. The
     # guest run itself may go on after that (an abandoned task that never returns keeps it, as
     # it would keep `trio.run`), but the asyncio side no longer waits for it.
-    closed: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
+    closed: asyncio.Future[outcome.Outcome[int]] = loop.create_future()
 
     async def main() -> None:
         try:
-            await serve()
+            abandoned = await serve()
         except BaseException as exc:
             if not closed.done():
                 closed.set_result(outcome.Error(exc))
             raise
         if not closed.done():
-            closed.set_result(outcome.Value(None))
+            closed.set_result(outcome.Value(abandoned))
 
-    async def serve() -> None:
+    async def serve() -> int:
+        """Serve until told to stop; how many calls' work was abandoned at the close."""
         stop = trio.Event()
         async with (
             open_engine(registry, built, host_loop=loop) as (rt, entry),
@@ -654,6 +655,7 @@ async def open_asyncio_runtime(
             # nursery of what went through trio ends.
             with trio.CancelScope(shield=True):
                 await rt._close()
+        return rt._supervisor.abandoned
 
     def done(result: outcome.Outcome[None]) -> None:
         if not finished.done():
@@ -677,6 +679,8 @@ async def open_asyncio_runtime(
     finally:
         rt._close()
         await asyncio.shield(asyncio.wait((closed, finished), return_when=asyncio.FIRST_COMPLETED))
+        if not finished.done() and closed.done() and closed.result() == outcome.Value(0):
+            await asyncio.shield(finished)  # nothing abandoned: the run ends a few turns after its main
         if finished.done():
             finished.result().unwrap()
         else:

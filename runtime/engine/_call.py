@@ -230,7 +230,11 @@ class Call:
         self.state = DONE
         self.result = result
         if self.passed:
-            self._leave_gates()
+            if state is RUNNING:  # its work goes on: it leaves its gates when that ends (`_late`)
+                for gate in self.gates[: self.passed]:  # type: ignore[index]  # passed > 0: it has gates
+                    gate.answered(self)
+            else:
+                self._leave_gates(result)
         self._notify()
         return True
 
@@ -238,11 +242,13 @@ class Call:
         """Settle with a failure."""
         return self.settle(failure(self.call, kind, message, error_type))
 
-    def _leave_gates(self) -> None:
+    def _leave_gates(self, result: ToolResult) -> None:
+        """Give back the places it held (budgets, an identical call's run) once its work is over;
+        `result` is what the work ended with (its answer, or a late result after it)."""
         gates, passed = self.gates, self.passed
         self.passed = 0
         for gate in gates[:passed]:  # type: ignore[index]  # passed > 0: it has gates
-            gate.leave(self)
+            gate.leave(self, result)
 
     def _notify(self) -> None:
         reply = self.reply
@@ -341,7 +347,7 @@ class Call:
                 self.state = DONE
                 self.result = result
                 if self.passed:
-                    self._leave_gates()
+                    self._leave_gates(result)
                 if self.reply is not None:
                     self._notify()
         else:
@@ -387,9 +393,12 @@ class Call:
         return True
 
     def _late(self, result: ToolResult) -> None:
-        """A result for a call answered already (its caller gave up, a deadline lapsed): dropped."""
+        """A result for a call answered already (its caller gave up, a deadline lapsed): dropped.
+        Its work is over now: the places it held in its gates are given back."""
         plan = self.plan
         assert plan is not None
+        if self.passed:
+            self._leave_gates(result)
         since = plan.counters.orphans.pop(self, None)
         if since is None:
             return

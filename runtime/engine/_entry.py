@@ -83,7 +83,7 @@ class Entry:
         self.unknown = 0
         budget = settings.options.budget
         self._batch_gates = budget is not None and budget.per_batch is not None
-        self._principal_gates = budget is not None and budget.per_principal is not None and budget.wait
+        self._principal_gates = budget is not None and budget.per_principal is not None
         if settings.resilience is not None:
             settings.resilience.readmit = self.readmit
 

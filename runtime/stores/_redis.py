@@ -20,19 +20,21 @@ if created and tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]
 return value
 """
 
-# One token bucket, on the server's clock (processes on other machines agree on it).
+# One token bucket, on the server's clock (processes on other machines agree on it). Time is kept
+# as integer microseconds and tokens with 17 digits: `tostring` of an epoch time in seconds keeps
+# 14 digits (100 us), and every rounding up became free tokens under contention (+0.3-1%).
 _TAKE = """
 local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
 local tokens = burst
-if b[1] then tokens = math.min(burst, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate) end
+if b[1] then tokens = math.min(burst, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate / 1000000) end
 local wait = 0
 if tokens >= cost then tokens = tokens - cost else wait = (cost - tokens) / rate end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
 redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate + 1) * 1000))
-return tostring(wait)
+return string.format('%.17g', wait)
 """
 
 _GLOB = re.compile(r"([*?\[\]\\])")

@@ -19,7 +19,7 @@ of its own batch to end would wait for ever.
 
 from __future__ import annotations
 
-import collections
+import weakref
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from ._breaker import BreakerPolicy, BreakerState
 from ._cache import CachePolicy
 from ._common import Gate, args_key, key_of, run_now
 from ._dedupe import DedupePolicy, Flight
-from ._limits import ConcurrencyPolicy, LimitPolicy
+from ._limits import LimitPolicy
 
 if TYPE_CHECKING:
     from .._call import Call
@@ -43,7 +43,6 @@ __all__ = [
     "BreakerPolicy",
     "BreakerState",
     "CachePolicy",
-    "ConcurrencyPolicy",
     "DedupePolicy",
     "Flight",
     "Gate",
@@ -65,8 +64,7 @@ class Resilience:
         self.store: Store = store if self.local else DegradingStore(store)
         self.options = options
         self.breakers: dict[str, BreakerState] = {}
-        self.running: collections.Counter[str | None] = collections.Counter()  # per principal
-        self.principal_gates: dict[str | None, Gate] = {}
+        self.principal_gates: weakref.WeakValueDictionary[str | None, Gate] = weakref.WeakValueDictionary()
         self.nursery: trio.Nursery | None = None  # retries wait here (set when the runtime opens)
         self.readmit: Callable[[Call, bool], None] = _nothing  # the entry's admission, for a retried call
 
@@ -100,18 +98,24 @@ class Resilience:
         budget = runtime.budget
         if options.rate_limit is not None or (budget is not None and budget.rate is not None):
             policies.append(LimitPolicy(self, tool.name, options, budget))
-        if budget is not None and budget.per_principal is not None and not budget.wait:
-            policies.append(ConcurrencyPolicy(self, budget.per_principal))
         return tuple(policies)
 
     def gates_for(self, principal: str | None) -> Gate | None:
-        """The gate a principal's calls wait in for `Budget(per_principal=, wait=True)`."""
+        """The gate of a principal's calls for `Budget(per_principal=)`: they wait in it for room
+        (`wait=True`), or are refused OVERLOADED beyond the budget. Kept while a call holds it
+        (a weak mapping: a principal seen once costs nothing for ever)."""
         budget = self.options.budget
-        if budget is None or budget.per_principal is None or not budget.wait:
+        if budget is None or budget.per_principal is None:
             return None
         gate = self.principal_gates.get(principal)
         if gate is None:
-            gate = self.principal_gates[principal] = Gate(budget.per_principal, self.readmit)
+            limit = budget.per_principal
+            refusal = (
+                None
+                if budget.wait
+                else f"principal {principal!r} already runs {limit} calls (its budget); retry when one ends"
+            )
+            gate = self.principal_gates[principal] = Gate(limit, self.readmit, refusal)
         return gate
 
     def retry_later(self, delay: float, call: Call) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ...messages import ToolFailure, ToolResult, ToolSuccess
+from ...messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from .._policy import CallRequest, note
 
 if TYPE_CHECKING:
@@ -43,26 +43,37 @@ def run_now(step: Any) -> Any:
 
 
 class Gate:
-    """At most `limit` calls through at once; the others wait in order (`Budget(..., wait=True)`,
-    `per_batch`). A call takes its gates in order when admitted and leaves them when settled."""
+    """At most `limit` calls through at once (`Budget(per_batch=)`, `Budget(per_principal=)`).
+    A call takes its gates in order when admitted and gives its place back when its work is
+    over (not when it is answered: a call whose caller gave up still holds it while its code
+    runs, as a mailbox slot is held). Beyond the limit a call waits in order, or, with
+    `refusal`, fails OVERLOADED at once with that text."""
 
-    __slots__ = ("held", "limit", "readmit", "waiting")
+    __slots__ = ("__weakref__", "held", "limit", "readmit", "refusal", "waiting")
 
-    def __init__(self, limit: int, readmit: Callable[[Call, bool], None]) -> None:
+    def __init__(self, limit: int, readmit: Callable[[Call, bool], None], refusal: str | None = None) -> None:
         self.limit = limit
         self.held = 0
         self.readmit = readmit
+        self.refusal = refusal
         self.waiting: collections.deque[tuple[Call, bool]] = collections.deque()
 
     def enter(self, call: Call, host: bool) -> bool:
-        """Take a place, or wait for one (False: it is admitted when a place is free)."""
+        """Take a place, or wait for one (False: it is admitted when a place is free, or it was
+        refused)."""
         if self.held >= self.limit:
-            self.waiting.append((call, host))
+            if self.refusal is not None:
+                call.fail(FailureKind.OVERLOADED, self.refusal)
+            else:
+                self.waiting.append((call, host))
             return False
         self.held += 1
         return True
 
-    def leave(self, call: Call) -> None:
+    def answered(self, call: Call) -> None:
+        """`call` was answered while its work goes on: it keeps its place until that ends."""
+
+    def leave(self, call: Call, result: ToolResult) -> None:
         self.held -= 1
         waiting = self.waiting
         while waiting and self.held < self.limit:

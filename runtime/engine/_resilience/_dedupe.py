@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from ...messages import FailureKind, ToolResult, ToolSuccess
+from ...messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ...tools import ToolOptions
 from .._policy import CallRequest, Policy, PolicyFlow, note
-from ._common import _decode, _event, _result_codec, key_of
+from ._common import _decode, _event, _result_codec, key_of, run_now
 
 if TYPE_CHECKING:
     from .._call import Call
@@ -70,17 +70,34 @@ class Flight:
         self.waiting.append((call, host))
         return False
 
-    def leave(self, call: Call) -> None:
-        """The runner settled (its result is `call.result`)."""
-        if call is not self.runner:
+    def answered(self, call: Call) -> None:
+        """The runner was answered while its work goes on: a deadline or the runtime's answer
+        is every waiting call's too; a caller that gave up (`cancelled`) is its own business,
+        and the work's end decides (`leave`)."""
+        if call is self.runner and not _gave_up(call) and self.result is None:
+            assert call.result is not None
+            self._answer_all(call.result)
+
+    def leave(self, call: Call, result: ToolResult) -> None:
+        """The runner's work is over, with `result`: its answer, or, when it was answered first,
+        what the work ended with afterwards."""
+        if call is not self.runner or self.result is not None:
             return
-        result = call.result
-        assert result is not None
-        if call.cancelled:  # its caller gave up, not the tool: the next waiting call runs it
+        gave_up = _gave_up(call)
+        if gave_up and type(result) is ToolFailure and result.kind in _STOPPED:
+            # its caller gave up and the work stopped with it: the next waiting call runs it
             self.runner = None
             if not self._run_next():
                 self.owner.forget(self)
             return
+        if gave_up and not self.recorded and self.owner.r.local and _final(result):
+            # the runner's own flow ended with its cancellation: the journal hears of it here
+            self.recorded = True
+            owner = self.owner
+            if owner.dedupe.ttl:
+                run_now(
+                    owner.r.store.set(f"journal:{self.key}", _result_codec.encode(result), owner.dedupe.ttl)
+                )
         self._answer_all(result)
 
     def take_over(self) -> None:
@@ -214,7 +231,8 @@ class DedupePolicy(Policy):
             elif claimed:
                 flight.take_over()
         flight.members += 1
-        call.gates = (flight,) if call.gates is None else (*call.gates, flight)
+        # first of its gates: a call that waits for an identical run holds no budget meanwhile
+        call.gates = (flight,) if call.gates is None else (flight, *call.gates)
         result: ToolResult = yield request
         flight.members -= 1
         if flight.runner is call and not flight.recorded:  # this call ran it: the journal's
@@ -233,3 +251,13 @@ class DedupePolicy(Policy):
 def _final(result: ToolResult) -> bool:
     """Worth replaying: a success or the tool's own failure (not one of getting it to run)."""
     return type(result) is ToolSuccess or result.kind in (FailureKind.ERROR, FailureKind.REJECTED)  # type: ignore[union-attr]
+
+
+_STOPPED = (FailureKind.CANCELLED, FailureKind.TIMEOUT)
+
+
+def _gave_up(call: Call) -> bool:
+    """Its caller stopped waiting (CANCELLED is only ever the caller's doing): its answer is not
+    the other waiting calls' answer."""
+    result = call.result
+    return call.cancelled or (type(result) is ToolFailure and result.kind is FailureKind.CANCELLED)

@@ -50,33 +50,3 @@ class LimitPolicy(Policy):
                 yield trio.sleep(wait)  # noqa: ASYNC105 - the flow yields it; drive() awaits it
         result: ToolResult = yield request
         return result
-
-
-class ConcurrencyPolicy(Policy):
-    """`Budget(per_principal=N)` without waiting: a principal's call beyond N running fails
-    OVERLOADED at once (with `wait=True` the call waits in the principal's `Gate` instead)."""
-
-    def __init__(self, resilience: Resilience, limit: int) -> None:
-        self.running = resilience.running
-        self.limit = limit
-
-    @property
-    def name(self) -> str:
-        return "Budget"
-
-    def intercept(self, request: CallRequest) -> PolicyFlow:
-        principal = request.principal
-        running = self.running
-        if running[principal] >= self.limit:
-            return request.fail(
-                FailureKind.OVERLOADED,
-                f"principal {principal!r} already runs {self.limit} calls (its budget); retry when one ends",
-            )
-        running[principal] += 1
-        try:
-            result: ToolResult = yield request
-        finally:
-            running[principal] -= 1
-            if not running[principal]:
-                del running[principal]
-        return result
