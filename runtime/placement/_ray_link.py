@@ -11,6 +11,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import trio
@@ -68,12 +69,33 @@ def ensure_ray(
     try:
         ray.init(
             address=address,
-            runtime_env=dict(runtime_env) if runtime_env is not None else None,
+            runtime_env=_with_paths(runtime_env),
             log_to_driver=log_to_driver,
             **init_options,
         )
     finally:
         signal.signal(signal.SIGTERM, sigterm)  # ray.init installs its own handler
+
+
+def _with_paths(runtime_env: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The env with imported packages in `py_modules` named by their folder (a single-file
+    module by its file), as `ray.init` reads them: Ray Client (`ray://`) pickles the env, and a
+    module does not pickle."""
+    if runtime_env is None:
+        return None
+    env = dict(runtime_env)
+    modules = env.get("py_modules")
+    if isinstance(modules, list | tuple):
+        env["py_modules"] = [_path_of(m) if isinstance(m, ModuleType) else m for m in modules]
+    return env
+
+
+def _path_of(module: ModuleType) -> Any:
+    paths = list(getattr(module, "__path__", []))
+    if len(paths) == 1:
+        return paths[0]
+    file = getattr(module, "__file__", None)
+    return file if isinstance(file, str) and not paths else module  # else Ray says what is wrong
 
 
 async def wait_ref(ref: Any) -> Any:
