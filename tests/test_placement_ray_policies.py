@@ -1,7 +1,7 @@
 """The Ray placement's options and decisions, without a cluster: each option is checked when the
 placement is made (a ToolDefinitionError naming it), and the autoscaler's decision, the load it
-is shown and the hedge delay are pure functions of what they see and the time, tested here on
-exact (virtual) times. tests/test_placement_ray_cluster.py has them on a real Ray cluster.
+is shown, the hedge delay, the hedge race and the line of calls waiting for a slot are pure
+functions of what they see and the time, tested here on exact (virtual) times. tests/test_placement_ray_cluster.py has them on a real Ray cluster.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ import pytest
 
 pytest.importorskip("ray")
 
-from runtime import ToolDefinitionError, open_runtime, tool
+import trio
+
+from runtime import ToolDefinitionError, ToolOverloaded, ToolUnavailable, open_runtime, tool
 from runtime.placement._autoscale import LoadMeter, Scaler
-from runtime.placement._hedge import LatencyWindow
+from runtime.placement._hedge import HedgeCounts, LatencyWindow, race
 from runtime.placement._ray_options import local_code
+from runtime.placement._slots import Line
 from runtime.placement.ray import Autoscaling, Hedge, NodeAffinity, Ray
 
 NODE = "ab" * 28
@@ -175,3 +178,106 @@ def test_the_hedge_delay_is_the_observed_quantile_once_enough_calls_were_timed()
     for _ in range(200):
         window.add(0.5)
     assert window.quantile() == 0.5
+
+
+# -- hedging and the line, on trio's virtual clock ------------------------------------------
+
+
+class Seat:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.in_flight = 0
+        self.draining = False
+
+
+def attempts(plan: dict[str, tuple[float, Any]], log: list[str]) -> Any:
+    """An attempt on a seat: sleeps its time, then returns its value or raises it."""
+
+    async def attempt(seat: Seat) -> Any:
+        log.append(f"{seat.name} starts at {trio.current_time():g}")
+        seconds, answer = plan[seat.name]
+        try:
+            await trio.sleep(seconds)
+        except trio.Cancelled:
+            log.append(f"{seat.name} cancelled at {trio.current_time():g}")
+            raise
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return attempt
+
+
+async def test_a_call_that_answers_within_the_delay_is_not_hedged(autojump_clock: Any) -> None:
+    counts, log = HedgeCounts(), list[str]()
+    a, b = Seat("a"), Seat("b")
+    value = await race(attempts({"a": (0.1, "A")}, log), a, 0.5, lambda: b, counts)
+    assert value == "A"
+    assert trio.current_time() == 0.1
+    assert (counts.hedged, counts.wins, counts.cancelled) == (0, 0, 0)
+
+
+async def test_the_hedge_answers_first_and_the_slow_attempt_is_cancelled(autojump_clock: Any) -> None:
+    counts, log = HedgeCounts(), list[str]()
+    a, b = Seat("a"), Seat("b")
+    value = await race(attempts({"a": (60, "A"), "b": (0.1, "B")}, log), a, 0.5, lambda: b, counts)
+    assert value == "B"
+    assert trio.current_time() == pytest.approx(0.6)
+    assert log == ["a starts at 0", "b starts at 0.5", "a cancelled at 0.6"]
+    assert (counts.hedged, counts.wins, counts.cancelled) == (1, 1, 1)
+
+
+async def test_no_free_replica_means_no_hedge(autojump_clock: Any) -> None:
+    counts, log = HedgeCounts(), list[str]()
+    value = await race(attempts({"a": (3, "A")}, log), Seat("a"), 0.5, lambda: None, counts)
+    assert (value, trio.current_time()) == ("A", 3)
+    assert counts.hedged == 0
+
+
+async def test_an_attempt_lost_with_its_replica_waits_for_the_other(autojump_clock: Any) -> None:
+    counts, log = HedgeCounts(), list[str]()
+    lost = ToolUnavailable("its Ray replica was lost with its node")
+    plan = {"a": (1.0, lost), "b": (2.0, "B")}
+    assert await race(attempts(plan, log), Seat("a"), 0.5, lambda: Seat("b"), counts) == "B"
+    assert trio.current_time() == 2.5
+    # ... but the tool's own error is its answer
+    plan = {"a": (1.0, ValueError("no")), "b": (2.0, "B")}
+    with pytest.raises(ValueError, match="no"):
+        await race(attempts(plan, log), Seat("a"), 0.5, lambda: Seat("b"), counts)
+
+
+async def test_the_line_hands_freed_slots_in_order_and_refuses_past_max_queued(autojump_clock: Any) -> None:
+    seat = Seat("a")
+    line: Line[Seat] = Line([seat], slots=1, max_queued=2, replicas=lambda: 1)
+    order: list[int] = []
+    refused: list[str] = []
+
+    async def call(i: int) -> None:
+        try:
+            got = await line.acquire("replicas")
+        except ToolOverloaded as exc:
+            refused.append(str(exc))
+            return
+        order.append(i)
+        await trio.sleep(1)
+        line.release(got)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(5):
+            nursery.start_soon(call, i)
+            await trio.sleep(0.01)  # in this order
+    assert order == [0, 1, 2]  # one ran, two waited their turn ...
+    assert len(refused) == 2  # ... and two found the line full
+    assert refused[0] == "2 calls are waiting for its 1 replicas (max_queued=2 per replica); try again later"
+    assert (line.busy, line.waiting, line.overloaded, seat.in_flight) == (0, 0, 2, 0)
+
+
+async def test_a_call_cancelled_in_line_leaves_it(autojump_clock: Any) -> None:
+    seat = Seat("a")
+    line: Line[Seat] = Line([seat], slots=1, max_queued=None, replicas=lambda: 1)
+    held = await line.acquire("replicas")
+    with trio.move_on_after(1):
+        await line.acquire("replicas")
+    assert line.waiting == 0
+    line.release(held)
+    assert (line.busy, seat.in_flight) == (0, 0)

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
 
 import msgspec
+import outcome
+import trio
 
-__all__ = ["Hedge", "LatencyWindow"]
+from ..exceptions import ToolUnavailable, WorkerLost
+
+__all__ = ["Hedge", "HedgeCounts", "LatencyWindow", "race"]
+
+R = TypeVar("R")
+T = TypeVar("T")
 
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
@@ -63,3 +71,60 @@ class LatencyWindow:
             self._cached = times[min(len(times) - 1, math.ceil(self._quantile * len(times)) - 1)]
             self._fresh = 0
         return self._cached
+
+
+class HedgeCounts:
+    """What hedging did (for the tool's statistics)."""
+
+    __slots__ = ("cancelled", "hedged", "wins")
+
+    def __init__(self) -> None:
+        self.hedged = 0  # second attempts sent
+        self.wins = 0  # ... that answered first
+        self.cancelled = 0  # attempts cancelled because the other answered
+
+
+async def race(
+    attempt: Callable[[R], Awaitable[T]],
+    first: R,
+    delay: float,
+    second: Callable[[], R | None],
+    counts: HedgeCounts,
+) -> T:
+    """`attempt(first)`, and after `delay` seconds `attempt(second())` too if `second()` gives a
+    replica (it holds a slot there then); the first answer wins and the other attempt is
+    cancelled (what `attempt` does when cancelled: stop it on its replica). An attempt lost
+    with its replica (UNAVAILABLE, WorkerLost) is no answer while the other may still give one.
+    """
+    won: list[tuple[outcome.Outcome[T], bool]] = []
+    running = 0
+
+    async def one(replica: R, is_hedge: bool) -> None:
+        nonlocal running
+        try:
+            result: outcome.Outcome[T] = outcome.Value(await attempt(replica))
+        except Exception as exc:
+            result = outcome.Error(exc)
+        except BaseException:
+            if won:  # cancelled because the other attempt answered
+                counts.cancelled += 1
+            raise
+        running -= 1
+        lost = isinstance(result, outcome.Error) and isinstance(result.error, ToolUnavailable | WorkerLost)
+        if not won and not (lost and running):
+            won.append((result, is_hedge))
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        running = 1
+        nursery.start_soon(one, first, False)
+        await trio.sleep(delay)
+        hedge = second()
+        if hedge is not None:
+            counts.hedged += 1
+            running += 1
+            nursery.start_soon(one, hedge, True)
+    result, is_hedge = won[0]
+    if is_hedge:
+        counts.wins += 1
+    return result.unwrap()

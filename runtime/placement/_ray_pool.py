@@ -1,8 +1,7 @@
 """The Ray replicas of one tool actor's incarnation: who serves, who waits, who replaces whom.
 
-    a call          takes a slot on the live replica with the fewest calls; with none free it
-                    waits in line (first come, first served: a freed slot is handed to the
-                    first in line); past `max_queued` per replica waiting: ToolOverloaded
+    a call          takes a slot on the live replica with the fewest calls, or waits in line
+                    for one (`_slots`); past `max_queued` per replica waiting: ToolOverloaded
     hedged          (`hedge=`, idempotent tools) no answer within the delay and another replica
                     has a free slot: the call is sent there too; the first answer wins and the
                     other attempt is cancelled on its replica
@@ -32,19 +31,19 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import outcome
 import trio
 
-from ..exceptions import RemoteToolError, ToolOverloaded, ToolUnavailable, WorkerLost
+from ..exceptions import RemoteToolError, ToolUnavailable, WorkerLost
 from ..messages import ToolCall, ToolSuccess
 from ..tools import CallContext, PlacementHost, PlacementStatistics, ToolBase
 from ._autoscale import Autoscaling, LoadMeter, Scaler
-from ._hedge import LatencyWindow
+from ._hedge import HedgeCounts, LatencyWindow, race
 from ._pieces import reply_from_frames
 from ._protocol import Done, Load, Raised, Ready, Request, decode_reply, encode, encode_request
 from ._ray_link import ensure_ray, ray_module, stop_call, wait_ref
 from ._ray_options import NodeAffinity, RayOptions, local_code
 from ._reference import main_path, reference
+from ._slots import Line
 from ._subprocess import rebuild, trace_carrier
 
 if TYPE_CHECKING:
@@ -69,15 +68,6 @@ class _Replica:
         self.killed = False  # killed on purpose (to stop a call): its other calls are not a loss
         self.draining = False  # removed by the autoscaler: takes no new call, goes once idle
         self.gone: str | None = None  # "node" or "died" once lost: its other calls say the same
-
-
-class _Waiter:
-    __slots__ = ("event", "replica", "since")
-
-    def __init__(self, since: float) -> None:
-        self.since = since
-        self.event = trio.Event()
-        self.replica: _Replica | None = None  # the slot it was handed
 
 
 @contextlib.asynccontextmanager
@@ -121,33 +111,30 @@ class RayReplicas:
         self.starting = 0  # replicas being started, or waiting for their restart backoff
         self._aimed: collections.Counter[str] = collections.Counter()  # NodeAffinity: starts per node
         self._lost_nodes: set[str] = set()  # nodes replicas were lost with (a node id never comes back)
-        self._waiters: collections.deque[_Waiter] = collections.deque()
-        self._idle = trio.Event()  # set when a draining replica's last call ends
-        self.busy = 0  # slots held, on every replica
+        self.line: Line[_Replica] = Line(self.live, self.slots, options.max_queued, lambda: self.target)
         self.closing = False
         self.down = False  # the tool went down (too many crashes): start nothing more
         self._times = LatencyWindow(options.hedge) if options.hedge is not None else None
-        self._meter: LoadMeter | None = None
         self._env: dict[str, Any] | None = None
-        self.lost = self.lost_with_node = self.overloaded = 0
+        self.lost = self.lost_with_node = 0
         self.scaled_up = self.scaled_down = 0
-        self.hedged = self.hedge_wins = self.hedges_cancelled = 0
+        self.hedges = HedgeCounts()
 
     def statistics(self) -> PlacementStatistics:
         return PlacementStatistics(
             workers=len(self.live),
             target=self.target,
             starting=self.starting,
-            queued=len(self._waiters),
+            queued=self.line.waiting,
             nodes=dict(collections.Counter(r.node for r in self.live if r.node is not None)),
             lost=self.lost,
             lost_with_node=self.lost_with_node,
-            overloaded=self.overloaded,
+            overloaded=self.line.overloaded,
             scaled_up=self.scaled_up,
             scaled_down=self.scaled_down,
-            hedged=self.hedged,
-            hedge_wins=self.hedge_wins,
-            hedges_cancelled=self.hedges_cancelled,
+            hedged=self.hedges.hedged,
+            hedge_wins=self.hedges.wins,
+            hedges_cancelled=self.hedges.cancelled,
         )
 
     # -- replicas ----------------------------------------------------------------------
@@ -189,7 +176,7 @@ class RayReplicas:
         if failed:
             raise failed[0]
         if options.autoscaled:
-            self._meter = LoadMeter(trio.current_time())
+            self.line.meter = LoadMeter(trio.current_time())
             self.nursery.start_soon(self._autoscale, options.autoscaling or Autoscaling())
 
     def _actor_options(self, name: str) -> tuple[dict[str, Any], str | None]:
@@ -251,7 +238,7 @@ class RayReplicas:
                 self.ray.kill(handle, no_restart=True)
             return
         self.live.append(_Replica(handle, name, reply.pid, reply.node))
-        self._dispatch()
+        self.line.dispatch()
         self._reconcile()
 
     async def _start_later(self, delay: float) -> None:
@@ -297,7 +284,7 @@ class RayReplicas:
     async def _retire(self, replica: _Replica) -> None:
         """A drained replica: once its calls are done, its teardown() runs and it goes."""
         while replica.in_flight:
-            await self._idle.wait()
+            await self.line.idle.wait()
         self.draining.discard(replica)
         await self._stop(replica)
 
@@ -366,102 +353,23 @@ class RayReplicas:
         """Stop every replica (each runs teardown() within `stop_timeout`, then is killed)."""
         self.closing = True
         replicas = [*self.live, *self.draining]
-        self.live, self.draining = [], set()
+        self.live.clear()  # the line reads this list
+        self.draining.clear()
         async with trio.open_nursery() as nursery:
             for replica in replicas:
                 nursery.start_soon(self._stop, replica)
-
-    # -- slots ---------------------------------------------------------------------------
-
-    def _free(self, exclude: _Replica | None = None) -> _Replica | None:
-        best = None
-        for replica in self.live:
-            if (
-                replica.in_flight < self.slots
-                and replica is not exclude
-                and (best is None or replica.in_flight < best.in_flight)
-            ):
-                best = replica
-        return best
-
-    def _take(self, replica: _Replica) -> None:
-        replica.in_flight += 1
-        self.busy += 1
-
-    def _note(self) -> None:
-        if self._meter is not None:
-            self._meter.level(trio.current_time(), self.busy + len(self._waiters))
-
-    def _release(self, replica: _Replica) -> None:
-        replica.in_flight -= 1
-        self.busy -= 1
-        if replica.draining:
-            if not replica.in_flight:
-                idle, self._idle = self._idle, trio.Event()
-                idle.set()
-        else:
-            self._dispatch()
-        self._note()
-
-    def _dispatch(self) -> None:
-        """Hand free slots to the calls waiting in line, first come first served."""
-        waiters = self._waiters
-        while waiters:
-            replica = self._free()
-            if replica is None:
-                return
-            waiter = waiters.popleft()
-            self._take(replica)
-            waiter.replica = replica
-            waiter.event.set()
-
-    async def _acquire(self) -> _Replica:
-        """A slot on a live replica: free now, or when one frees up (in line).
-
-        Raises:
-            ToolOverloaded: `max_queued` calls per replica are waiting already.
-        """
-        if not self._waiters:
-            replica = self._free()
-            if replica is not None:
-                self._take(replica)
-                self._note()
-                return replica
-        bound = self.options.max_queued
-        if bound is not None and len(self._waiters) >= bound * max(1, self.target):
-            self.overloaded += 1
-            raise ToolOverloaded(
-                f"{len(self._waiters)} calls are waiting for its {self.target} Ray replicas "
-                f"(max_queued={bound} per replica); try again later"
-            )
-        waiter = _Waiter(trio.current_time())
-        self._waiters.append(waiter)
-        self._note()
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            if waiter.replica is not None:  # handed a slot as it was cancelled
-                self._release(waiter.replica)
-            else:
-                self._waiters.remove(waiter)
-                self._note()
-            raise
-        if self._meter is not None:
-            self._meter.waited(trio.current_time() - waiter.since)
-        assert waiter.replica is not None
-        return waiter.replica
 
     # -- autoscaling -------------------------------------------------------------------
 
     async def _autoscale(self, policy: Autoscaling) -> None:
         options = self.options
         scaler = Scaler(policy, options.lowest, options.highest, self.slots)
-        meter = self._meter
+        meter = self.line.meter
         assert meter is not None
         while True:
             await trio.sleep(policy.interval)
             now = trio.current_time()
-            demand, wait = meter.take(now, [now - w.since for w in self._waiters])
+            demand, wait = meter.take(now, self.line.waited_so_far(now))
             wanted = scaler.decide(now, self.target, demand, wait)
             if wanted == self.target or self.down:
                 continue
@@ -494,7 +402,7 @@ class RayReplicas:
                 timeout=timeout,
             )
         )
-        replica = await self._acquire()
+        replica = await self.line.acquire("Ray replicas")
         if self._times is None:
             return await self._attempt(request, replica)
         return await self._hedged(request, replica)
@@ -516,7 +424,7 @@ class RayReplicas:
             raise self._failure(replica, exc) from exc
         finally:
             if not stopping:
-                self._release(replica)
+                self.line.release(replica)
         reply = decode_reply(answer) if isinstance(answer, bytes) else await reply_from_frames(answer)
         if isinstance(reply, Done):
             if self._times is not None:
@@ -569,56 +477,24 @@ class RayReplicas:
                 )
                 self._kill(replica)
         finally:
-            self._release(replica)
+            self.line.release(replica)
 
     async def _hedged(self, request: bytes, first: _Replica) -> ToolSuccess[Any]:
-        """The call on `first`, and after the hedge delay on a second replica too if one has a
-        free slot then; the first answer wins and the other attempt is cancelled. An attempt
-        lost with its replica is not an answer while the other may still give one."""
+        """The call on `first`, and after the hedge delay on a second replica too (`_hedge`)."""
         hedge = self.options.hedge
         assert hedge is not None
         assert self._times is not None
         delay = hedge.after if hedge.after is not None else self._times.quantile()
         if delay is None:  # too few calls timed yet
             return await self._attempt(request, first)
-        won: list[tuple[outcome.Outcome[ToolSuccess[Any]], bool]] = []
-        running = 0
 
-        async def attempt(replica: _Replica, is_hedge: bool) -> None:
-            nonlocal running
-            try:
-                result: outcome.Outcome[ToolSuccess[Any]] = outcome.Value(
-                    await self._attempt(request, replica)
-                )
-            except Exception as exc:
-                result = outcome.Error(exc)
-            except BaseException:
-                if won:  # cancelled because the other attempt answered
-                    self.hedges_cancelled += 1
-                raise
-            running -= 1
-            lost = isinstance(result, outcome.Error) and isinstance(
-                result.error, ToolUnavailable | WorkerLost
-            )
-            if not won and not (lost and running):
-                won.append((result, is_hedge))
-                nursery.cancel_scope.cancel()
+        def second() -> _Replica | None:  # a hedge never waits in line
+            replica = None if self.line.waiting else self.line.free(exclude=first)
+            if replica is not None:
+                self.line.take(replica)
+            return replica
 
-        async with trio.open_nursery() as nursery:
-            running = 1
-            nursery.start_soon(attempt, first, False)
-            await trio.sleep(delay)
-            second = None if self._waiters else self._free(exclude=first)
-            if second is not None:
-                self._take(second)
-                self._note()
-                self.hedged += 1
-                running += 1
-                nursery.start_soon(attempt, second, True)
-        result, is_hedge = won[0]
-        if is_hedge:
-            self.hedge_wins += 1
-        return result.unwrap()
+        return await race(lambda replica: self._attempt(request, replica), first, delay, second, self.hedges)
 
 
 def _node_died(exc: BaseException) -> bool:
