@@ -46,7 +46,18 @@ lint: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
 typecheck: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP)
+# The shared stores' tests (tests/test_stores.py, tests/test_resilience_shared.py) run against a real
+# redis-server, Debian's package; tests/redis_server.py starts and stops one per test session on a
+# free loopback port. Installed only where there is none.
+REDIS_STAMP := $(VENV)/.redis-installed
+
+$(REDIS_STAMP): | $(STAMP)
+	command -v redis-server >/dev/null || (export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q redis-server || (apt-get update -q && apt-get install -y -q redis-server))
+	command -v redis-server >/dev/null
+	touch $(REDIS_STAMP)
+
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest

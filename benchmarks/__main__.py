@@ -10,7 +10,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=["runtime", "peers", "mcp", "placement", "server", "report"],
+        choices=["runtime", "peers", "mcp", "placement", "streaming", "server", "report"],
         help="run one report (peers needs the bench extra)",
     )
     args = parser.parse_args()
@@ -30,6 +30,12 @@ def main() -> None:
         from . import bench_placement  # starts worker processes and a local Ray (the ray extra)
 
         report = bench_placement.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "streaming"):
+        from . import bench_streaming  # streaming tools, and a 50 MB result kept whole
+
+        report = bench_streaming.main(quick=args.quick)
         report.print()
         print(f"\nwrote {report.save()}")
     if args.only in (None, "peers"):

@@ -7,12 +7,14 @@ The root only re-exports; see docs/ARCHITECTURE.md section 3 for the contract th
 """
 
 from ._version import __version__ as __version__
+from .engine import Artifacts as Artifacts
 from .engine import CallRequest as CallRequest
 from .engine import Policy as Policy
 from .engine import RestartPolicy as RestartPolicy
 from .engine import Runtime as Runtime
 from .engine import RuntimeOptions as RuntimeOptions
 from .engine import open_runtime as open_runtime
+from .exceptions import ArtifactMissing as ArtifactMissing
 from .exceptions import CannotAsk as CannotAsk
 from .exceptions import InvalidArguments as InvalidArguments
 from .exceptions import RuntimeClosed as RuntimeClosed
@@ -67,6 +69,8 @@ from .tools import tools_of as tools_of
 from .tools import validate as validate
 
 __all__ = [
+    "ArtifactMissing",
+    "Artifacts",
     "Budget",
     "Cache",
     "CircuitBreaker",

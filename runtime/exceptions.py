@@ -5,6 +5,7 @@ Hierarchy::
     ToolRuntimeError                    base of everything below
     ├── InvalidArguments (ValueError)   a call's arguments did not decode into the tool's args type
     ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
+    │   └── ArtifactMissing             an artifact handle is not the caller's, or it expired
     ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
     │   └── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
     ├── ToolOverloaded                  a tool (or where it runs) has more waiting than it takes
@@ -22,6 +23,7 @@ becomes a `ToolFailure`. The module sits below every layer so that each may rais
 from __future__ import annotations
 
 __all__ = [
+    "ArtifactMissing",
     "CannotAsk",
     "InvalidArguments",
     "RemoteToolError",
@@ -66,6 +68,14 @@ class ToolRejected(ToolRuntimeError):
     def __init__(self, message: str) -> None:
         self.message = message
         super().__init__(message)
+
+
+class ArtifactMissing(ToolRejected):
+    """An artifact handle that the caller cannot read: not its principal's, expired or dropped.
+
+    The message says which where it can tell (never whether another principal has it); raised
+    from a tool, it is that call's REJECTED, which the model reads.
+    """
 
 
 class ToolUnavailable(ToolRuntimeError):

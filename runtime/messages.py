@@ -129,12 +129,17 @@ class ResourceLinkPart(msgspec.Struct, frozen=True, kw_only=True, tag="resource_
         name: its name.
         mime_type: its type, when known.
         description: what it is, when said.
+        size: its size in bytes, when known.
+
+    A link to `artifact://art_...` is a result kept whole by the runtime (`Artifacts`): its
+    handle is `name`, and the runtime's `read_artifact` tool or MCP `resources/read` reads it.
     """
 
     uri: str
     name: str
     mime_type: str | None = None
     description: str | None = None
+    size: int | None = None
 
 
 ContentPart = TextPart | ImagePart | AudioPart | ResourcePart | ResourceLinkPart
@@ -154,6 +159,8 @@ def describe_part(part: ContentPart) -> str:
         size = len(part.blob) if part.blob is not None else 0
         return f"[binary resource {part.uri} ({part.mime_type or 'unknown type'}, {size} bytes)]"
     about = f": {part.description}" if part.description else ""
+    if part.uri.startswith("artifact://"):
+        return f"[artifact {part.name} ({part.uri}){about}]"
     return f"[resource {part.name} ({part.uri}){about}]"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import leakcheck
 import pytest
+from redis_server import RedisServer, running_redis
 
 leakcheck.install()  # before collection: pytest-trio looks `trio.run` up when it marks the tests
 
@@ -96,3 +97,22 @@ def ray_cluster() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def local_ray(ray_cluster: Any) -> None:
     """Ray for a test that does not care how many nodes it has: the session's cluster."""
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server (tests/redis_server.py) for the session's Redis tests.
+
+    Started before the first test that asks for it and stopped, reaped, when the session ends:
+    it is there before each test begins, so the leak check allows it. A test that stops or
+    restarts a server (an outage) starts its own with `running_redis()` instead.
+    """
+    with running_redis() as server:
+        yield server
+
+
+@pytest.fixture
+def redis(redis_server: RedisServer) -> RedisServer:
+    """The session's redis-server, emptied for this test."""
+    redis_server.flush()
+    return redis_server

@@ -8,8 +8,10 @@ import (a worker imports this module inside its own trio run).
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import trio
 import trio.lowlevel
@@ -117,6 +119,38 @@ async def asyncio_kinds(kind: str, n: int = 0) -> int:
         except asyncio.CancelledError:
             await asyncio.sleep(SHIELD)  # ignores its cancellation for a while
     return n
+
+
+STREAMS: collections.Counter[str] = collections.Counter()
+"""How many of `stream_kinds`' generators were started ("opened") and closed ("closed")."""
+
+
+async def stream_kinds(kind: str, n: int = 0) -> AsyncIterator[str]:
+    """A streaming tool (an async generator, on trio): each kind after a first chunk (mid-stream);
+    `ok` yields `n`'s digits one by one, so its result is `str(n)`."""
+    STREAMS["opened"] += 1
+    try:
+        await trio.lowlevel.checkpoint()
+        if kind == "ok":
+            for digit in str(n):
+                yield digit
+                await trio.lowlevel.checkpoint()
+            return
+        yield "."
+        if kind == "raise":
+            raise ValueError(f"the tool raised for call {n}")
+        if kind == "hang":
+            await trio.sleep_forever()
+        if kind == "slow":
+            await trio.sleep(SLOW)
+        if kind == "stale":
+            raise stale_cancelled()
+        if kind == "shielded":
+            with trio.CancelScope(shield=True):
+                await trio.sleep(SHIELD)
+        yield "."
+    finally:
+        STREAMS["closed"] += 1
 
 
 def deep_arguments(depth: int = 100) -> str:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, NotRequired, Protocol, TypedDict, TypeVar
 
 import msgspec
@@ -195,20 +196,25 @@ def test_unannotated_parameter_is_rejected_naming_it() -> None:
             return 0
 
 
-def test_generator_function_is_rejected() -> None:
-    with pytest.raises(ToolDefinitionError, match="is a generator; a tool returns one result"):
+def test_a_sync_generator_is_rejected_naming_the_streaming_form() -> None:
+    with pytest.raises(
+        ToolDefinitionError, match=r"is a generator; a tool that yields .* `async def` generator"
+    ):
 
         @tool
         def t(n: int) -> Any:
             yield n
 
 
-def test_async_generator_function_is_rejected() -> None:
-    with pytest.raises(ToolDefinitionError, match="is a generator; a tool returns one result"):
+def test_an_async_generator_is_a_streaming_tool_whose_result_is_text() -> None:
+    @tool
+    async def t(n: int) -> AsyncIterator[str]:
+        yield str(n)
 
-        @tool
-        async def t(n: int) -> Any:
-            yield n
+    assert t.streams
+    assert t.is_async
+    assert t.result_type is str  # its chunks joined
+    assert t.descriptor.output is None  # as for any tool whose result is text
 
 
 def test_type_msgspec_cannot_describe_is_rejected() -> None:

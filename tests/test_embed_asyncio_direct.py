@@ -730,6 +730,66 @@ def test_an_asyncio_tool_that_ignores_cancellation_at_close_is_answered_and_the_
     asyncio.run(main())
 
 
+_released = threading.Event()
+_returned = threading.Event()
+
+
+@tool(max_concurrency=4)
+async def trio_second(i: int) -> int:
+    """One second of trio work."""
+    await trio.sleep(1)
+    return i
+
+
+@tool
+async def trio_never_stops() -> str:
+    """Trio work that shields itself from every cancellation until the test releases it."""
+    with trio.CancelScope(shield=True):
+        await trio.to_thread.run_sync(_released.wait)
+    _returned.set()
+    return "released"
+
+
+@pytest.mark.leaks(
+    "by design: work whose code ignores cancellation is abandoned at close and runs on, on trio "
+    "(as it would keep `trio.run` going); the test releases it after the close"
+)
+def test_closing_with_calls_queued_for_trio_and_one_that_never_stops_ends_within_the_grace() -> None:
+    """Issue 28 point 4: the asyncio close has open_runtime's grace-then-UNAVAILABLE, also for calls
+    handed to trio: queued calls are answered at once, running ones get `shutdown_timeout` and
+    the kill grace, and one that never stops is abandoned instead of holding the close."""
+
+    async def main() -> None:
+        _released.clear()
+        _returned.clear()
+        async with open_asyncio_runtime(
+            [trio_second, trio_never_stops], tracing=False, shutdown_timeout=0.5
+        ) as rt:
+            queued = [
+                asyncio.ensure_future(rt.call(_call("trio_second", f'{{"i": {i}}}', str(i))))
+                for i in range(40)
+            ]
+            stuck = asyncio.ensure_future(rt.call(_call("trio_never_stops", "{}")))
+            await asyncio.sleep(0.1)
+            closing = time.monotonic()
+        took = time.monotonic() - closing
+        _released.set()
+        assert took < 0.5 + 0.5 + 0.5  # shutdown_timeout + the kill grace, with room; not 10 s, not never
+        results = [await call for call in queued]
+        assert sum(r.ok for r in results) <= 4  # at most the four that were running finished
+        assert {r.kind for r in results if not r.ok} == {FailureKind.UNAVAILABLE}  # type: ignore[union-attr]
+        never = await stuck
+        assert never.kind is FailureKind.UNAVAILABLE  # type: ignore[union-attr]
+        assert "did not stop when cancelled" in never.content  # type: ignore[union-attr]
+        async with asyncio.timeout(5):  # the abandoned work ends once released, and the guest run with it
+            while not _returned.is_set():  # noqa: ASYNC110 - set on trio's side
+                await asyncio.sleep(0.01)
+            for _ in range(50):
+                await asyncio.sleep(0)  # the guest run's last turns
+
+    asyncio.run(main())
+
+
 class ConnectionBroken(Exception):
     pass
 

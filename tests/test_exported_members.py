@@ -38,6 +38,9 @@ ADDED_ON_PURPOSE = {
     "Policy", "CallRequest", "RuntimeOptions",
     # resilience (DESIGN.md 3.11, issue 23): what a tool or a runtime asks of its policies
     "Retry", "Cache", "Dedupe", "RateLimit", "Budget", "CircuitBreaker",
+    # large results kept whole (DESIGN.md 3.12, issue 24): the runtime's option, and what a read of
+    # a handle that is not the caller's (or expired) raises (REJECTED, its reason for the model)
+    "Artifacts", "ArtifactMissing",
 }  # fmt: skip
 
 

@@ -149,9 +149,10 @@ async def check_everything(rt: Any) -> None:
     assert f"[binary resource {blobs[0].uri}" in blob.content  # what a model that reads text sees
 
     links = ok(await rt.call(call("get-resource-links", {"count": 2})))
-    linked = [p for p in links.parts if isinstance(p, ResourceLinkPart)]
-    assert len(linked) == 2
-    assert all(p.uri.startswith("demo://") for p in linked)
+    assert not [p for p in links.parts if isinstance(p, ResourceLinkPart)]
+    read = [p for p in links.parts if isinstance(p, ResourcePart)]  # the links were read (resources/read)
+    assert len(read) == 2
+    assert all(p.uri.startswith("demo://") for p in read)
 
     seen: list[tuple[float, float | None]] = []
 

@@ -20,21 +20,24 @@ The outcome of each kind, on every route where it applies (`EXPECTED`):
 Executors: `task` (a trio worker task: an async tool that suspends), `eager` (an async tool that
 cannot suspend: run in the caller's task), `inline` (a sync tool with inline=True: in the
 caller's task too), `thread` (a sync tool: its kept threads), `asyncio` (loop="asyncio": a task
-of the host asyncio loop), `subprocess` (a Subprocess worker), `ray` (a Ray replica). Which kind
-applies where (x: applies; -: `NOT_APPLICABLE` says why; bug: `KNOWN_BUGS`, a strict xfail):
+of the host asyncio loop), `subprocess` (a Subprocess worker), `ray` (a Ray replica), `stream` (a
+streaming tool, an async generator in a worker task: each kind happens after its first chunk,
+mid-stream; its one-by-one calls are read with `stream`, chunk by chunk, where the caller has it,
+and every generator started must be closed by the end). Which kind applies where (x: applies;
+-: `NOT_APPLICABLE` says why; bug: `KNOWN_BUGS`, a strict xfail):
 
-    kind       task eager inline thread asyncio subprocess ray
-    ok          x     x     x      x      x        x        x
-    raise       x     x     x      x      x        x        x
-    hang        x     -     -      x      x        x        x
-    cancel      x     -     -      x      x        x        x     (- for the `threads` caller)
-    timeout     x     -     -      x      x        x        x
-    bad_json    x     x     x      x      x        x        x
-    deep_json   x     x     x      x      x        x        x
+    kind       task eager inline thread asyncio subprocess ray stream
+    ok          x     x     x      x      x        x        x    x
+    raise       x     x     x      x      x        x        x    x
+    hang        x     -     -      x      x        x        x    x
+    cancel      x     -     -      x      x        x        x    x     (- for the `threads` caller)
+    timeout     x     -     -      x      x        x        x    x
+    bad_json    x     x     x      x      x        x        x    x
+    deep_json   x     x     x      x      x        x        x    x
     unknown     (names no tool: one call per batch entry, on every route)
-    stale       x     x     x      x      x        x        x
-    shielded    x     -     -      -      x        x        x
-    blocking    -     -     -      x      -        x        x
+    stale       x     x     x      x      x        x        x    x
+    shielded    x     -     -      -      x        x        x    x
+    blocking    -     -     -      x      -        x        x    -
 
 Callers: `trio` (`open_runtime`; on trio's virtual clock for the in-process executors),
 `asyncio` and `uvloop` (`open_asyncio_runtime` on either loop), `threads` (a `RuntimeThread`
@@ -76,8 +79,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from runtime import (
+    Budget,
+    Cache,
     CallContext,
     CallRequest,
+    CircuitBreaker,
+    Dedupe,
     FailureKind,
     Feature,
     Policy,
@@ -126,6 +133,7 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ),
     ("task", "blocking"): _NO_THREAD,
     ("asyncio", "blocking"): _NO_THREAD,
+    ("stream", "blocking"): _NO_THREAD,
     # callers
     ("threads", "cancel"): "a thread blocked in RuntimeThread.call has no way to cancel it",
 }
@@ -147,6 +155,8 @@ ASYNC_TOOLS = {
     "inline": tool(opt.sync_kinds, name="inline", inline=True),
     "thread": tool(opt.sync_kinds, name="thread"),
     "thread_timed": tool(opt.sync_kinds, name="thread_timed", timeout=T),
+    "stream": tool(opt.stream_kinds, name="stream"),
+    "stream_timed": tool(opt.stream_kinds, name="stream_timed", timeout=T),
 }
 ASYNCIO_TOOLS = {
     "asyncio": tool(opt.asyncio_kinds, name="asyncio", loop="asyncio"),
@@ -330,8 +340,8 @@ def check(plan_: Plan, seen: Observed, recorder: Recorder) -> None:
     def result_of(p: Planned, result: ToolResult) -> None:
         assert result.call_id == p.call.id
         assert (p.call.id, _outcome(result)) == (p.call.id, _expected(p)), result
-        if p.kind == "ok":
-            assert result.value == p.value  # type: ignore[union-attr]
+        if p.kind == "ok":  # a stream's value: its chunks (the digits of n) joined
+            assert result.value == (str(p.value) if p.executor == "stream" else p.value)  # type: ignore[union-attr]
 
     for key, group in (("many", plan_.many), ("timed", plan_.timed)):
         if group:
@@ -385,6 +395,7 @@ def check(plan_: Plan, seen: Observed, recorder: Recorder) -> None:
 
 ABANDONABLE: dict[str, tuple[str, ...]] = {
     "task": ("shielded",),
+    "stream": ("shielded",),
     "asyncio": ("shielded",),
     "thread": ("hang", "cancel", "timeout", "blocking"),
 }
@@ -406,12 +417,16 @@ _DRAIN = 30.0  # seconds (real) the abandoned work may take to end once released
 # -- the callers -----------------------------------------------------------------------------------
 
 
-def run_trio(plan_: Plan, tools: list[Any], *, virtual: bool) -> tuple[Observed, Recorder]:
+def run_trio(
+    plan_: Plan, tools: list[Any], *, virtual: bool, options: Mapping[str, Any] = {}
+) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
 
     async def main() -> None:
-        async with open_runtime(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt:
+        async with open_runtime(
+            tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
+        ) as rt:
             scopes: list[trio.CancelScope] = []
             async with trio.open_nursery() as nursery:
 
@@ -419,7 +434,13 @@ def run_trio(plan_: Plan, tools: list[Any], *, virtual: bool) -> tuple[Observed,
                     seen.batches[key] = await rt.call_many([p.call for p in group], timeout=timeout)
 
                 async def one(p: Planned) -> None:
-                    seen.single[p.call.id] = await rt.call(p.call, timeout=T if p.kind == "timeout" else None)
+                    timeout = T if p.kind == "timeout" else None
+                    if p.executor == "stream":  # read chunk by chunk: the chunks, then one result
+                        seen.single[p.call.id] = read_stream(
+                            [i async for i in rt.stream(p.call, timeout=timeout)]
+                        )
+                    else:
+                        seen.single[p.call.id] = await rt.call(p.call, timeout=timeout)
 
                 async def cancelled(key: str, fn: Callable[[], Awaitable[None]]) -> None:
                     with trio.CancelScope() as scope:
@@ -457,16 +478,30 @@ def run_trio(plan_: Plan, tools: list[Any], *, virtual: bool) -> tuple[Observed,
     return seen, recorder
 
 
-class _AsyncCaller:
-    """`call` / `call_many` / `as_completed` of an AsyncioRuntime, or `acall` / `acall_many` of a
-    RuntimeThread (which has no `as_completed`)."""
+def read_stream(items: list[Any]) -> ToolResult:
+    """The one result of a streamed call: its last item; every item before it is a chunk."""
+    assert items, "a stream yields its result at least"
+    *chunks, result = items
+    assert all(type(chunk) is str for chunk in chunks), chunks
+    assert isinstance(result, ToolSuccess | ToolFailure), result
+    if isinstance(result, ToolSuccess):
+        assert "".join(chunks) == result.content  # the result: the chunks joined
+    return result
 
-    def __init__(self, call: Any, call_many: Any, statistics: Any, as_completed: Any = None) -> None:
-        self.call, self.call_many, self.statistics, self.as_completed = (
+
+class _AsyncCaller:
+    """`call` / `call_many` / `as_completed` / `stream` of an AsyncioRuntime, or `acall` /
+    `acall_many` of a RuntimeThread (which has no `as_completed` nor an asyncio `stream`)."""
+
+    def __init__(
+        self, call: Any, call_many: Any, statistics: Any, as_completed: Any = None, stream: Any = None
+    ) -> None:
+        self.call, self.call_many, self.statistics, self.as_completed, self.stream = (
             call,
             call_many,
             statistics,
             as_completed,
+            stream,
         )
 
 
@@ -475,7 +510,11 @@ async def drive_asyncio(plan_: Plan, rt: _AsyncCaller, seen: Observed) -> None:
         seen.batches[key] = await rt.call_many([p.call for p in group], timeout=timeout)
 
     async def one(p: Planned) -> None:
-        seen.single[p.call.id] = await rt.call(p.call, timeout=T if p.kind == "timeout" else None)
+        timeout = T if p.kind == "timeout" else None
+        if p.executor == "stream" and rt.stream is not None:  # chunk by chunk, then one result
+            seen.single[p.call.id] = read_stream([i async for i in rt.stream(p.call, timeout=timeout)])
+        else:
+            seen.single[p.call.id] = await rt.call(p.call, timeout=timeout)
 
     async def stream(group: list[Planned]) -> None:
         seen.batches["streamed"] = [r async for r in rt.as_completed([p.call for p in group])]
@@ -525,16 +564,18 @@ def _loop_runner(loop: str) -> asyncio.Runner:
     return asyncio.Runner()
 
 
-def run_guest(plan_: Plan, tools: list[Any], *, loop: str) -> tuple[Observed, Recorder]:
+def run_guest(
+    plan_: Plan, tools: list[Any], *, loop: str, options: Mapping[str, Any] = {}
+) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
 
     async def main() -> None:
         async with open_asyncio_runtime(
-            tools, features=[recorder], policies=[recorder.witness], tracing=False
+            tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
         ) as rt:
             await drive_asyncio(
-                plan_, _AsyncCaller(rt.call, rt.call_many, rt.statistics, rt.as_completed), seen
+                plan_, _AsyncCaller(rt.call, rt.call_many, rt.statistics, rt.as_completed, rt.stream), seen
             )
 
     with _loop_runner(loop) as runner:
@@ -542,21 +583,27 @@ def run_guest(plan_: Plan, tools: list[Any], *, loop: str) -> tuple[Observed, Re
     return seen, recorder
 
 
-def run_thread_asyncio(plan_: Plan, tools: list[Any]) -> tuple[Observed, Recorder]:
+def run_thread_asyncio(
+    plan_: Plan, tools: list[Any], options: Mapping[str, Any] = {}
+) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
     with (
-        RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt,
+        RuntimeThread(
+            tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
+        ) as rt,
         asyncio.Runner() as runner,
     ):
         runner.run(drive_asyncio(plan_, _AsyncCaller(rt.acall, rt.acall_many, rt.statistics), seen))
     return seen, recorder
 
 
-def run_threads(plan_: Plan, tools: list[Any]) -> tuple[Observed, Recorder]:
+def run_threads(plan_: Plan, tools: list[Any], options: Mapping[str, Any] = {}) -> tuple[Observed, Recorder]:
     recorder = Recorder()
     seen = Observed(recorder=recorder)
-    with RuntimeThread(tools, features=[recorder], policies=[recorder.witness], tracing=False) as rt:
+    with RuntimeThread(
+        tools, features=[recorder], policies=[recorder.witness], tracing=False, **options
+    ) as rt:
         errors: list[BaseException] = []
 
         def catching(fn: Callable[[], None]) -> Callable[[], None]:
@@ -572,7 +619,11 @@ def run_threads(plan_: Plan, tools: list[Any]) -> tuple[Observed, Recorder]:
             seen.batches[key] = rt.call_many([p.call for p in group], timeout=timeout)
 
         def one(p: Planned) -> None:
-            seen.single[p.call.id] = rt.call(p.call, timeout=T if p.kind == "timeout" else None)
+            timeout = T if p.kind == "timeout" else None
+            if p.executor == "stream":  # chunk by chunk, then one result
+                seen.single[p.call.id] = read_stream(list(rt.stream(p.call, timeout=timeout)))
+            else:
+                seen.single[p.call.id] = rt.call(p.call, timeout=timeout)
 
         jobs: list[Callable[[], None]] = []
         if plan_.many:
@@ -603,26 +654,32 @@ def run_route(
     executors: tuple[str, ...],
     tools: list[Any],
     known_bugs: Mapping[tuple[str, str], str] = KNOWN_BUGS,
+    options: Mapping[str, Any] = {},
+    asyncio_tools: Mapping[str, Any] = ASYNCIO_TOOLS,
 ) -> None:
     """Run `batch` on `executors` from `caller` (but the `known_bugs`): check every result, the
-    statistics, and that nothing is left once the runtime has closed."""
+    statistics, and that nothing is left once the runtime has closed. `options` go to the
+    runtime (`open_runtime` and the others)."""
     if caller in ("asyncio", "uvloop"):
         executors = (*executors, "asyncio") if "task" in executors else executors
-        tools = [*tools, *ASYNCIO_TOOLS.values()] if "task" in executors else tools
+        tools = [*tools, *asyncio_tools.values()] if "task" in executors else tools
     virtual = caller == "trio" and not any(e in executors for e in ("subprocess", "ray"))
     plan_ = plan(batch, executors, caller, known_bugs, opt.BLOCK_VIRTUAL if virtual else opt.BLOCK)
     opt.RELEASE.clear()
+    opt.STREAMS.clear()
     with leakcheck.scope() as scope:
         if caller == "trio":
-            seen, recorder = run_trio(plan_, tools, virtual=virtual)
+            seen, recorder = run_trio(plan_, tools, virtual=virtual, options=options)
         elif caller in ("asyncio", "uvloop"):
-            seen, recorder = run_guest(plan_, tools, loop=caller)
+            seen, recorder = run_guest(plan_, tools, loop=caller, options=options)
         elif caller == "threads":
-            seen, recorder = run_threads(plan_, tools)
+            seen, recorder = run_threads(plan_, tools, options)
         else:
-            seen, recorder = run_thread_asyncio(plan_, tools)
+            seen, recorder = run_thread_asyncio(plan_, tools, options)
     check(plan_, seen, recorder)
     assert scope.leaks() == []
+    # every streaming tool's generator that started was closed, however its call ended
+    assert opt.STREAMS["opened"] == opt.STREAMS["closed"], opt.STREAMS
 
 
 def batches(kinds: Iterable[str] = KINDS, max_size: int = 8) -> st.SearchStrategy[list[str]]:
@@ -638,7 +695,7 @@ def _settings(examples: int) -> settings:
     )
 
 
-IN_PROCESS = ("task", "eager", "inline", "thread")
+IN_PROCESS = ("task", "eager", "inline", "thread", "stream")
 EXAMPLES = {"trio": 50, "asyncio": 6, "uvloop": 6, "threads": 6, "thread_asyncio": 6}
 
 # -- the tests -------------------------------------------------------------------------------------
@@ -651,6 +708,50 @@ def test_in_process_executors(caller: str) -> None:
     @example(batch=list(KINDS))  # every kind, on every route, in every run
     def run(batch: list[str]) -> None:
         run_route(caller, batch, IN_PROCESS, list(ASYNC_TOOLS.values()))
+
+    run()
+
+
+# The same tools with every resilience policy that leaves a call's outcome as it was: identical
+# calls join one run (`Dedupe`: the batches repeat arguments, such as every `raise` or `hang`),
+# successes are cached (each `ok` has its own arguments, so none is served twice), a breaker
+# that hears every attempt but never opens, and budgets that make calls wait their turn
+# (per batch, per principal) in a fair queue. Each call must still get its one result, the same
+# outcome, every hook once, and nothing may be left.
+_RESILIENT = {"read_only": True, "cache": Cache(ttl=60), "dedupe": Dedupe(ttl=0)}
+RESILIENT_TOOLS = {
+    "task": tool(opt.trio_kinds, name="task", **_RESILIENT),
+    "task_timed": tool(opt.trio_kinds, name="task_timed", timeout=T, **_RESILIENT),
+    "eager": tool(opt.eager_kinds, name="eager", **_RESILIENT),
+    "inline": tool(opt.sync_kinds, name="inline", inline=True, **_RESILIENT),
+    "thread": tool(opt.sync_kinds, name="thread", **_RESILIENT),
+    "thread_timed": tool(opt.sync_kinds, name="thread_timed", timeout=T, **_RESILIENT),
+}
+RESILIENT_ASYNCIO_TOOLS = {
+    "asyncio": tool(opt.asyncio_kinds, name="asyncio", loop="asyncio", **_RESILIENT),
+    "asyncio_timed": tool(opt.asyncio_kinds, name="asyncio_timed", loop="asyncio", timeout=T, **_RESILIENT),
+}
+RESILIENT_OPTIONS = {
+    "breaker": CircuitBreaker(failures=1_000_000),
+    "budget": Budget(per_batch=3, per_principal=5, wait=True),
+    "fair": True,
+}
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+def test_in_process_executors_with_resilience(caller: str) -> None:
+    @_settings(max(2, EXAMPLES[caller] // 3))
+    @given(batch=batches())
+    @example(batch=list(KINDS))
+    def run(batch: list[str]) -> None:
+        run_route(
+            caller,
+            batch,
+            IN_PROCESS,
+            list(RESILIENT_TOOLS.values()),
+            options=RESILIENT_OPTIONS,
+            asyncio_tools=RESILIENT_ASYNCIO_TOOLS,
+        )
 
     run()
 
@@ -730,7 +831,7 @@ def test_a_known_bug_still_breaks_its_kind(executor: str, kind: str) -> None:
 
 def test_the_table_in_this_docstring_is_the_one_the_tests_use() -> None:
     assert __doc__ is not None
-    columns = ("task", "eager", "inline", "thread", "asyncio", "subprocess", "ray")
+    columns = ("task", "eager", "inline", "thread", "asyncio", "subprocess", "ray", "stream")
     header = "    kind       " + " ".join(columns)
     lines = __doc__.split(header + "\n", 1)[1].split("\n\n", 1)[0].splitlines()
     rows = {line.split()[0]: line.split()[1:] for line in lines if not line.split()[1].startswith("(")}

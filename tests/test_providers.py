@@ -439,3 +439,89 @@ def test_a_failure_reads_the_same_everywhere() -> None:
     assert gemini_adapter.result_parts([failure])[0] == {
         "function_response": {"name": "add", "id": "c1", "response": {"error": "Error: took longer than 1s"}}
     }
+
+
+# -- artifacts (results kept whole, issue 24) ----------------------------------------------------
+
+BIG_PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 400  # over the inline limit below
+
+
+class Photo(Tool[ShotArgs, bytes]):
+    """A screenshot too large to send: kept whole as an artifact."""
+
+    async def execute(self, args: ShotArgs) -> bytes:
+        return BIG_PNG
+
+    def result_to_parts(self, result: bytes) -> list[ContentPart]:
+        return [TextPart(text="the page"), ImagePart(data=result, mime_type="image/png")]
+
+
+@tool
+def long_report(lines: int) -> str:
+    """A report of `lines` lines."""
+    return "".join(f"line {i}\n" for i in range(lines))
+
+
+def _text_of(message: Any) -> str:
+    """Every text a provider's message holds, in order (what its model reads)."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if key not in ("type", "role", "tool_call_id", "tool_use_id", "call_id", "name", "id"):
+                    walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(message)
+    return "\n".join(found)
+
+
+async def test_every_provider_renders_a_kept_result_as_text_with_its_handle_and_preview() -> None:
+    from runtime import Artifacts
+
+    calls = [
+        ToolCall(id="r1", name="long_report", arguments='{"lines": 2000}'),
+        ToolCall(id="p1", name="photo", arguments='{"url": "https://example.com"}'),
+    ]
+    options = Artifacts(max_inline_bytes=1000)
+    async with open_runtime(
+        [long_report, Photo()], tracing=False, max_result_chars=800, artifacts=options
+    ) as rt:
+        report, photo = await rt.call_many(calls, principal="p")
+    assert isinstance(report, ToolSuccess)
+    assert isinstance(photo, ToolSuccess)
+    report_handle = report.parts[-1].name  # type: ignore[union-attr]
+    photo_handle = photo.parts[-1].name  # type: ignore[union-attr]
+
+    chat = openai_adapter.result_messages([report, photo])
+    for message in chat:
+        validate(ChatCompletionToolMessageParam, message)
+    responses = openai_adapter.result_items([report, photo])
+    for item in responses:
+        validate(ResponseInputItemParam, item)
+    blocks = anthropic_adapter.result_blocks([report, photo])
+    for block in blocks:
+        validate(ToolResultBlockParam, block)
+    gemini = gemini_adapter.result_parts([report, photo])
+    for part in gemini:
+        genai_types.Part.model_validate(part)
+
+    for rendered in (chat, responses, blocks, gemini):
+        first, second = _text_of(rendered[0]), _text_of(rendered[1])
+        # the report: its handle, its size, its start and end, how to read more, under the limit
+        assert f"artifact {report_handle}" in first
+        assert "18,890 characters" in first
+        assert first.count(report_handle) >= 2  # named, and in the read_artifact(...) sentence
+        assert "line 0\n" in first
+        assert "line 1999\n" in first
+        assert f'read_artifact(handle="{report_handle}"' in first
+        assert len(first) <= 800
+        # the photo: its text, then the image's note (no image bytes went to the model)
+        assert "the page" in second
+        assert f"artifact {photo_handle}: an image (image/png) of 102,408 bytes" in second
+        assert "iVBOR" not in repr(rendered[1])  # no base64 of the PNG anywhere

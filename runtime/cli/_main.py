@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from .._version import __version__
-from ..engine import open_runtime
+from ..engine import Artifacts, open_runtime
 from ..messages import ToolCall, ToolFailure
 from ..registry import ToolRegistry
 from ..schema import DIALECTS
@@ -111,8 +111,12 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
+    artifacts: Artifacts | None = None
+    if not args.no_artifacts:  # a result over the limit: its preview and a link the client reads
+        artifacts = Artifacts(store=args.artifacts_dir, tools=False)
+
     async def serve() -> None:
-        async with open_runtime(registry) as rt:
+        async with open_runtime(registry, artifacts=artifacts) as rt:
             if address is None:
                 await serve_stdio(rt)
                 return
@@ -273,6 +277,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="a call running longer closes its SSE stream; the client polls for the result (SEP-1699)",
+    )
+    serve.add_argument(
+        "--no-artifacts",
+        action="store_true",
+        help="cut results over the limit instead of keeping them whole as resources (artifact://...)",
+    )
+    serve.add_argument(
+        "--artifacts-dir",
+        metavar="PATH",
+        help="keep results over the limit in files here (default: in memory)",
     )
     serve.set_defaults(run=_serve)
     return parser

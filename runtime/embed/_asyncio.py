@@ -33,6 +33,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
@@ -43,7 +44,7 @@ import trio
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
 from ..engine._batch import lapse_due
 from ..engine._call import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED, Call
-from ..engine._entry import Entry
+from ..engine._entry import STREAM_BUFFER, Entry
 from ..engine._runtime import collect, completed, open_engine
 from ..engine._scope import Prepare, Scope, View
 from ..exceptions import RuntimeClosed
@@ -51,6 +52,8 @@ from ..features import Feature
 from ..messages import FailureKind, ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
 from ..tools import ToolBase
+
+log = logging.getLogger("runtime.embed")
 
 __all__ = ["AsyncioRuntime", "AsyncioScopedRuntime", "open_asyncio_runtime"]
 
@@ -208,6 +211,20 @@ class AsyncioRuntime:
         (`contextlib.aclosing`), as with `Runtime.as_completed`.
         """
         return self._completed(list(calls), metadata, timeout, principal, None)
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncIterator[str | ToolResult]:
+        """`Runtime.stream` for asyncio: a streaming tool's chunks as it yields them, then the one
+        result. A slow reader holds the tool up once `buffer` chunks wait; stopping early cancels
+        the call (close the generator, `contextlib.aclosing`, to do it at once)."""
+        return self._streamed(call, metadata, timeout, principal, None, buffer)
 
     def scoped(
         self,
@@ -458,6 +475,50 @@ class AsyncioRuntime:
                 handle.cancel()
             await asyncio.shield(handle.ended)
 
+    async def _streamed(
+        self,
+        call: ToolCall,
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None,
+        scope: Scope | None,
+        buffer: int,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        """`Entry.stream` in a trio task, each item passed here once the one before was taken (so
+        the tool waits for this reader as it would for a trio one)."""
+        self._check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        taken = trio.Semaphore(1)  # released by this side (the guest run's state is this thread's)
+        entry = self._entry
+
+        async def pump() -> None:
+            items = entry.stream(
+                call, metadata=metadata, timeout=timeout, principal=principal, scope=scope, buffer=buffer
+            )
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    await taken.acquire()
+                    queue.put_nowait(item)
+
+        handle = self._spawn(pump)
+        handle.ended.add_done_callback(lambda _: queue.put_nowait(_END))
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    ended = handle.ended.result()
+                    if ended is None:
+                        raise RuntimeClosed("the asyncio runtime closed while this call was running")
+                    ended.unwrap()
+                    return
+                taken.release()
+                yield item
+        finally:
+            if not handle.ended.done():
+                handle.cancel()
+            await asyncio.shield(handle.ended)
+
     def _close(self) -> None:
         self._closing = True
         self._stop.set()
@@ -497,6 +558,17 @@ class AsyncioScopedRuntime(View):
     ) -> AsyncIterator[ToolResult]:
         """`AsyncioRuntime.as_completed`, for this view."""
         return self._owner._completed(list(calls), metadata, timeout, None, self._check())
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncIterator[str | ToolResult]:
+        """`AsyncioRuntime.stream`, for this view."""
+        return self._owner._streamed(call, metadata, timeout, None, self._check(), buffer)
 
     async def invoke(
         self,
@@ -555,8 +627,22 @@ async def open_asyncio_runtime(
     built = RuntimeOptions.build(options, **settings)
     ready: asyncio.Future[AsyncioRuntime] = loop.create_future()
     finished: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
+    # The runtime has closed: every call answered, what ignored its cancellation abandoned. The
+    # guest run itself may go on after that (an abandoned task that never returns keeps it, as
+    # it would keep `trio.run`), but the asyncio side no longer waits for it.
+    closed: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
 
     async def main() -> None:
+        try:
+            await serve()
+        except BaseException as exc:
+            if not closed.done():
+                closed.set_result(outcome.Error(exc))
+            raise
+        if not closed.done():
+            closed.set_result(outcome.Value(None))
+
+    async def serve() -> None:
         stop = trio.Event()
         async with (
             open_engine(registry, built, host_loop=loop) as (rt, entry),
@@ -590,5 +676,12 @@ async def open_asyncio_runtime(
         yield rt
     finally:
         rt._close()
-        await asyncio.shield(finished)
-        finished.result().unwrap()
+        await asyncio.shield(asyncio.wait((closed, finished), return_when=asyncio.FIRST_COMPLETED))
+        if finished.done():
+            finished.result().unwrap()
+        else:
+            closed.result().unwrap()
+            log.warning(
+                "the runtime closed with abandoned work still running on trio (code that ignores "
+                "cancellation); it runs on until it returns or the loop closes"
+            )

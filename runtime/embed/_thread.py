@@ -23,13 +23,14 @@ import contextvars
 import functools
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import trio
 
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics, open_runtime
+from ..engine._entry import STREAM_BUFFER
 from ..engine._runtime import collect
 from ..engine._scope import Prepare, Scope, View
 from ..exceptions import RuntimeClosed
@@ -169,6 +170,35 @@ class RuntimeThread:
         return self._blocking(
             rt.call_many, list(calls), metadata=metadata, timeout=timeout, principal=principal
         )
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> Iterator[str | ToolResult]:
+        """`Runtime.stream` from any thread: a streaming tool's chunks as it yields them, then the
+        one result. Each item is fetched when asked for, so a slow reader holds the tool up once
+        `buffer` chunks wait; leaving the loop early cancels the call (close the iterator, or let
+        the loop end, to do it at once)."""
+        rt = self._open()
+        items = rt.stream(call, metadata=metadata, timeout=timeout, principal=principal, buffer=buffer)
+        ended = False
+        try:
+            while True:
+                try:
+                    item = self._blocking(items.__anext__)
+                except StopAsyncIteration:
+                    ended = True
+                    return
+                yield item
+        finally:
+            if not ended:
+                with contextlib.suppress(RuntimeClosed):
+                    self._blocking(items.aclose)
 
     def scoped(
         self,

@@ -5,6 +5,7 @@ The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
 """
 
 from ._actor import ActorState as ActorState
+from ._artifacts import Artifacts as Artifacts
 from ._options import RestartPolicy as RestartPolicy
 from ._options import RuntimeOptions as RuntimeOptions
 from ._options import RuntimeOptionsKw as RuntimeOptionsKw

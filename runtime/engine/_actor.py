@@ -120,6 +120,7 @@ class ToolActor:
             why_unavailable=self._unavailable,
         )
         plan.host_loop = settings.host_loop
+        plan.keeper = settings.keeper
         plan.policies = policies_of(tool, runtime_options.policies, options.policies)
         resilience = settings.resilience
         if resilience is not None:
@@ -136,7 +137,8 @@ class ToolActor:
             placement if placement is not None and not placement.in_process else None
         )
         self.asks = options.requires_approval is not False  # its calls need a CallContext
-        self.needs_context = tool.takes_context or self.asks  # a policy's is made when it asks
+        # a policy's is made when it asks; a stream's chunks reach its caller's handler with it
+        self.needs_context = tool.takes_context or self.asks or tool.streams
         self.host_executor: HostTasks | None = None
         self.eager = False
         self._threads: Threads | None = None
@@ -168,7 +170,13 @@ class ToolActor:
             self.eager = True
         else:
             executor = self._workers
-            if options.loop == "any" and settings.host_loop is not None and limit is None and not self.asks:
+            if (
+                options.loop == "any"
+                and settings.host_loop is not None
+                and limit is None
+                and not self.asks
+                and not tool.streams  # its chunks go through trio channels: it runs on trio
+            ):
                 self.host_executor = self._host = HostTasks(plan, settings.host_loop)
         plan.host_executor = self.host_executor
         self.untimed = options.timeout is None and runtime_options.default_timeout is None

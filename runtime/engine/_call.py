@@ -9,6 +9,8 @@
        ▼
     executor reports   `returned` / `raised` / `stopped` / `lost`       DONE
        │               the one outcome mapping (`_plan`): result, restart decision
+       │               (a result kept as artifacts that has to wait stays RUNNING, its
+       │               keeping the call's executor, until `kept`)
        ▼
     the caller         `report()`: counted, finishing hooks             REPORTED
 
@@ -294,7 +296,13 @@ class Call:
         """The tool returned `value`."""
         plan = self.plan
         assert plan is not None
-        self._end(plan.shape(self, value))
+        result = plan.shape(self, value)
+        if result is not None:  # None: its result is being kept whole (`kept` ends it)
+            self._end(result)
+
+    def kept(self, result: ToolResult) -> None:
+        """Its result was kept as artifacts (a keeping that had to wait: `_artifacts.Keeper`)."""
+        self._end(result)
 
     def raised(self, exc: BaseException) -> None:
         """The tool raised `exc` (not a cancellation of this call)."""

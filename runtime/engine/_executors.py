@@ -196,6 +196,7 @@ class WorkerTasks:
                                 call.raised(exc)
                         else:
                             call.returned(value)
+                            value = None
                         if deadline != math.inf:
                             scope.deadline = math.inf
                     self._releasing = True
@@ -203,6 +204,7 @@ class WorkerTasks:
                         mailbox.release()
                     finally:
                         self._releasing = False
+                    del call  # a parked worker holds no call (nor its result) alive
                     if scope.cancel_called:
                         break  # a call was cancelled or timed out: take a fresh scope
 

@@ -14,10 +14,12 @@ import msgspec
 
 from ..features import Feature, FeaturePipeline
 from ..tools import Budget, CircuitBreaker, Retry
+from ._artifacts import Artifacts
 from ._policy import Policy
 
 if TYPE_CHECKING:
     from ..tools import ElicitHandler, RootsHandler, SampleHandler
+    from ._artifacts import Keeper
     from ._resilience import Resilience
     from ._source import ToolSource
 
@@ -103,6 +105,9 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         fair: a tool's waiting calls are served fairly across principals (deficit round robin),
             so one principal's burst cannot starve another's calls.
         weights: principals' shares under `fair` (default 1.0 each).
+        artifacts: keep results over their limit whole instead of cutting them (`Artifacts`;
+            True: the defaults, in memory): the model reads a handle, the size, the start and
+            the end, and how to read more. None (the default): they are cut.
     """
 
     features: tuple[Feature, ...] = ()
@@ -126,6 +131,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     budget: Budget | None = None
     fair: bool = False
     weights: dict[str, Positive] = msgspec.field(default_factory=dict)
+    artifacts: Artifacts | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.tracing, bool | Feature):
@@ -149,6 +155,8 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         """
         if base is not None:
             values = {**{f: getattr(base, f) for f in cls.__struct_fields__}, **values}
+        if "artifacts" in values and isinstance(values["artifacts"], bool):
+            values["artifacts"] = Artifacts() if values["artifacts"] else None
         for name in ("features", "mcp_servers", "policies"):
             if name in values and not isinstance(values[name], tuple):
                 if not isinstance(values[name], Iterable):
@@ -197,12 +205,13 @@ class RuntimeOptionsKw(TypedDict, total=False):
     budget: Budget | None
     fair: bool
     weights: dict[str, float]
+    artifacts: Artifacts | bool | None
 
 
 class Settings:
     """What every part of one runtime reads: its options, its features, its host loop."""
 
-    __slots__ = ("host_loop", "options", "pipeline", "resilience")
+    __slots__ = ("host_loop", "keeper", "options", "pipeline", "resilience")
 
     def __init__(
         self,
@@ -210,6 +219,7 @@ class Settings:
         pipeline: FeaturePipeline,
         host_loop: Any = None,
         resilience: Resilience | None = None,
+        keeper: Keeper | None = None,
     ) -> None:
         self.options = options
         self.pipeline = pipeline
@@ -217,3 +227,5 @@ class Settings:
         """The asyncio loop this trio run is a guest of (`open_asyncio_runtime`), else None."""
         self.resilience = resilience
         """The store, breakers and budgets the resilience policies share (None: none at all)."""
+        self.keeper = keeper
+        """What keeps results over their limits whole (`RuntimeOptions.artifacts`); None: cut."""

@@ -3,28 +3,33 @@
 A `ToolPlan` holds the two halves of the call state machine that depend on the tool:
 
 - begin: `decode` checks the arguments' bounds and decodes them, in one strict pass;
-- end: `shape` (a value -> its ToolSuccess, cut to the limits) and `failure` (an exception ->
-  its ToolFailure, and whether the actor restarts), the one outcome mapping of `_outcome`;
+- end: `shape` (a value -> its ToolSuccess, cut to the limits, or what is over them kept whole
+  as artifacts by the runtime's `Keeper`) and `failure` (an exception -> its ToolFailure, and
+  whether the actor restarts), the one outcome mapping of `_outcome`;
 
 and what the executors run: the tool's code, in the call's context (a copy of its caller's
-contextvars), under the features' `around_call`, after its approval if it asks for one.
+contextvars), under the features' `around_call`, after its approval if it asks for one. A
+streaming tool's code (an `async def` generator) is driven here too (`_stream`): each chunk goes
+to the call's reader (`Runtime.stream`, through a bounded channel: a slow reader slows the tool)
+and to its caller's `on_chunk` handler, and the call's value is the chunks joined.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import math
 import types
 from collections.abc import Callable, Generator
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..exceptions import RemoteToolError, ResultTypeError
 from ..features import FeaturePipeline
-from ..messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
+from ..messages import ContentPart, FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import (
     CallContext,
     PlacedTool,
@@ -32,6 +37,7 @@ from ..tools import (
     ToolBase,
     ToolOptions,
     cannot_suspend,
+    chunk_handler,
     result_encoder,
     run_to_end,
 )
@@ -41,6 +47,9 @@ from ._mailbox import Mailbox
 from ._outcome import describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
 from ._threads import KeptThreads
+
+if TYPE_CHECKING:
+    from ._artifacts import Keeper
 
 __all__ = ["InContext", "ToolPlan", "call_chain"]
 
@@ -154,7 +163,10 @@ class ToolPlan:
         self.chained = options.max_concurrency is not None
         self.max_bytes = max_bytes
         self.max_depth = max_depth
-        self.max_chars = max_chars
+        self.max_chars = options.max_result_chars or max_chars
+        self.keeper: Keeper | None = None  # keeps what is over its limits whole (set by the actor)
+        self.streams = tool.streams  # an async generator: its chunks go to `sinks` as they come
+        self.sinks: dict[Call, Any] = {}  # a streamed call's reader (a channel), while it runs
         cls = type(tool)
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
         self._present = tool.result_presenter()  # value -> (text, ToolSuccess.value), checked
@@ -164,6 +176,7 @@ class ToolPlan:
         if cls.decode_args is ToolBase.decode_args and codec is not None:
             self._decode = codec.decode  # skip a layer: the hook is not overridden
         self._around = pipeline if pipeline.wraps_calls else None
+        self._direct = self._around is None and not self.chained and not self.streams
         code = tool.dispatch_code() if tool.is_async else None
         self.eager_code: types.CodeType | None = code if cannot_suspend(code) else None
         """The code of the tool's coroutine when it can never suspend (no `await` in it)."""
@@ -171,6 +184,7 @@ class ToolPlan:
     def use_pipeline(self, pipeline: FeaturePipeline) -> None:
         """The features changed (one turned on after the runtime opened)."""
         self._around = pipeline if pipeline.wraps_calls else None
+        self._direct = self._around is None and not self.chained and not self.streams
 
     @property
     def wraps(self) -> bool:
@@ -200,17 +214,19 @@ class ToolPlan:
 
     # -- end: the one outcome mapping ----------------------------------------------------
 
-    def shape(self, call: Call, value: Any) -> ToolResult:
+    def shape(self, call: Call, value: Any, wait: bool = True) -> ToolResult | None:
         """The result of a call whose tool returned `value`: its text (and parts), cut to the
-        limits; ERROR if the value cannot be turned into text."""
+        limits or, when the runtime keeps artifacts, what is over them kept whole; ERROR if the
+        value cannot be turned into text. None: keeping it has to wait (the call ends then);
+        never with `wait=False` (what would wait is cut instead)."""
         if self.is_placed and type(value) is ToolSuccess:  # built where the tool ran
-            return success(call.call, self.name, value.value, value.content, value.parts, self.max_chars)
+            return self._bounded(call, value.value, value.content, value.parts, wait)
         try:
             text, shown = self._present(value)  # checked against the declared type, made text
             if not self._parts and len(text) <= self.max_chars:  # the common case
                 return ToolSuccess(call_id=call.call.id, tool=self.name, content=text, value=shown)
             parts = tuple(self.tool.result_to_parts(value)) if self._parts else ()
-            return success(call.call, self.name, shown, text, parts, self.max_chars)
+            return self._bounded(call, shown, text, parts, wait)
         except Exception as exc:
             error_type, text = describe_error(exc)
             if isinstance(exc, ResultTypeError):
@@ -218,6 +234,15 @@ class ToolPlan:
             else:
                 message = f"tool {self.name!r} returned a result that could not be encoded: {text}"
             return failure(call.call, FailureKind.ERROR, message[: self.max_chars], error_type)
+
+    def _bounded(
+        self, call: Call, value: Any, text: str, parts: tuple[ContentPart, ...], wait: bool
+    ) -> ToolResult | None:
+        """A success within the limits: what is over them is kept (artifacts) or cut."""
+        keeper = self.keeper
+        if keeper is not None and (len(text) > self.max_chars or keeper.over(parts, self.max_chars)):
+            return keeper.keep(call, self, value, text, parts, wait)
+        return success(call.call, self.name, value, text, parts, self.max_chars)
 
     def failure(self, call: Call, exc: BaseException) -> ToolFailure:
         """The result of a call whose tool raised `exc`; a `restart_on` exception also crashes
@@ -257,7 +282,7 @@ class ToolPlan:
         context = call.context
         if self.approval is not False:
             return self._approved(call)
-        if self._around is None and not self.chained:
+        if self._direct:
             return InContext(context, context.run(self.dispatch, call.args, call.ctx))
         return InContext(context, self._wrapped(call))
 
@@ -267,8 +292,42 @@ class ToolPlan:
             call_chain.set((*call_chain.get(), self.counters))  # the call's own context: no reset
         if self._around is not None and call.ctx is not None:
             with self._around.around(call.ctx):
-                return await self.dispatch(call.args, call.ctx)
-        return await self.dispatch(call.args, call.ctx)
+                return await (self._stream(call) if self.streams else self.dispatch(call.args, call.ctx))
+        return await (self._stream(call) if self.streams else self.dispatch(call.args, call.ctx))
+
+    async def _stream(self, call: Call) -> str:
+        """A streaming tool's call: drive its generator, hand each chunk to the call's reader and
+        to its caller's `on_chunk` handler (both awaited: backpressure), and return the chunks
+        joined. However the call ends (its deadline, its caller's cancellation), the generator is
+        closed (`aclose`) before it does; its span counts the chunks and their bytes."""
+        ctx = call.ctx
+        on_chunk = chunk_handler()  # in the call's context: its caller's `reporting(...)` block
+        pieces: list[str] = []
+        size = 0
+        generator = self.dispatch(call.args, ctx)
+        try:
+            async with contextlib.aclosing(generator):
+                async for chunk in generator:
+                    text = chunk if type(chunk) is str else _chunk_text(chunk)
+                    pieces.append(text)
+                    size += len(text) if text.isascii() else len(text.encode())
+                    sink = self.sinks.get(call)
+                    if sink is not None:
+                        try:
+                            await sink.send(text)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            self.sinks.pop(call, None)  # its reader is gone: the call is being stopped
+                    if on_chunk is not None and ctx is not None:
+                        try:
+                            await on_chunk(ctx, text)
+                        except Exception:
+                            log.exception("the chunk handler failed for call %s", call.call.id)
+        finally:
+            if ctx is not None and ctx._observer is not None:
+                ctx._observer.event(
+                    ctx, "tool.stream", {"tool.stream.chunks": len(pieces), "tool.stream.bytes": size}
+                )
+        return "".join(pieces)
 
     async def _approved(self, call: Call) -> Any:
         await self._approve(call)
@@ -388,6 +447,14 @@ def _asyncio_under_trio(exc: BaseException) -> bool:
     """Whether `exc` is what asyncio code raises when it is awaited in a trio task."""
     text = str(exc) if isinstance(exc, RuntimeError | TypeError) else ""
     return text == "no running event loop" or text.startswith("trio.run received unrecognized yield message")
+
+
+def _chunk_text(chunk: Any) -> str:
+    """A chunk that is not a str, as text: its JSON (or, failing that, its `str()`)."""
+    try:
+        return _encode(chunk).decode()
+    except Exception:
+        return str(chunk)
 
 
 def _never(delay: float, call: Call) -> None:  # pragma: no cover - set with `retry`

@@ -145,7 +145,9 @@ class CallRequest:
         """Answer the call as if its tool had returned `value` (the tool does not run)."""
         plan = self._call.plan
         assert plan is not None
-        return plan.shape(self._call, value)
+        result = plan.shape(self._call, value, wait=False)
+        assert result is not None  # never None when it may not wait
+        return result
 
     def __repr__(self) -> str:
         return f"<CallRequest {self.id!r} {self.tool_name!r}>"

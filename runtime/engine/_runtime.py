@@ -16,12 +16,14 @@ from typing import Any, NoReturn, TypeVar, Unpack, overload
 
 import trio
 
-from ..exceptions import RuntimeClosed
+from ..exceptions import RuntimeClosed, ToolDefinitionError
 from ..features import Feature, FeaturePipeline
 from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..registry import ToolLike, ToolRegistry
+from ..stores import ArtifactStore
 from ..tools import Asker, FunctionTool, ToolBase
-from ._entry import Entry
+from ._artifacts import READ_TOOLS, Keeper, artifact_tools
+from ._entry import STREAM_BUFFER, Entry
 from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
 from ._resilience import Resilience
 from ._routing import RegistryActor
@@ -97,6 +99,13 @@ class Runtime(metaclass=_NoPublicConstructor):
     def features(self) -> tuple[Feature, ...]:
         pipeline = self._entry.pipeline
         return pipeline.features if pipeline is not None else ()
+
+    @property
+    def artifacts(self) -> ArtifactStore | None:
+        """Where results over their limit are kept whole (`open_runtime(artifacts=...)`); None:
+        they are cut. Read one from code with `await rt.artifacts.read(principal, handle)`."""
+        keeper = self._routing.settings.keeper
+        return keeper.store if keeper is not None else None
 
     def statistics(self) -> RuntimeStatistics:
         """Per-tool counters: calls, failures by kind, in flight, queued, restarts, state,
@@ -203,6 +212,34 @@ class Runtime(metaclass=_NoPublicConstructor):
                     ...
         """
         return completed(self._entry, list(calls), metadata, timeout, principal, None)
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        """Run one call and yield a streaming tool's chunks as it yields them, then its one result
+        (the last item, a ToolSuccess or ToolFailure; the only item for a tool that does not stream).
+
+        At most `buffer` chunks wait for the reader: a slower reader holds the tool up at its
+        next `yield` (backpressure). The call's deadline and the reader's cancellation stop the
+        tool (its generator is closed) and end the stream with its TIMEOUT or CANCELLED.
+        Stopping early cancels the call; close the generator to do it at once::
+
+            async with contextlib.aclosing(rt.stream(call)) as items:
+                async for item in items:
+                    if isinstance(item, str):
+                        print(item, end="")
+                    else:
+                        result = item
+        """
+        return self._entry.stream(
+            call, metadata=metadata, timeout=timeout, principal=principal, buffer=buffer
+        )
 
     @overload
     async def invoke(
@@ -333,6 +370,19 @@ class ScopedRuntime(View):
     ) -> AsyncIterator[ToolResult]:
         """`Runtime.as_completed`, for this view."""
         return completed(self._entry, list(calls), metadata, timeout, None, self._check())
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        """`Runtime.stream`, for this view."""
+        return self._entry.stream(
+            call, metadata=metadata, timeout=timeout, scope=self._check(), buffer=buffer
+        )
 
     async def invoke(
         self,
@@ -470,10 +520,23 @@ async def open_engine(
     if tracing_feature is not None:
         feature_list.insert(0, tracing_feature)
     resilience = Resilience(options)
-    settings = Settings(options, FeaturePipeline(feature_list), host_loop, resilience)
+    keeper: Keeper | None = None
+    if options.artifacts is not None:
+        keeper = Keeper(options.artifacts, options.artifacts.open())
+        if options.artifacts.tools:
+            taken = [name for name in READ_TOOLS if name in registry]
+            if taken:
+                raise ToolDefinitionError(
+                    f"a tool is named {taken[0]!r}, as a tool that Artifacts(tools=True) adds; rename "
+                    "it, or open the runtime with Artifacts(tools=False)"
+                )
+            registry = registry.with_tools(*artifact_tools(keeper.store, options.max_result_chars))
+    settings = Settings(options, FeaturePipeline(feature_list), host_loop, resilience, keeper)
     asker = Asker(options.on_elicit, options.on_sample, options.on_roots)
     host = await Host.open()
     resilience.nursery = host.nursery
+    if keeper is not None:
+        keeper.nursery = host.nursery
     supervisor = Supervisor(host, options.restart, options.shutdown_timeout)
     try:
         routing = RegistryActor(supervisor, settings)
@@ -498,6 +561,8 @@ async def open_engine(
                 await rt._close()
                 with trio.move_on_after(_HOST_GRACE):
                     await resilience.store.aclose()
+                    if keeper is not None:
+                        await keeper.store.store.aclose()
     finally:
         host.close()  # what still runs there (code that ignores cancellation) is abandoned
         if not supervisor.abandoned:  # everything stopped: let the host's tasks end with us

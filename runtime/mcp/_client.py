@@ -447,7 +447,10 @@ class RemoteServer:
             try:
                 # Progress is asked for only when someone hears it (no token, no notifications).
                 wanted = on_progress if ctx is not None and ctx.hears_progress else None
-                return await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
+                result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
+                if self.spec.max_links and any(isinstance(b, types.ResourceLink) for b in result.content):
+                    result = await self._read_links(client, result)
+                return result
             except MCPError as exc:
                 if exc.code == MISSING_REQUIRED_CLIENT_CAPABILITY:  # 2026-07-28: -32021
                     raise CannotAsk(_missing_capability(self.name, exc)) from None
@@ -472,6 +475,38 @@ class RemoteServer:
         raise ToolUnavailable(
             f"MCP server {self.name!r} was lost during the call ({link.lost}); reconnecting"
         )
+
+    async def _read_links(self, client: Client, result: types.CallToolResult) -> types.CallToolResult:
+        """The result with its `resource_link`s read (`resources/read`), within `max_links` and
+        `max_link_bytes`: each read one becomes the embedded resources it holds; a link that is
+        not read (over the bounds, or the read failed) stays as it is."""
+        spec = self.spec
+        links, budget = spec.max_links, spec.max_link_bytes
+        blocks: list[types.ContentBlock] = []
+        for block in result.content:
+            if not isinstance(block, types.ResourceLink) or links <= 0:
+                blocks.append(block)
+                continue
+            if block.size is not None and block.size > budget:
+                blocks.append(block)
+                continue
+            links -= 1
+            try:
+                read = await client.read_resource(str(block.uri))
+            except MCPError as exc:
+                log.info("MCP server %r: resource %s not read: %s", self.name, block.uri, exc.error.message)
+                blocks.append(block)
+                continue
+            size = sum(
+                len(c.text.encode()) if isinstance(c, types.TextResourceContents) else len(c.blob) * 3 // 4
+                for c in read.contents
+            )
+            if size > budget or not read.contents:
+                blocks.append(block)
+                continue
+            budget -= size
+            blocks.extend(types.EmbeddedResource(resource=c) for c in read.contents)
+        return result.model_copy(update={"content": blocks})
 
 
 _serving: ContextVar[tuple[str, str | None] | None] = ContextVar("runtime_mcp_serving", default=None)

@@ -56,6 +56,10 @@ class ServerOptions(Protocol):
     def include(self) -> tuple[str, ...] | None: ...
     @property
     def exclude(self) -> tuple[str, ...]: ...
+    @property
+    def max_links(self) -> int: ...
+    @property
+    def max_link_bytes(self) -> int: ...
     def transport(self) -> Transport: ...
 
 
@@ -223,6 +227,7 @@ class RemoteCatalog:
             requires_approval=getattr(self.spec, "requires_approval", False),
             idempotent=bool(annotations is not None and annotations.idempotent_hint),
             read_only=bool(annotations is not None and annotations.read_only_hint),
+            options=getattr(self.spec, "options", None),
         )
 
     def _with_output(self, descriptor: Any, remote: types.Tool) -> Any:

@@ -22,6 +22,7 @@ import msgspec
 import trio
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ..tools import ToolOptions
 from ._client import RemoteServer
 from ._client_transport import Transport, http_transport, sse_transport, stdio_transport
 
@@ -55,6 +56,15 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
         include: the server's tools to take, by the server's names or globs (`"get_*"`); None:
             all of them.
         exclude: the server's tools to leave out, by name or glob (applied after `include`).
+        options: tool options for each of its tools (`@tool`'s: `cache`, `retry`, `dedupe`,
+            `rate_limit`, `breaker`, `tags`, `max_concurrency`...). `cache` reaches only the
+            tools the server says are read-only (`readOnlyHint`), `retry` only those it says are
+            idempotent (`idempotentHint`, or read-only): the others run every call once.
+        max_links: the most `resource_link`s of one result that are read (`resources/read`):
+            what they hold becomes part of the result (kept whole here too, when the runtime
+            keeps artifacts); the others stay links. 0: never read.
+        max_link_bytes: the most bytes read for the links of one result; a link that says it is
+            larger (`size`), or whose content turns out larger, stays a link.
     """
 
     name: str
@@ -68,8 +78,18 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     requires_approval: Any = False
     include: tuple[str, ...] | None = None
     exclude: tuple[str, ...] = ()
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    max_links: int = 8
+    max_link_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
+        if self.options:
+            if not isinstance(self.options, Mapping):
+                raise ValueError(f"MCP options must be a mapping of tool options, not {self.options!r}")
+            try:  # checked as a tool's options would be (as if read-only: `cache` and `retry` pass)
+                ToolOptions.build("an MCP server's tools", {**self.options, "read_only": True})
+            except TypeError as exc:
+                raise ValueError(str(exc)) from None
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
             raise ValueError(
                 f"MCP prefix {self.prefix!r} must be 1-32 characters from a-z, A-Z, 0-9, '_' and '-'"
@@ -86,6 +106,10 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValueError(f"MCP {option} must be tool names or globs (strings), not {patterns!r}")
         if isinstance(self.max_tools, bool) or not isinstance(self.max_tools, int) or self.max_tools < 1:
             raise ValueError(f"MCP max_tools must be a positive integer, not {self.max_tools!r}")
+        for option in ("max_links", "max_link_bytes"):
+            value = getattr(self, option)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"MCP {option} must be an integer >= 0, not {value!r}")
         call_timeout = self.call_timeout
         if call_timeout is not None and (
             not isinstance(call_timeout, int | float) or isinstance(call_timeout, bool) or call_timeout <= 0
@@ -148,8 +172,13 @@ class HttpServer(_OverHttp, frozen=True, kw_only=True):
 
     def transport(self, headers: Mapping[str, str] | None = None) -> Transport:
         refusals = Refusals(self.auth)
+        # a resource read for a link may be one event of max_link_bytes (base64: 4/3 of it)
+        max_event = self.max_link_bytes * 3 // 2 + (1 << 20)
         return RefusalsSeen(
-            http_transport(self.url, self._headers(headers), self.connect_timeout, auth=refusals), refusals
+            http_transport(
+                self.url, self._headers(headers), self.connect_timeout, auth=refusals, max_event=max_event
+            ),
+            refusals,
         )
 
 
@@ -253,6 +282,9 @@ def stdio(
     requires_approval: Any = False,
     include: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
+    max_links: int = 8,
+    max_link_bytes: int = 16 << 20,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -272,6 +304,10 @@ def stdio(
         requires_approval: its tools ask before they run (True, or a predicate on the arguments).
         include: only these of its tools (the server's names, or globs such as `"read_*"`).
         exclude: not these of its tools (names or globs; after `include`).
+        options: tool options for each of its tools (see `ServerSpec.options`): e.g.
+            `{"cache": Cache(ttl=60)}` caches the read-only ones.
+        max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
+        max_link_bytes: the most bytes read for the links of one result.
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -291,6 +327,9 @@ def stdio(
         requires_approval=requires_approval,
         include=_patterns(include),
         exclude=tuple(_patterns(exclude) or ()),
+        options=dict(options or {}),
+        max_links=max_links,
+        max_link_bytes=max_link_bytes,
     )
 
 
@@ -310,9 +349,12 @@ def http(
     auth: Any = None,
     include: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
     credentials: Callable[[str], Mapping[str, str] | None] | None = None,
     max_principal_sessions: int = 32,
     principal_idle_timeout: float = 300.0,
+    max_links: int = 8,
+    max_link_bytes: int = 16 << 20,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
@@ -333,11 +375,15 @@ def http(
         requires_approval: its tools ask before they run (True, or a predicate on the arguments).
         include: only these of its tools (the server's names, or globs such as `"read_*"`).
         exclude: not these of its tools (names or globs; after `include`).
+        options: tool options for each of its tools (see `ServerSpec.options`): e.g.
+            `{"cache": Cache(ttl=60)}` caches the read-only ones.
         credentials: `principal -> headers` (or None: refused) for a session of each
             principal's own: its calls go over it, opened on its first call, closed when idle
             (see runtime.mcp._client_pool); `headers`/`auth` then list the tools only.
         max_principal_sessions: the most principals' sessions open at once.
         principal_idle_timeout: seconds a principal's session may be unused before it closes.
+        max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
+        max_link_bytes: the most bytes read for the links of one result.
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -354,9 +400,12 @@ def http(
         auth=auth,
         include=_patterns(include),
         exclude=tuple(_patterns(exclude) or ()),
+        options=dict(options or {}),
         credentials=credentials,
         max_principal_sessions=max_principal_sessions,
         principal_idle_timeout=principal_idle_timeout,
+        max_links=max_links,
+        max_link_bytes=max_link_bytes,
     )
 
 
@@ -375,9 +424,12 @@ def sse(
     auth: Any = None,
     include: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
     credentials: Callable[[str], Mapping[str, str] | None] | None = None,
     max_principal_sessions: int = 32,
     principal_idle_timeout: float = 300.0,
+    max_links: int = 8,
+    max_link_bytes: int = 16 << 20,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -398,9 +450,12 @@ def sse(
         auth=auth,
         include=_patterns(include),
         exclude=tuple(_patterns(exclude) or ()),
+        options=dict(options or {}),
         credentials=credentials,
         max_principal_sessions=max_principal_sessions,
         principal_idle_timeout=principal_idle_timeout,
+        max_links=max_links,
+        max_link_bytes=max_link_bytes,
     )
 
 

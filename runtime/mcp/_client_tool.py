@@ -11,7 +11,7 @@ path and the server never sees the call). The result of `tools/call` becomes:
 | text blocks | the text the model reads (joined by newlines); the `value` when nothing is structured |
 | image, audio blocks | `ImagePart`s, `AudioPart`s beside the text (`ToolSuccess.parts`), a note in the text |
 | embedded resources | `ResourcePart`s; a text resource's text is in the text, a blob is a note |
-| resource links | `ResourceLinkPart`s and a note in the text |
+| resource links | read (`resources/read`, bounded: `max_links`, `max_link_bytes`) into embedded resources; else `ResourceLinkPart`s and a note |
 | `_meta` (on the result or a block) | nothing: the model never reads it |
 
 The arguments are checked against the `inputSchema` as the server gave it (`JsonSchemaTool`):
@@ -95,6 +95,7 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         requires_approval: Any = False,
         idempotent: bool = False,
         read_only: bool = False,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.remote_name = remote_name
@@ -110,6 +111,12 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         self.read_only = read_only  # its readOnlyHint: a Cache may serve its results
         self._caller = caller
         self._wrapped = wrapped
+        for option, value in (options or {}).items():  # the spec's, for each of its tools
+            if option == "cache" and not read_only:
+                continue  # the server does not say it is read-only: never served from a cache
+            if option == "retry" and not (idempotent or read_only):
+                continue  # nor idempotent: never run twice
+            setattr(self, option, value)
 
     def decode_args(self, raw: str | bytes | Mapping[str, Any]) -> Any:
         return decode_checked(self._validator, raw)
@@ -181,7 +188,11 @@ def read_result(
             about = f": {block.description}" if block.description else ""
             text = f"[resource {block.name}: {block.uri}{about}]"
             part = ResourceLinkPart(
-                uri=str(block.uri), name=block.name, mime_type=block.mime_type, description=block.description
+                uri=str(block.uri),
+                name=block.name,
+                mime_type=block.mime_type,
+                description=block.description,
+                size=block.size,
             )
         if part is not None and not isinstance(part, TextPart | ResourceLinkPart):
             size = _media_size(part)

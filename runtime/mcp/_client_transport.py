@@ -41,6 +41,7 @@ TransportStreams = tuple[Any, Any]  # (read stream, write stream) as the SDK's T
 Transport = AbstractAsyncContextManager[TransportStreams]
 
 _SSE_READ_TIMEOUT = 300.0  # a server may keep a response stream quiet for long
+_MAX_EVENT = 1 << 20  # the SDK's own bound on one server-sent event
 
 log = logging.getLogger("runtime.mcp")
 _ERAS = ("2025-11-25", "2026-07-28")
@@ -65,13 +66,21 @@ def stdio_transport(
 
 @contextlib.asynccontextmanager
 async def http_transport(
-    url: str, headers: Mapping[str, str] | None, connect_timeout: float, *, auth: Any = None
+    url: str,
+    headers: Mapping[str, str] | None,
+    connect_timeout: float,
+    *,
+    auth: Any = None,
+    max_event: int = _MAX_EVENT,
 ) -> AsyncIterator[TransportStreams]:
-    """Streamable HTTP to `url`, with `headers` (and `auth`, an httpx2.Auth) on every request."""
+    """Streamable HTTP to `url`, with `headers` (and `auth`, an httpx2.Auth) on every request;
+    one server-sent event (a result, a resource read) may hold up to `max_event` bytes."""
     timeout = httpx2.Timeout(connect_timeout, read=_SSE_READ_TIMEOUT)
     async with (
         httpx2.AsyncClient(headers=dict(headers) if headers else None, timeout=timeout, auth=auth) as client,
-        streamable_http_client(url, http_client=client) as streams,
+        streamable_http_client(
+            url, http_client=client, max_sse_event_size=max(_MAX_EVENT, max_event)
+        ) as streams,
     ):
         yield streams
 

@@ -8,10 +8,20 @@ trace context of the request's `_meta` becomes the call's metadata, so the serve
 `notifications/tools/list_changed` follows the runtime's `registry_version`, in both protocol
 eras: published on the `subscriptions/listen` bus (2026-07-28), and sent on the standalone
 channel of every connection that completed the `initialize` handshake (2025-11-25).
+
+A streaming tool's chunks go out as they come, each a `notifications/progress` whose message is
+the chunk (progress counts the chunks; sent when the client gave a progress token), awaited in
+turn: a slow client slows the tool down. When the runtime keeps artifacts (`Artifacts`), a
+result over its limit goes out as its preview and a `resource_link` to `artifact://art_...`,
+and the server declares `resources` and serves `resources/list` and `resources/read` of the
+artifacts of the request's principal (its verified token's); an anonymous client of the
+handshake era sees only those its own session made. A handle that is not the reader's, or that
+expired, is `-32602` "Resource not found" with the URI in its data (SEP-2164).
 """
 
 from __future__ import annotations
 
+import base64
 import importlib.metadata
 import logging
 import warnings
@@ -37,8 +47,8 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..engine import Runtime
-from ..exceptions import RuntimeClosed
-from ..messages import ToolCall
+from ..exceptions import ArtifactMissing, RuntimeClosed
+from ..messages import ResourceLinkPart, ToolCall, ToolResult, ToolSuccess
 from ..tools import LOG_LEVELS, CallContext, asking, reporting
 from ._asking import ServedAsker
 from ._server_catalog import Catalog, error_result, plain_result
@@ -48,6 +58,7 @@ __all__ = ["DEFAULT_NAME", "ServedRuntime", "serve_stdio", "trace_metadata"]
 log = logging.getLogger("runtime.mcp")
 
 DEFAULT_NAME = "tool-runtime"
+_ARTIFACT = "artifact://"
 _NOTIFY_TIMEOUT = 5.0  # seconds one slow client may hold up a list_changed fan-out
 _W3C = TraceContextTextMapPropagator()
 _SEVERITY = {level: rank for rank, level in enumerate(LOG_LEVELS)}
@@ -107,6 +118,12 @@ class ServedRuntime:
         self._sessions: set[ServerSession] = set()
         # logging/setLevel per connection (handshake era; 2026-07-28 asks per request in `_meta`)
         self._levels: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        # artifacts the calls of each connection made (an anonymous session reads only its own)
+        self._made: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self._handshakes: weakref.WeakSet[Any] = weakref.WeakSet()  # connections of the handshake era
+        resources: dict[str, Any] = {}
+        if rt.artifacts is not None:
+            resources = {"on_list_resources": self._list_resources, "on_read_resource": self._read_resource}
         with warnings.catch_warnings():
             # The SDK flags logging/setLevel as deprecated from 2026-07-28; 2025-11-25 clients use it.
             warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -119,6 +136,7 @@ class ServedRuntime:
                 on_call_tool=self._call_tool,
                 on_subscriptions_listen=self._listen,
                 on_set_logging_level=self._set_level,
+                **resources,
             )
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._initialized
@@ -191,9 +209,19 @@ class ServedRuntime:
                     related_request_id=ctx.request_id,
                 )
 
+        chunks = 0
+
+        async def on_chunk(call_ctx: CallContext, chunk: str) -> None:
+            nonlocal chunks
+            chunks += 1
+            await session.report_progress(chunks, None, chunk)  # the chunk is the message
+
         questions = ServedAsker(session, ctx.request_id, params)  # ctx.elicit / sample / list_roots
         try:
-            with reporting(on_progress=on_progress, on_log=on_log), asking(**questions.handlers()):
+            with (
+                reporting(on_progress=on_progress, on_log=on_log, on_chunk=on_chunk),
+                asking(**questions.handlers()),
+            ):
                 close = ctx.close_sse_stream
                 if close is None or self._poll_after is None:
                     result = await caller.call(call, metadata=trace_metadata(params.meta))
@@ -208,9 +236,85 @@ class ServedRuntime:
             return questions.input_required()
         if questions.modern and not result.ok and questions.missing.model_fields_set:
             raise questions.missing_capability()  # 2026-07-28: -32021, not a tool error
+        self._remember(session, result)
         return (
             served.result(result, self._rt.max_result_chars) if served is not None else plain_result(result)
         )
+
+    # -- artifacts as resources --------------------------------------------------------
+
+    def _remember(self, session: ServerSession, result: ToolResult) -> None:
+        """The artifacts a call's result links to, as made by its connection."""
+        if type(result) is not ToolSuccess:
+            return
+        handles = [
+            p.name for p in result.parts if type(p) is ResourceLinkPart and p.uri.startswith(_ARTIFACT)
+        ]
+        if handles:
+            connection = _connection_of(session)
+            made = self._made.get(connection)
+            if made is None:
+                made = self._made[connection] = set()
+            made.update(handles)
+
+    def _reader(self, ctx: ServerRequestContext[Any]) -> tuple[str | None, set[str] | None]:
+        """Whose artifacts this request reads (the principal its calls run for), and, for an
+        anonymous session of the handshake era, the only handles it may read (its own)."""
+        view = self._view()
+        principal = getattr(view, "principal", None) if view is not None else None
+        connection = _connection_of(ctx.session)  # one per client; a session object per request
+        if principal is None and connection in self._handshakes:
+            return None, self._made.get(connection, set())
+        return principal, None
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        store = self._rt.artifacts
+        assert store is not None  # served only with artifacts
+        principal, own = self._reader(ctx)
+        listed = [
+            types.Resource(
+                uri=info.uri,
+                name=info.handle,
+                mime_type=info.mime_type,
+                size=info.size,
+                description=(
+                    f"a result of {info.chars:,} characters, kept whole"
+                    if info.chars is not None
+                    else f"a result of {info.size:,} bytes, kept whole"
+                ),
+            )
+            for info in await store.listing(principal)
+            if own is None or info.handle in own
+        ]
+        return types.ListResourcesResult(resources=listed)
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        store = self._rt.artifacts
+        assert store is not None  # served only with artifacts
+        uri = str(params.uri)
+        handle = uri.removeprefix(_ARTIFACT)
+        principal, own = self._reader(ctx)
+        try:
+            if not uri.startswith(_ARTIFACT):
+                raise ArtifactMissing(f"{uri} is not an artifact of this server (artifact://art_...)")
+            if own is not None and handle not in own:
+                raise ArtifactMissing(f"no artifact {handle} was made in this session")
+            info = await store.info(principal, handle)
+            data = await store.read(principal, handle)
+        except ArtifactMissing as exc:
+            raise MCPError(INVALID_PARAMS, f"Resource not found: {exc}", {"uri": uri}) from None
+        contents: types.TextResourceContents | types.BlobResourceContents
+        if isinstance(data, str):
+            contents = types.TextResourceContents(uri=uri, mime_type=info.mime_type, text=data)
+        else:
+            contents = types.BlobResourceContents(
+                uri=uri, mime_type=info.mime_type, blob=base64.b64encode(data).decode("ascii")
+            )
+        return types.ReadResourceResult(contents=[contents])
 
     async def _set_level(
         self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
@@ -224,6 +328,7 @@ class ServedRuntime:
         # so the session's connection (private) is where its removal is scheduled.
         session = ctx.session
         self._sessions.add(session)
+        self._handshakes.add(_connection_of(session))
         connection = getattr(session, "_connection", None)
         if isinstance(connection, Connection):
             connection.exit_stack.callback(self._sessions.discard, session)

@@ -74,11 +74,15 @@ class ServedTool:
         try:
             encoded = self.tool.encode_result(result.value)
             if max_chars is not None and len(encoded) > max_chars:
-                # Cut JSON is not JSON, and the outputSchema promises a whole value: say so instead.
-                return error_result(
+                # Cut JSON is not JSON, and the outputSchema promises a whole value: say so instead
+                # (with its preview and the link, when it was kept whole as an artifact).
+                refusal = error_result(
                     f"Error: tool {self.tool.name!r} returned a structured result of {len(encoded)} "
                     f"bytes, over the limit of {max_chars} characters"
                 )
+                if any(isinstance(block, types.ResourceLink) for block in content):
+                    refusal.content.extend(content)
+                return refusal
             value = msgspec.json.decode(encoded)
         except Exception as exc:  # the text was made; a structured copy of the value could not be
             log.warning("tool %r: its result has no JSON form for structuredContent: %s", self.tool.name, exc)
@@ -166,7 +170,11 @@ def _block(part: Any) -> types.ContentBlock:
         return types.EmbeddedResource(resource=resource)
     if isinstance(part, ResourceLinkPart):
         return types.ResourceLink(
-            uri=part.uri, name=part.name, mime_type=part.mime_type, description=part.description
+            uri=part.uri,
+            name=part.name,
+            mime_type=part.mime_type,
+            description=part.description,
+            size=part.size,
         )
     assert isinstance(part, TextPart)
     return types.TextContent(text=part.text)

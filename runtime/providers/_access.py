@@ -8,7 +8,15 @@ from typing import Any
 
 import msgspec
 
-from ..messages import ContentPart, ImagePart, TextPart, ToolResult, ToolSuccess
+from ..messages import (
+    ContentPart,
+    ImagePart,
+    ResourceLinkPart,
+    TextPart,
+    ToolResult,
+    ToolSuccess,
+    describe_part,
+)
 
 __all__ = ["b64", "data_url", "field", "has_parts", "items", "json_arguments", "parts_of"]
 
@@ -52,15 +60,39 @@ def json_arguments(value: Any) -> str | dict[str, Any]:
 
 
 def parts_of(result: ToolResult) -> tuple[ContentPart, ...]:
-    """A success's multimodal parts; otherwise one text part holding `content`."""
+    """A success's multimodal parts as a model reads them; otherwise one text part holding
+    `content`.
+
+    A link to an artifact (a piece kept whole by the runtime, `artifact://...`) follows the text
+    that stands for it (its handle, its size, its start and end, how to read more): that text is
+    what the model reads, and the link is left out. A link with no such text before it is read
+    as a line of text naming the artifact.
+    """
     if isinstance(result, ToolSuccess) and result.parts:
-        return result.parts
+        return _read(result.parts)
     return (TextPart(text=result.content),)
 
 
 def has_parts(result: ToolResult) -> bool:
-    """True when the result carries multimodal parts of its own."""
-    return isinstance(result, ToolSuccess) and bool(result.parts)
+    """True when the result carries multimodal parts of its own (more than the text that stands
+    for an artifact, which `content` holds too)."""
+    if not isinstance(result, ToolSuccess) or not result.parts:
+        return False
+    shown = _read(result.parts)
+    return not (len(shown) == 1 and type(shown[0]) is TextPart and shown[0].text == result.content)
+
+
+def _read(parts: tuple[ContentPart, ...]) -> tuple[ContentPart, ...]:
+    shown: list[ContentPart] = []
+    for part in parts:
+        if isinstance(part, ResourceLinkPart) and part.uri.startswith("artifact://"):
+            before = shown[-1] if shown else None
+            if isinstance(before, TextPart) and part.name in before.text:
+                continue  # the text before it shows it already
+            shown.append(TextPart(text=describe_part(part)))
+            continue
+        shown.append(part)
+    return tuple(shown)
 
 
 def b64(data: bytes) -> str:

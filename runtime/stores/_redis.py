@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import select
 import urllib.parse
 from typing import Any
 
@@ -35,6 +36,7 @@ return tostring(wait)
 """
 
 _GLOB = re.compile(r"([*?\[\]\\])")
+_NOT_INTEGER = re.compile(r"not an integer|WRONGTYPE")
 
 
 class _ReplyError(Exception):
@@ -146,11 +148,26 @@ class RedisStore:
             raise
         return conn
 
+    def _pooled(self) -> _Connection | None:
+        """An idle connection the server has not closed meanwhile. An idle RESP2 connection
+        has nothing to read: if it has (EOF, a reset), the server restarted or went away, and
+        the connection is dropped here rather than failing the next step (which would have
+        made the runtime degrade for a Redis that is back)."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            poll = select.poll()
+            poll.register(conn.stream.socket.fileno(), select.POLLIN)
+            if not poll.poll(0):
+                return conn
+            conn.stream.socket.close()
+        return None
+
     async def _do(self, *args: bytes | str | int | float) -> Any:
         if self._closed:
             raise StoreError("the RedisStore is closed")
         async with self._slots:
-            conn = self._idle.pop() if self._idle else None
+            conn = self._pooled()
             try:
                 with trio.fail_after(self.timeout):
                     if conn is None:
@@ -159,7 +176,7 @@ class RedisStore:
             except _ReplyError as exc:
                 if conn is not None:  # an error reply leaves the connection in step
                     self._idle.append(conn)
-                raise StoreError(f"redis: {exc}") from None
+                raise StoreError(f"redis: {exc}") from exc
             except BaseException as exc:  # the connection's state is unknown: drop it
                 if conn is not None:
                     await trio.aclose_forcefully(conn.stream)
@@ -167,7 +184,7 @@ class RedisStore:
                     raise StoreError(
                         f"redis at {self.host}:{self.port} did not answer in {self.timeout}s"
                     ) from None
-                if isinstance(exc, (OSError, ValueError)):
+                if isinstance(exc, (OSError, ValueError, trio.BrokenResourceError)):  # a reset: broken
                     raise StoreError(f"redis at {self.host}:{self.port}: {exc}") from exc
                 raise
             self._idle.append(conn)
@@ -220,7 +237,12 @@ class RedisStore:
 
     async def incr(self, key: str, amount: int = 1, ttl: float | None = None) -> int:
         ms = 0 if ttl is None else max(1, round(ttl * 1000))
-        value: int = await self._do("EVAL", _INCR, 1, self._key(key), amount, ms)
+        try:
+            value: int = await self._do("EVAL", _INCR, 1, self._key(key), amount, ms)
+        except StoreError as exc:  # the key holds something else: the caller's mistake, not an outage
+            if isinstance(exc.__cause__, _ReplyError) and _NOT_INTEGER.search(str(exc.__cause__)):
+                raise ValueError(f"key {key!r} does not hold an integer") from None
+            raise
         return value
 
     async def take(self, key: str, rate: float, burst: float, cost: float = 1.0) -> float:

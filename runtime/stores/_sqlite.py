@@ -117,19 +117,26 @@ class SQLiteStore:
 
         return await self._run(job)
 
+    # Prefixes are compared as bytes: SQLite's text functions stop at a NUL, and the policies'
+    # keys hold NULs between their parts ("cache:TOOL\x00PRINCIPAL\x00..."), so a text `substr`
+    # matched nothing and a tool's cache was never invalidated.
+    _PREFIX = "substr(CAST(key AS BLOB), 1, ?) = ?"
+
     async def delete_prefix(self, prefix: str) -> int:
         def job(db: sqlite3.Connection, now: float) -> int:
             found = self._prefixed(db, prefix, now)
-            db.execute("DELETE FROM kv WHERE substr(key, 1, ?) = ?", (len(prefix), prefix))
+            raw = prefix.encode()
+            db.execute(f"DELETE FROM kv WHERE {self._PREFIX}", (len(raw), raw))
             return len(found)
 
         return await self._run(job)
 
-    @staticmethod
-    def _prefixed(db: sqlite3.Connection, prefix: str, now: float) -> list[str]:
+    @classmethod
+    def _prefixed(cls, db: sqlite3.Connection, prefix: str, now: float) -> list[str]:
+        raw = prefix.encode()
         rows = db.execute(
-            "SELECT key FROM kv WHERE substr(key, 1, ?) = ? AND (expires IS NULL OR expires > ?)",
-            (len(prefix), prefix, now),
+            f"SELECT key FROM kv WHERE {cls._PREFIX} AND (expires IS NULL OR expires > ?)",
+            (len(raw), raw, now),
         ).fetchall()
         return [r[0] for r in rows]
 

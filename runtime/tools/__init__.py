@@ -29,10 +29,12 @@ from ._codec import ArgsCodec as ArgsCodec
 from ._context import LOG_LEVELS as LOG_LEVELS
 from ._context import CallContext as CallContext
 from ._context import CallObserver as CallObserver
+from ._context import ChunkHandler as ChunkHandler
 from ._context import Description as Description
 from ._context import LogHandler as LogHandler
 from ._context import ProgressHandler as ProgressHandler
 from ._context import check_tool_name as check_tool_name
+from ._context import chunk_handler as chunk_handler
 from ._context import fail as fail
 from ._context import reporting as reporting
 from ._context import validate as validate

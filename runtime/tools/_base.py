@@ -38,6 +38,7 @@ __all__ = [
     "Tool",
     "ToolBase",
     "cannot_suspend",
+    "check_streaming",
     "describe",
     "result_encoder",
     "run_to_end",
@@ -93,6 +94,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
     args_type: Any = None
     result_type: Any = None
     is_async: bool = True
+    streams: bool = False
+    """`execute` is an `async def` generator: a streaming tool, whose result is its chunks joined
+    (`Runtime.stream` hands them out as they come)."""
     _codec: ArgsCodec | ModelArgsCodec | None = None
 
     def __init_subclass__(cls, *, dynamic: bool = False, **kwargs: Any) -> None:
@@ -103,12 +107,16 @@ class ToolBase(Generic[ArgsT, ResultT]):
         """
         super().__init_subclass__(**kwargs)
         if "execute" in cls.__dict__:
-            cls.is_async = inspect.iscoroutinefunction(cls.__dict__["execute"])
+            execute = cls.__dict__["execute"]
+            cls.streams = inspect.isasyncgenfunction(execute)
+            cls.is_async = cls.streams or inspect.iscoroutinefunction(execute)
         found = None if dynamic else _generic_args(cls)
         if found is None:
             return  # a generic intermediate class; its concrete subclasses are built
         args_type, result_type = found
         options = ToolOptions.build(f"tool class {cls.__qualname__}", cls)  # a bad option fails here
+        if cls.streams:
+            check_streaming(f"class {cls.__qualname__}", options)
         if options.loop != "trio" and not cls.is_async:
             raise ToolDefinitionError(
                 f"tool class {cls.__qualname__}: loop={options.loop!r} says which event loop "
@@ -269,6 +277,25 @@ class Tool(ToolBase[ArgsT, ResultT], dynamic=True):
 
 
 _PLAIN_DISPATCH = (ToolBase.dispatch, Tool.dispatch)
+
+
+def check_streaming(name: str, options: ToolOptions) -> None:
+    """A streaming tool (an `async def` generator) runs on trio, in this process.
+
+    Raises:
+        ToolDefinitionError: it asks for another loop, or a placement in other processes.
+    """
+    if options.loop == "asyncio":
+        raise ToolDefinitionError(
+            f"tool {name}: a streaming tool (an async generator) runs on trio; drop loop='asyncio' "
+            "(or return one result from an asyncio tool)"
+        )
+    placement = options.placement
+    if placement is not None and not placement.in_process:
+        raise ToolDefinitionError(
+            f"tool {name}: a streaming tool (an async generator) runs in this process, where its "
+            "chunks are handed out as they come; drop the placement (or return one result)"
+        )
 
 
 def cannot_suspend(code: types.CodeType | None) -> bool:

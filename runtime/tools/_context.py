@@ -42,10 +42,12 @@ __all__ = [
     "LOG_LEVELS",
     "CallContext",
     "CallObserver",
+    "ChunkHandler",
     "Description",
     "LogHandler",
     "ProgressHandler",
     "check_tool_name",
+    "chunk_handler",
     "fail",
     "reporting",
     "validate",
@@ -81,6 +83,9 @@ ProgressHandler = Callable[["CallContext", float, "float | None", "str | None"],
 """`async def on_progress(ctx, progress, total, message)`."""
 LogHandler = Callable[["CallContext", str, str, "dict[str, Any]"], Awaitable[None]]
 """`async def on_log(ctx, level, message, data)`; `level` is one of `LOG_LEVELS`."""
+ChunkHandler = Callable[["CallContext", str], Awaitable[None]]
+"""`async def on_chunk(ctx, chunk)`: a streaming tool's chunk, as it yields it (awaited: a slow
+handler slows the tool down)."""
 
 
 class CallObserver(Protocol):
@@ -96,11 +101,14 @@ class CallObserver(Protocol):
 
 
 class _Reporter:
-    __slots__ = ("on_log", "on_progress")
+    __slots__ = ("on_chunk", "on_log", "on_progress")
 
-    def __init__(self, on_progress: ProgressHandler | None, on_log: LogHandler | None) -> None:
+    def __init__(
+        self, on_progress: ProgressHandler | None, on_log: LogHandler | None, on_chunk: ChunkHandler | None
+    ) -> None:
         self.on_progress = on_progress
         self.on_log = on_log
+        self.on_chunk = on_chunk
 
 
 _reporter: contextvars.ContextVar[_Reporter | None] = contextvars.ContextVar("runtime_reporter", default=None)
@@ -108,9 +116,14 @@ _reporter: contextvars.ContextVar[_Reporter | None] = contextvars.ContextVar("ru
 
 @contextlib.contextmanager
 def reporting(
-    *, on_progress: ProgressHandler | None = None, on_log: LogHandler | None = None
+    *,
+    on_progress: ProgressHandler | None = None,
+    on_log: LogHandler | None = None,
+    on_chunk: ChunkHandler | None = None,
 ) -> Iterator[None]:
-    """Calls started in this block send their tools' `report_progress` and `log` to these handlers.
+    """Calls started in this block send their tools' `report_progress` and `log` to these
+    handlers, and a streaming tool's chunks to `on_chunk` as it yields them (served over MCP,
+    the server sends each as a progress notification whose message is the chunk).
 
     ```python
     async def show(ctx, progress, total, message):
@@ -120,13 +133,21 @@ def reporting(
         result = await rt.call(call)
     ```
 
-    A handler that raises is logged and does not affect the call.
+    A handler that raises is logged and does not affect the call; `on_chunk` is awaited before
+    the tool goes on (backpressure).
     """
-    token = _reporter.set(_Reporter(on_progress, on_log))
+    token = _reporter.set(_Reporter(on_progress, on_log, on_chunk))
     try:
         yield
     finally:
         _reporter.reset(token)
+
+
+def chunk_handler() -> ChunkHandler | None:
+    """The `on_chunk` handler of the `reporting(...)` block this code runs in (a call's tool runs
+    in a copy of its caller's context), or None."""
+    reporter = _reporter.get()
+    return reporter.on_chunk if reporter is not None else None
 
 
 class _Bucket:

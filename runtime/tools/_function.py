@@ -40,7 +40,7 @@ from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, parse_docstring
 from ..schema._annotations import field_default, normalize
 from ..schema._from_python import descriptor_from_fields, shown_default
-from ._base import ToolBase, function_code
+from ._base import ToolBase, check_streaming, function_code
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
 from ._options import ToolOptions, ToolOptionsKw
@@ -94,10 +94,13 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             bound = True
         if not callable(fn):
             raise ToolDefinitionError(f"@tool needs a function, not {fn!r}")
-        if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        if inspect.isgeneratorfunction(fn):
             raise ToolDefinitionError(
-                f"tool {getattr(fn, '__name__', fn)!r} is a generator; a tool returns one result"
+                f"tool {getattr(fn, '__name__', fn)!r} is a generator; a tool that yields its output "
+                "as it goes is an `async def` generator (a streaming tool), and any other tool returns "
+                "one result"
             )
+        streams = inspect.isasyncgenfunction(fn)
         qualname = getattr(fn, "__qualname__", "")
         parts = qualname.split(".")
         if bind is None and not static and len(parts) > 1 and parts[-2] != "<locals>":
@@ -113,7 +116,10 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             options = ToolOptions.build(f"tool {self.name!r}", {**base, **option_values})
         for field in ToolOptions.__struct_fields__:  # the class-attribute view of the options
             setattr(self, field, getattr(options, field))
-        self.is_async = inspect.iscoroutinefunction(fn)
+        self.streams = streams
+        self.is_async = streams or inspect.iscoroutinefunction(fn)
+        if streams:
+            check_streaming(self.name, options)
         if options.loop != "trio" and not self.is_async:
             raise ToolDefinitionError(
                 f"tool {self.name!r}: loop={options.loop!r} says which event loop an `async def` "
@@ -143,7 +149,7 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             name=self.name,
             description=self.description,
             param_descriptions=doc.params,
-            output=hints.get("return"),
+            output=str if streams else hints.get("return"),  # a stream's result: its chunks joined
         )
         if title is not None or annotations is not None:
             self.descriptor = msgspec.structs.replace(
@@ -151,7 +157,7 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
                 title=title,
                 annotations=dict(annotations) if annotations is not None else None,
             )
-        self.result_type = hints.get("return")
+        self.result_type = str if streams else hints.get("return")
         if encoder is not None and not callable(encoder):
             raise ToolDefinitionError(f"tool {self.name!r}: encoder must be a function (obj) -> JSON value")
         self.encoder = encoder if encoder is not None else getattr(_declared, "encoder", None)

@@ -69,6 +69,9 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         dedupe: identical calls run once, and a replay gets the stored result (`Dedupe`).
         rate_limit: calls a second this tool takes, from everyone (`RateLimit`).
         breaker: stop calling it while it cannot be reached (`CircuitBreaker`).
+        max_result_chars: its own limit on each text that goes back (None: the runtime's
+            `max_result_chars`); a longer one is cut, or kept whole as an artifact when the
+            runtime keeps them (`open_runtime(artifacts=...)`).
     """
 
     timeout: Seconds | None = None
@@ -90,6 +93,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     dedupe: Dedupe | None = None
     rate_limit: RateLimit | None = None
     breaker: CircuitBreaker | None = None
+    max_result_chars: Count | None = None
 
     def __post_init__(self) -> None:
         # The checks msgspec's constraints cannot make; `build` words them (its `_why`).
@@ -161,6 +165,7 @@ _EXPECTED = {
     "dedupe": "a runtime.Dedupe(...) or None",
     "rate_limit": "a runtime.RateLimit(...) or None",
     "breaker": "a runtime.CircuitBreaker(...) or None",
+    "max_result_chars": "a positive int or None",
 }
 
 
@@ -232,3 +237,4 @@ class ToolOptionsKw(TypedDict, total=False):
     dedupe: Dedupe | None
     rate_limit: RateLimit | None
     breaker: CircuitBreaker | None
+    max_result_chars: int | None

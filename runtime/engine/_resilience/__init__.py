@@ -1,0 +1,152 @@
+"""The resilience policies, on the one call path: cache, dedupe and replay, circuit breakers,
+rate limits, per-principal and per-batch budgets (retries are the call state machine's own).
+
+Each is a `Policy` the actor puts inside the user's (`policies_for`), outermost first:
+
+    Cache       a read-only tool's earlier success, per principal unless shared   answers
+    Dedupe      identical calls in flight join one; a replay gets the stored one  answers / joins
+    Breaker     a tool or MCP server that cannot be reached is not called         refuses (UNAVAILABLE)
+    Limits      the tool's rate, the principal's rate and concurrency             refuses (OVERLOADED)
+
+so an answer that costs nothing (a hit, a replay) spends no budget. What outlives a call lives
+in the runtime's store (`runtime.stores`): a `MemoryStore` is used in place (its steps never
+suspend, so these policies do not either); any other store is wrapped in a `DegradingStore`
+(down: memory, logged and counted) and its policies suspend (their calls go through a trio task).
+Waiting for a budget (`wait=True`) happens at admission, in a `Gate`, never inside a policy: a
+batch lets its calls through their policies together, and a policy that waited there for a call
+of its own batch to end would wait for ever.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ...messages import FailureKind
+from ...stores import DegradingStore, MemoryStore, Store
+from ...tools import ToolBase, ToolOptions
+from .._policy import Policy
+from ._breaker import BreakerPolicy, BreakerState
+from ._cache import CachePolicy
+from ._common import Gate, args_key, key_of, run_now
+from ._dedupe import DedupePolicy, Flight
+from ._limits import ConcurrencyPolicy, LimitPolicy
+
+if TYPE_CHECKING:
+    from .._call import Call
+    from .._options import RuntimeOptions
+
+__all__ = [
+    "BreakerPolicy",
+    "BreakerState",
+    "CachePolicy",
+    "ConcurrencyPolicy",
+    "DedupePolicy",
+    "Flight",
+    "Gate",
+    "LimitPolicy",
+    "Resilience",
+    "args_key",
+    "key_of",
+    "resilience_counts",
+    "run_now",
+]
+
+
+class Resilience:
+    """One runtime's resilience state: its store, breakers, budgets, and where retries wait."""
+
+    def __init__(self, options: RuntimeOptions) -> None:
+        store = options.store if options.store is not None else MemoryStore()
+        self.local = isinstance(store, MemoryStore)  # its steps never suspend
+        self.store: Store = store if self.local else DegradingStore(store)
+        self.options = options
+        self.breakers: dict[str, BreakerState] = {}
+        self.running: collections.Counter[str | None] = collections.Counter()  # per principal
+        self.principal_gates: dict[str | None, Gate] = {}
+        self.nursery: trio.Nursery | None = None  # retries wait here (set when the runtime opens)
+        self.readmit: Callable[[Call, bool], None] = _nothing  # the entry's admission, for a retried call
+
+    @property
+    def store_failures(self) -> int:
+        store = self.store
+        return store.failures if isinstance(store, DegradingStore) else 0
+
+    def step(self, coro: Any) -> Generator[Any, Any, Any]:
+        """A store step inside a policy flow: run in place (memory) or yielded to be awaited."""
+        if self.local:
+            return run_now(coro)
+        return (yield coro)
+
+    def policies_for(self, tool: ToolBase[Any, Any], options: ToolOptions) -> tuple[Policy, ...]:
+        """The resilience policies of `tool`, outermost first (none unless asked for)."""
+        runtime = self.options
+        policies: list[Policy] = []
+        if options.cache is not None:
+            policies.append(CachePolicy(self, tool.name, options))
+        if options.dedupe is not None:
+            policies.append(DedupePolicy(self, tool.name, options))
+        breaker = options.breaker or runtime.breaker
+        if breaker is not None:
+            server = getattr(tool, "server", None)
+            key = f"mcp:{server}" if isinstance(server, str) else f"tool:{tool.name}"
+            state = self.breakers.get(key)
+            if state is None:
+                state = self.breakers[key] = BreakerState(key, breaker)
+            policies.append(BreakerPolicy(self, state))
+        budget = runtime.budget
+        if options.rate_limit is not None or (budget is not None and budget.rate is not None):
+            policies.append(LimitPolicy(self, tool.name, options, budget))
+        if budget is not None and budget.per_principal is not None and not budget.wait:
+            policies.append(ConcurrencyPolicy(self, budget.per_principal))
+        return tuple(policies)
+
+    def gates_for(self, principal: str | None) -> Gate | None:
+        """The gate a principal's calls wait in for `Budget(per_principal=, wait=True)`."""
+        budget = self.options.budget
+        if budget is None or budget.per_principal is None or not budget.wait:
+            return None
+        gate = self.principal_gates.get(principal)
+        if gate is None:
+            gate = self.principal_gates[principal] = Gate(budget.per_principal, self.readmit)
+        return gate
+
+    def retry_later(self, delay: float, call: Call) -> None:
+        """Admit `call` again after `delay` seconds (a retry's backoff)."""
+        nursery = self.nursery
+        if nursery is None:  # pragma: no cover - retries only happen while the runtime is open
+            call.fail(FailureKind.UNAVAILABLE, "the runtime is shutting down")
+            return
+        nursery.start_soon(self._after, delay, call)
+
+    async def _after(self, delay: float, call: Call) -> None:
+        try:
+            await trio.sleep(delay)
+        except trio.Cancelled:
+            call.fail(
+                FailureKind.UNAVAILABLE, f"tool {call.call.name!r}: the runtime shut down before a retry"
+            )
+            raise
+        if call.state.value == "queued":
+            plan = call.plan
+            self.readmit(call, plan is not None and call.executor is plan.host_executor is not None)
+
+
+def _nothing(call: Call, host: bool) -> None:  # pragma: no cover - replaced when the runtime opens
+    pass
+
+
+def resilience_counts(policies: tuple[Policy, ...]) -> dict[str, Any]:
+    """What a tool's resilience policies counted, for its `ToolStatistics`."""
+    counts: dict[str, Any] = {}
+    for p in policies:
+        if isinstance(p, CachePolicy):
+            counts["cache_hits"], counts["cache_misses"] = p.hits, p.misses
+        elif isinstance(p, DedupePolicy):
+            counts["replayed"], counts["joined"] = p.replayed, p.joined
+        elif isinstance(p, BreakerPolicy):
+            counts["breaker"] = p.b.state
+    return counts

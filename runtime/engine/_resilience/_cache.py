@@ -1,0 +1,95 @@
+"""Cache: a read-only tool's earlier successes, served again (per principal unless shared)."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ...messages import ToolResult, ToolSuccess
+from ...tools import ToolOptions
+from .._policy import CallRequest, Policy, PolicyFlow
+from ._common import _decode, _event, _result_codec, args_key, key_of
+
+if TYPE_CHECKING:
+    from . import Resilience
+
+
+class CachePolicy(Policy):
+    """A read-only tool's successes, served again for `ttl` (per principal unless `shared`)."""
+
+    def __init__(self, resilience: Resilience, tool: str, options: ToolOptions) -> None:
+        assert options.cache is not None
+        self.r = resilience
+        self.tool = tool
+        self.cache = options.cache
+        self.suspends = not resilience.local  # type: ignore[misc]
+        self.entries: collections.OrderedDict[str, tuple[float, ToolSuccess[Any]]] = collections.OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def name(self) -> str:
+        return "Cache"
+
+    def intercept(self, request: CallRequest) -> PolicyFlow:
+        key = key_of(request, self.tool, self.cache.shared)
+        hit = yield from self._get(key)
+        if hit is not None:
+            self.hits += 1
+            _event(request, "tool.cache", {"tool.cache.hit": True})
+            return hit
+        self.misses += 1
+        _event(request, "tool.cache", {"tool.cache.hit": False})
+        result: ToolResult = yield request
+        if type(result) is ToolSuccess:
+            yield from self._put(key, result)
+        return result
+
+    def _get(self, key: str) -> Generator[Any, Any, ToolSuccess[Any] | None]:
+        if self.r.local:
+            entry = self.entries.get(key)
+            if entry is None:
+                return None
+            if entry[0] <= trio.current_time():
+                del self.entries[key]
+                return None
+            self.entries.move_to_end(key)
+            return entry[1]
+        data = yield from self.r.step(self.r.store.get(f"cache:{key}"))
+        if data is None:
+            return None
+        found = _decode(data)
+        return found if type(found) is ToolSuccess else None
+
+    def _put(self, key: str, result: ToolSuccess[Any]) -> Generator[Any, Any, None]:
+        if self.r.local:
+            entries = self.entries
+            entries[key] = (trio.current_time() + self.cache.ttl, result)
+            entries.move_to_end(key)
+            while len(entries) > self.cache.max_entries:
+                entries.popitem(last=False)
+            return
+        yield from self.r.step(self.r.store.set(f"cache:{key}", _result_codec.encode(result), self.cache.ttl))
+
+    def invalidate(self, principal: str | None, args: Any) -> Generator[Any, Any, int]:
+        """Forget this tool's results: all, a principal's (`principal`), or one call's (`args`:
+        its decoded arguments, with `principal`). How many were forgotten."""
+        shared = self.cache.shared
+        who = "" if shared else (principal or "")
+        if args is not None:
+            key = args_key(self.tool, who, args)
+            if self.r.local:
+                return 1 if self.entries.pop(key, None) is not None else 0
+            deleted: bool = yield from self.r.step(self.r.store.delete(f"cache:{key}"))
+            return int(deleted)
+        prefix = f"{self.tool}\x00" if shared or principal is None else f"{self.tool}\x00{who}\x00"
+        if self.r.local:
+            doomed = [k for k in self.entries if k.startswith(prefix)]
+            for k in doomed:
+                del self.entries[k]
+            return len(doomed)
+        count: int = yield from self.r.step(self.r.store.delete_prefix(f"cache:{prefix}"))
+        return count

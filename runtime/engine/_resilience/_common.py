@@ -1,0 +1,97 @@
+"""What the resilience policies share: the store's codecs, keys of calls, and admission gates."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ...messages import ToolFailure, ToolResult, ToolSuccess
+from .._policy import CallRequest, note
+
+if TYPE_CHECKING:
+    from .._call import Call
+
+
+log = logging.getLogger("runtime.engine")
+
+_result_codec = msgspec.json.Encoder(order="sorted")
+_results = msgspec.json.Decoder(ToolSuccess | ToolFailure)
+
+
+def _decode(data: bytes) -> ToolResult:
+    result: ToolResult = _results.decode(data)
+    return result
+
+
+_canonical = msgspec.json.Encoder(order="sorted")
+_json = msgspec.json.Decoder()
+
+
+def run_now(step: Any) -> Any:
+    """The value of a store coroutine that cannot suspend (a MemoryStore's)."""
+    try:
+        step.send(None)
+    except StopIteration as stop:
+        return stop.value
+    step.close()
+    raise RuntimeError("a MemoryStore step suspended")  # pragma: no cover - a bug in the store
+
+
+class Gate:
+    """At most `limit` calls through at once; the others wait in order (`Budget(..., wait=True)`,
+    `per_batch`). A call takes its gates in order when admitted and leaves them when settled."""
+
+    __slots__ = ("held", "limit", "readmit", "waiting")
+
+    def __init__(self, limit: int, readmit: Callable[[Call, bool], None]) -> None:
+        self.limit = limit
+        self.held = 0
+        self.readmit = readmit
+        self.waiting: collections.deque[tuple[Call, bool]] = collections.deque()
+
+    def enter(self, call: Call, host: bool) -> bool:
+        """Take a place, or wait for one (False: it is admitted when a place is free)."""
+        if self.held >= self.limit:
+            self.waiting.append((call, host))
+            return False
+        self.held += 1
+        return True
+
+    def leave(self, call: Call) -> None:
+        self.held -= 1
+        waiting = self.waiting
+        while waiting and self.held < self.limit:
+            call, host = waiting.popleft()
+            if call.state.value == "queued":
+                self.readmit(call, host)
+
+
+def key_of(request: CallRequest, tool: str, shared: bool = False) -> str:
+    """(tool, canonical arguments, principal) as a short key; the caller's `idempotency_key`
+    (in the call's metadata) instead, when it gives one."""
+    principal = "" if shared else (request.principal or "")
+    given = request._call.metadata.get("idempotency_key") if request._call.metadata else None
+    if given is None and request._call.ctx is not None:
+        given = request._call.ctx.metadata.get("idempotency_key")
+    if isinstance(given, str) and given:
+        return f"{tool}\x00{principal}\x00k:{given}"
+    args = request.args
+    if args is None:
+        raw = request.arguments
+        args = _json.decode(raw) if isinstance(raw, str | bytes) else raw
+    return args_key(tool, principal, args)
+
+
+def args_key(tool: str, principal: str, args: Any) -> str:
+    """The key of decoded arguments (a Struct: its defaults count, its field order does not)."""
+    digest = hashlib.blake2b(_canonical.encode(args), digest_size=16).hexdigest()
+    return f"{tool}\x00{principal}\x00{digest}"
+
+
+def _event(request: CallRequest, name: str, attributes: dict[str, Any]) -> None:
+    note(request._call, name, attributes)

@@ -1,0 +1,235 @@
+"""Dedupe: identical calls run once (they join at admission), and a replay gets the stored result."""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING
+
+import msgspec
+import trio
+
+from ...messages import FailureKind, ToolResult, ToolSuccess
+from ...tools import ToolOptions
+from .._policy import CallRequest, Policy, PolicyFlow, note
+from ._common import _decode, _event, _result_codec, key_of
+
+if TYPE_CHECKING:
+    from .._call import Call
+    from . import Resilience
+
+
+class Flight:
+    """Identical calls in flight, as one gate: the first admitted runs (`runner`), the others wait
+    here, outside any mailbox, and are settled with its result when it settles (`leave`). A
+    runner whose own caller gave up hands the run to the next waiting call. Joining never waits
+    inside a policy, so identical calls of one batch join too.
+
+    On a shared store the run holds the key's claim (`claimed`) for other processes. While
+    another process holds it (`elsewhere`), every call here waits in this gate and a task
+    watches the store (`watch`): the other run's journaled result answers them all, or, its
+    claim let go, the claim is taken and the first of them runs. Waiting for it inside the
+    policy instead held up the batch's other calls, whose claims the other process waited on
+    in turn when it was given the same turn: both waited until the claims ran out.
+    """
+
+    __slots__ = (
+        "claimed",
+        "decision",
+        "elsewhere",
+        "key",
+        "members",
+        "owner",
+        "recorded",
+        "result",
+        "runner",
+        "waiting",
+    )
+
+    def __init__(
+        self, owner: DedupePolicy, key: str, *, claimed: bool = False, elsewhere: bool = False
+    ) -> None:
+        self.owner = owner
+        self.key = key
+        self.runner: Call | None = None
+        self.result: ToolResult | None = None
+        self.decision = "joined"  # how its result came: this process's run, or the journal's
+        self.recorded = False
+        self.claimed = claimed
+        self.elsewhere = elsewhere
+        self.members = 0  # calls that joined it and have not ended
+        self.waiting: collections.deque[tuple[Call, bool]] = collections.deque()
+
+    def enter(self, call: Call, host: bool) -> bool:
+        result = self.result
+        if result is not None:  # it ended while this call was on its way: the same answer
+            self._answer(call, result, self.decision)
+            return False
+        if self.runner is None and not self.elsewhere:
+            self.runner = call
+            return True
+        self.waiting.append((call, host))
+        return False
+
+    def leave(self, call: Call) -> None:
+        """The runner settled (its result is `call.result`)."""
+        if call is not self.runner:
+            return
+        result = call.result
+        assert result is not None
+        if call.cancelled:  # its caller gave up, not the tool: the next waiting call runs it
+            self.runner = None
+            if not self._run_next():
+                self.owner.forget(self)
+            return
+        self._answer_all(result)
+
+    def take_over(self) -> None:
+        """This process holds the claim now: the first call waiting here runs."""
+        self.elsewhere = False
+        self.claimed = True
+        if self.runner is None:
+            self._run_next()
+
+    def _run_next(self) -> bool:
+        waiting = self.waiting
+        while waiting:
+            follower, host = waiting.popleft()
+            if follower.state.value == "queued":
+                self.owner.r.readmit(follower, host)
+                return True
+        return False
+
+    def _answer_all(self, result: ToolResult, decision: str = "joined") -> None:
+        self.result = result
+        self.decision = decision
+        self.owner.forget(self)
+        waiting, self.waiting = self.waiting, collections.deque()
+        for follower, _ in waiting:
+            if follower.state.value == "queued":
+                self._answer(follower, result, decision)
+
+    def _answer(self, call: Call, result: ToolResult, decision: str = "joined") -> None:
+        if decision == "joined":
+            self.owner.joined += 1
+        else:
+            self.owner.replayed += 1
+        note(call, "tool.dedupe", {"tool.dedupe.decision": decision})
+        call.settle(msgspec.structs.replace(result, call_id=call.call.id, tool=call.call.name))
+
+    async def watch(self) -> None:
+        """While another process runs this key and calls here wait for it: its result from the
+        journal, or its claim once let go (then a call here runs)."""
+        owner = self.owner
+        store, dedupe = owner.r.store, owner.dedupe
+        journal, claim = f"journal:{self.key}", f"claim:{self.key}"
+        try:
+            while self.elsewhere and self.members:
+                await trio.sleep(_WATCH_EVERY)
+                if not self.elsewhere:  # a call here took the claim meanwhile
+                    return
+                stored = await store.get(journal) if dedupe.ttl else None
+                if stored is None and await store.add(claim, b"1", dedupe.claim):
+                    stored = await store.get(journal) if dedupe.ttl else None  # ended just before?
+                    if stored is None:
+                        self.take_over()
+                        if not self.members:  # the calls that waited for it ended meanwhile
+                            self.claimed = False
+                            owner.forget(self)
+                            await store.delete(claim)
+                        return
+                    await store.delete(claim)
+                if stored is not None:
+                    self.elsewhere = False
+                    self._answer_all(_decode(stored), "replayed")
+                    return
+            if self.elsewhere:  # every call that waited for it has ended
+                self.elsewhere = False
+                owner.forget(self)
+        except trio.Cancelled:
+            for follower, _ in self.waiting:
+                if follower.state.value == "queued":
+                    follower.fail(
+                        FailureKind.UNAVAILABLE,
+                        f"tool {owner.tool!r}: the runtime shut down while an identical call ran elsewhere",
+                    )
+            raise
+
+
+_WATCH_EVERY = 0.05  # seconds between looks at the store for another process's run
+
+
+class DedupePolicy(Policy):
+    """Identical calls in flight run once (the others get its result); a finished call's result
+    answers a replay of its key for `ttl`, from the store (which may outlive this process)."""
+
+    def __init__(self, resilience: Resilience, tool: str, options: ToolOptions) -> None:
+        assert options.dedupe is not None
+        self.r = resilience
+        self.tool = tool
+        self.dedupe = options.dedupe
+        self.suspends = not resilience.local  # type: ignore[misc]
+        self.flights: dict[str, Flight] = {}
+        self.replayed = 0
+        self.joined = 0
+
+    @property
+    def name(self) -> str:
+        return "Dedupe"
+
+    def forget(self, flight: Flight) -> None:
+        if self.flights.get(flight.key) is flight:
+            del self.flights[flight.key]
+
+    def _replay(self, request: CallRequest, stored: bytes) -> ToolResult:
+        self.replayed += 1
+        _event(request, "tool.dedupe", {"tool.dedupe.decision": "replayed"})
+        return _decode(stored)
+
+    def intercept(self, request: CallRequest) -> PolicyFlow:
+        key = key_of(request, self.tool)
+        call = request._call
+        flight = self.flights.get(key)
+        store, step = self.r.store, self.r.step
+        journal, claim = f"journal:{key}", f"claim:{key}"
+        if flight is None:  # nothing identical runs here: a replay, or another process's run?
+            if self.dedupe.ttl:
+                stored = yield from step(store.get(journal))
+                if stored is not None:
+                    return self._replay(request, stored)
+            claimed = False
+            if not self.r.local:  # the claim says whether another process runs it now
+                claimed = yield from step(store.add(claim, b"1", self.dedupe.claim))
+                if claimed and self.dedupe.ttl:  # a run elsewhere may have ended since the read
+                    stored = yield from step(store.get(journal))
+                    if stored is not None:
+                        yield from step(store.delete(claim))
+                        return self._replay(request, stored)
+            flight = self.flights.get(key)  # one may have started while this call read the store
+            if flight is None:
+                elsewhere = not self.r.local and not claimed
+                flight = self.flights[key] = Flight(self, key, claimed=claimed, elsewhere=elsewhere)
+                if elsewhere:
+                    assert self.r.nursery is not None  # calls run only while the runtime is open
+                    self.r.nursery.start_soon(flight.watch)
+            elif claimed:
+                flight.take_over()
+        flight.members += 1
+        call.gates = (flight,) if call.gates is None else (*call.gates, flight)
+        result: ToolResult = yield request
+        flight.members -= 1
+        if flight.runner is call and not flight.recorded:  # this call ran it: the journal's
+            flight.recorded = True
+            if self.dedupe.ttl and flight.result is not None and _final(result):
+                yield from step(store.set(journal, _result_codec.encode(result), self.dedupe.ttl))
+        if flight.runner is call or (flight.runner is None and not flight.members):
+            if flight.claimed:  # the run ended, or every call that could run it did: let it go
+                flight.claimed = False
+                yield from step(store.delete(claim))
+            if flight.runner is None and not flight.elsewhere:
+                self.forget(flight)
+        return result
+
+
+def _final(result: ToolResult) -> bool:
+    """Worth replaying: a success or the tool's own failure (not one of getting it to run)."""
+    return type(result) is ToolSuccess or result.kind in (FailureKind.ERROR, FailureKind.REJECTED)  # type: ignore[union-attr]

@@ -1,0 +1,82 @@
+"""Budgets and rate limits: OVERLOADED with the seconds to wait, or a wait within the deadline."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from ...messages import FailureKind, ToolResult
+from ...tools import Budget, ToolOptions
+from .._policy import CallRequest, Policy, PolicyFlow
+
+if TYPE_CHECKING:
+    from . import Resilience
+
+
+class LimitPolicy(Policy):
+    """The tool's own rate limit and the principal's (`Budget.rate`): OVERLOADED with the
+    seconds to wait, or a wait for the token within the call's deadline (`wait=True`)."""
+
+    def __init__(
+        self, resilience: Resilience, tool: str, options: ToolOptions, budget: Budget | None
+    ) -> None:
+        self.r = resilience
+        self.tool = tool
+        self.limits = [
+            (limit, scope)
+            for limit, scope in ((options.rate_limit, "tool"), (budget.rate if budget else None, "principal"))
+            if limit is not None
+        ]
+        self.suspends = not resilience.local or any(limit.wait for limit, _ in self.limits)  # type: ignore[misc]
+
+    @property
+    def name(self) -> str:
+        return "RateLimit"
+
+    def intercept(self, request: CallRequest) -> PolicyFlow:
+        for limit, scope in self.limits:
+            key = f"rate:tool:{self.tool}" if scope == "tool" else f"rate:principal:{request.principal or ''}"
+            while True:
+                wait = yield from self.r.step(self.r.store.take(key, limit.rate, limit.capacity))
+                if not wait:
+                    break
+                if not limit.wait or trio.current_time() + wait >= request._call.deadline:
+                    who = f"tool {self.tool!r}" if scope == "tool" else f"principal {request.principal!r}"
+                    return request.fail(
+                        FailureKind.OVERLOADED,
+                        f"{who} is over its rate limit ({limit.rate:g} calls/s); retry after {wait:.2g}s",
+                    )
+                yield trio.sleep(wait)  # noqa: ASYNC105 - the flow yields it; drive() awaits it
+        result: ToolResult = yield request
+        return result
+
+
+class ConcurrencyPolicy(Policy):
+    """`Budget(per_principal=N)` without waiting: a principal's call beyond N running fails
+    OVERLOADED at once (with `wait=True` the call waits in the principal's `Gate` instead)."""
+
+    def __init__(self, resilience: Resilience, limit: int) -> None:
+        self.running = resilience.running
+        self.limit = limit
+
+    @property
+    def name(self) -> str:
+        return "Budget"
+
+    def intercept(self, request: CallRequest) -> PolicyFlow:
+        principal = request.principal
+        running = self.running
+        if running[principal] >= self.limit:
+            return request.fail(
+                FailureKind.OVERLOADED,
+                f"principal {principal!r} already runs {self.limit} calls (its budget); retry when one ends",
+            )
+        running[principal] += 1
+        try:
+            result: ToolResult = yield request
+        finally:
+            running[principal] -= 1
+            if not running[principal]:
+                del running[principal]
+        return result

@@ -1,0 +1,474 @@
+"""Artifacts: results too large to send a model, kept whole, content-addressed, per principal.
+
+An artifact is a text (kept as UTF-8) or bytes, under a handle made from its content (`art_` and
+24 hex digits of its SHA-256) in the scope of one principal: the same content kept for two
+principals is two artifacts, and a principal's lookup never finds another's (nor learns that it
+exists). It lives `ttl` seconds from when it was first kept; together they hold at most
+`max_bytes` (the oldest are dropped first).
+
+The data sits in any store with `get`/`set`/`delete`/`keys` and TTLs: a `MemoryStore` (the
+default: this process), a `FolderStore` (files), an `SQLiteStore` or a `RedisStore` (shared by
+processes). It is cut in chunks of `chunk` characters (a text) or bytes, one key each, so a page
+of a large artifact reads one or two chunks, and keeping one never makes a second copy of it
+whole. Its description (`ArtifactInfo`) is written last: an artifact whose description can be
+read is whole.
+
+Keeping is a flow (a generator, as the resilience policies' are): it runs in place when nothing
+in it has to wait (a small artifact, a MemoryStore), else its driver awaits what it yields (a
+worker thread that encodes and hashes a chunk, a store's step).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import math
+import re
+from collections.abc import Callable, Generator
+from typing import Any, Final
+
+import msgspec
+import trio
+
+from ..exceptions import ArtifactMissing
+from ._memory import MemoryStore
+
+__all__ = ["CHUNK", "INLINE", "ArtifactInfo", "ArtifactMatch", "ArtifactStore", "is_handle"]
+
+CHUNK: Final = 1 << 20
+"""Characters of a text, or bytes of binary data, per stored chunk."""
+
+INLINE: Final = 256 << 10
+"""A piece at most this long is encoded and hashed in place; a longer one in worker threads."""
+
+_HANDLE = re.compile(r"^art_[0-9a-f]{24}$")
+_SAFE_PRINCIPAL = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+_PER_THREAD = 1  # chunks encoded and hashed per trip to a worker thread: the loop waits less for the GIL
+_GONE_KEPT = 10_000  # handles remembered as expired or dropped (to say so, not just "unknown")
+
+
+def is_handle(text: str) -> bool:
+    """Whether `text` has the form of an artifact handle (`art_` and 24 hex digits)."""
+    return bool(_HANDLE.fullmatch(text))
+
+
+class ArtifactInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What is known of a kept artifact.
+
+    Attributes:
+        handle: its handle (`art_...`): what the model reads and passes back.
+        size: its bytes as stored (a text's UTF-8).
+        chars: a text's characters; None for binary data.
+        mime_type: its type (`text/plain`, `application/json`, `image/png`...).
+        created: when it was kept (the store's clock: trio's by default).
+        expires: when it is dropped.
+        chunk: characters (a text) or bytes per stored chunk.
+        chunks: how many chunks hold it.
+    """
+
+    handle: str
+    size: int
+    chars: int | None
+    mime_type: str
+    created: float
+    expires: float
+    chunk: int = CHUNK
+    chunks: int = 1
+
+    @property
+    def is_text(self) -> bool:
+        return self.chars is not None
+
+    @property
+    def length(self) -> int:
+        """Its length in the unit of `read`: characters of a text, bytes of binary data."""
+        return self.chars if self.chars is not None else self.size
+
+    @property
+    def uri(self) -> str:
+        """Its URI as an MCP resource (`artifact://art_...`)."""
+        return f"artifact://{self.handle}"
+
+
+class ArtifactMatch(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a text artifact that matched a search: where it starts and what it says."""
+
+    offset: int
+    line: int
+    text: str
+
+
+_info_encoder = msgspec.json.Encoder()
+_info_decoder = msgspec.json.Decoder(ArtifactInfo)
+
+
+class ArtifactStore:
+    """Artifacts kept in `store` (a new `MemoryStore` if None); see the module.
+
+    Args:
+        store: where the data goes (`MemoryStore`, `FolderStore`, `SQLiteStore`, `RedisStore`).
+        ttl: seconds an artifact is kept.
+        max_bytes: the most all the artifacts this store keeps may hold together.
+        chunk: characters (a text) or bytes per stored chunk.
+        clock: the clock of `created` / `expires` and of this store's own accounting (trio's).
+    """
+
+    def __init__(
+        self,
+        store: Any = None,
+        *,
+        ttl: float = 3600.0,
+        max_bytes: int = 256 << 20,
+        chunk: int = CHUNK,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if ttl <= 0 or max_bytes < 1 or chunk < 1:
+            raise ValueError("an artifact store needs a positive ttl, max_bytes and chunk")
+        self.store = store if store is not None else MemoryStore(max_keys=10_000_000)
+        self.local = type(self.store) is MemoryStore  # its steps never suspend (a subclass may)
+        self.ttl = float(ttl)
+        self.max_bytes = max_bytes
+        self.chunk = chunk
+        self._clock = clock if clock is not None else trio.current_time
+        self._kept: collections.OrderedDict[tuple[str, str], tuple[int, int, float]] = (
+            collections.OrderedDict()
+        )  # (scope, handle) -> (bytes, chunks, expires): what this store kept, oldest first
+        self._gone: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
+        self.total = 0
+        """Bytes held by the artifacts this store kept (and that have not expired or been dropped)."""
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def fits(self, size: int) -> bool:
+        """Whether an artifact of `size` bytes can be kept at all (it is not over `max_bytes`)."""
+        return size <= self.max_bytes
+
+    # -- keeping ---------------------------------------------------------------------------
+
+    def keeps_in_place(self, length: int) -> bool:
+        """Whether keeping a piece of `length` characters or bytes never waits (see `keep_now`)."""
+        return self.local and length <= INLINE
+
+    def keep_now(self, principal: str | None, data: str | bytes, mime_type: str) -> ArtifactInfo:
+        """`keep`, run in place: only when `keeps_in_place(len(data))`."""
+        flow = self.keep_flow(principal, data, mime_type)
+        try:
+            flow.send(None)
+        except StopIteration as stop:
+            info: ArtifactInfo = stop.value
+            return info
+        flow.close()
+        raise RuntimeError("keep_now of an artifact that has to wait")
+
+    async def keep(self, principal: str | None, data: str | bytes, mime_type: str) -> ArtifactInfo:
+        """Keep `data` (a text, or bytes) for `principal`; its description (the same artifact's,
+        if it was kept already).
+
+        Raises:
+            ValueError: it is over `max_bytes`.
+            StoreError: the store failed.
+        """
+        info: ArtifactInfo = await drive(self.keep_flow(principal, data, mime_type))
+        return info
+
+    def keep_flow(
+        self, principal: str | None, data: str | bytes, mime_type: str
+    ) -> Generator[Any, Any, ArtifactInfo]:
+        """The steps of `keep`: yields what has to be awaited (and is sent its value)."""
+        text = isinstance(data, str)
+        chunk = self.chunk
+        count = max(1, math.ceil(len(data) / chunk))
+        hasher = hashlib.sha256()
+        pieces: list[bytes] = []
+        if len(data) <= INLINE:
+            pieces.extend(_encoded(data, 0, count, chunk, hasher))
+        else:  # in worker threads (hashlib lets go of the GIL): the loop goes on meanwhile
+            for first in range(0, count, _PER_THREAD):
+                many = min(_PER_THREAD, count - first)
+                pieces.extend((yield trio.to_thread.run_sync(_encoded, data, first, many, chunk, hasher)))
+        size = sum(map(len, pieces))
+        if size > self.max_bytes:
+            raise ValueError(f"an artifact of {size} bytes is over the store's limit of {self.max_bytes}")
+        scope = _scope(principal)
+        handle = "art_" + hasher.hexdigest()[:24]
+        meta_key = _meta_key(scope, handle)
+        known = yield from self._step(self.store.get(meta_key))
+        if known is not None:  # kept already (content-addressed): the same artifact
+            found: ArtifactInfo = _info_decoder.decode(known)
+            return found
+        now = self._clock()
+        yield from self._make_room(size, now)
+        ttl = self.ttl
+        for i, piece in enumerate(pieces):
+            yield from self._step(self.store.set(_data_key(scope, handle, i), piece, ttl))
+        info = ArtifactInfo(
+            handle=handle,
+            size=size,
+            chars=len(data) if text else None,
+            mime_type=mime_type,
+            created=now,
+            expires=now + ttl,
+            chunk=chunk,
+            chunks=count,
+        )
+        yield from self._step(self.store.set(meta_key, _info_encoder.encode(info), ttl))
+        self._kept[(scope, handle)] = (size, count, now + ttl)
+        self._gone.pop((scope, handle), None)
+        self.total += size
+        return info
+
+    def _make_room(self, size: int, now: float) -> Generator[Any, Any, None]:
+        """Drop what expired, then the oldest, until `size` more bytes fit under `max_bytes`."""
+        kept = self._kept
+        for key in [k for k, (_, _, expires) in kept.items() if expires <= now]:
+            yield from self._drop(key, "expired")
+        while kept and self.total + size > self.max_bytes:
+            yield from self._drop(next(iter(kept)), "dropped")
+
+    def _drop(self, key: tuple[str, str], why: str) -> Generator[Any, Any, None]:
+        size, count, _ = self._kept.pop(key)
+        self.total -= size
+        self._remember(key, why)
+        scope, handle = key
+        yield from self._step(self.store.delete(_meta_key(scope, handle)))
+        for i in range(count):
+            yield from self._step(self.store.delete(_data_key(scope, handle, i)))
+
+    def _remember(self, key: tuple[str, str], why: str) -> None:
+        gone = self._gone
+        gone[key] = why
+        gone.move_to_end(key)
+        while len(gone) > _GONE_KEPT:
+            gone.popitem(last=False)
+
+    def _step(self, coro: Any) -> Generator[Any, Any, Any]:
+        if self.local:
+            return _run_now(coro)
+        return (yield coro)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def info(self, principal: str | None, handle: str) -> ArtifactInfo:
+        """The description of `principal`'s artifact `handle`.
+
+        Raises:
+            ArtifactMissing: no such artifact for this principal (never made for it, another's,
+                expired or dropped); the message says which, where it can tell.
+        """
+        if not isinstance(handle, str) or not is_handle(handle):
+            raise ArtifactMissing(
+                f"{handle!r} is not an artifact handle (they look like art_ and 24 hex digits)"
+            )
+        scope = _scope(principal)
+        data = await self.store.get(_meta_key(scope, handle))
+        if data is None:
+            raise ArtifactMissing(self._why_missing(scope, handle))
+        info: ArtifactInfo = _info_decoder.decode(data)
+        return info
+
+    def _why_missing(self, scope: str, handle: str) -> str:
+        key = (scope, handle)
+        why = self._gone.get(key)
+        kept = self._kept.get(key)
+        if kept is not None and kept[2] <= self._clock():
+            why = "expired"
+        if why == "expired":
+            return (
+                f"artifact {handle} has expired (artifacts are kept {self.ttl:g} s); call the tool "
+                "that made it again"
+            )
+        if why == "dropped":
+            return (
+                f"artifact {handle} was dropped to make room for newer ones (artifacts hold at most "
+                f"{self.max_bytes} bytes together); call the tool that made it again"
+            )
+        return (
+            f"no artifact {handle} is kept for you: it was not made for the principal of this call, "
+            "or it has expired"
+        )
+
+    async def read(
+        self, principal: str | None, handle: str, offset: int = 0, length: int | None = None
+    ) -> str | bytes:
+        """`length` characters of a text artifact (bytes of a binary one) from `offset` (all the
+        rest if None); fewer at its end.
+
+        Raises:
+            ArtifactMissing: see `info`.
+            ValueError: `offset` is negative or past the end, or `length` is negative.
+        """
+        info = await self.info(principal, handle)
+        total = info.length
+        if offset < 0 or offset > total:
+            raise ValueError(f"offset {offset} is outside artifact {handle} (0 to {total})")
+        if length is not None and length < 0:
+            raise ValueError(f"length must not be negative, got {length}")
+        end = total if length is None else min(total, offset + length)
+        if end <= offset:
+            return "" if info.is_text else b""
+        scope = _scope(principal)
+        chunk = info.chunk
+        first, last = offset // chunk, (end - 1) // chunk
+        pieces: list[bytes] = []
+        for i in range(first, last + 1):
+            piece = await self.store.get(_data_key(scope, handle, i))
+            if piece is None:  # expired between the description and this chunk
+                raise ArtifactMissing(self._why_missing(scope, handle))
+            pieces.append(piece)
+        start = offset - first * chunk
+        if info.is_text:
+            return "".join(p.decode() for p in pieces)[start : start + end - offset]
+        return b"".join(pieces)[start : start + end - offset]
+
+    async def grep(
+        self, principal: str | None, handle: str, pattern: str, *, max_matches: int = 50, max_line: int = 200
+    ) -> list[ArtifactMatch]:
+        """The lines of a text artifact in which `pattern` (a Python regular expression) is found,
+        first to last, at most `max_matches`; each line cut to `max_line` characters.
+
+        Raises:
+            ArtifactMissing: see `info`.
+            ValueError: a binary artifact, or a pattern that does not compile.
+        """
+        info = await self.info(principal, handle)
+        if not info.is_text:
+            raise ValueError(f"artifact {handle} is binary ({info.mime_type}); only a text can be searched")
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"the pattern {pattern!r} is not a regular expression: {exc}") from None
+        scope = _scope(principal)
+        scan = _Scan(regex, max_matches, max_line)
+        for i in range(info.chunks):
+            piece = await self.store.get(_data_key(scope, handle, i))
+            if piece is None:
+                raise ArtifactMissing(self._why_missing(scope, handle))
+            last = i == info.chunks - 1
+            if len(piece) <= INLINE:
+                scan.feed(piece, last)
+            else:
+                await trio.to_thread.run_sync(scan.feed, piece, last, abandon_on_cancel=True)
+            if scan.full:
+                break
+        return scan.found
+
+    async def listing(self, principal: str | None) -> list[ArtifactInfo]:
+        """The artifacts kept for `principal`, oldest first."""
+        scope = _scope(principal)
+        prefix = _meta_key(scope, "")
+        found: list[ArtifactInfo] = []
+        for key in await self.store.keys(prefix):
+            data = await self.store.get(key)
+            if data is not None:
+                found.append(_info_decoder.decode(data))
+        found.sort(key=lambda info: info.created)
+        return found
+
+    async def forget(self, principal: str | None, handle: str) -> bool:
+        """Drop `principal`'s artifact `handle` now; False if there was none."""
+        key = (_scope(principal), handle)
+        if key in self._kept:
+            await drive(self._drop(key, "dropped"))
+            return True
+        return False
+
+    def statistics(self) -> dict[str, int]:
+        """{"artifacts": how many this store keeps, "bytes": what they hold}."""
+        return {"artifacts": len(self._kept), "bytes": self.total}
+
+
+class _Scan:
+    """A search over a text's chunks: a line cut by a chunk's end is completed by the next one."""
+
+    def __init__(self, regex: re.Pattern[str], max_matches: int, max_line: int) -> None:
+        self.regex = regex
+        self.max_matches = max_matches
+        self.max_line = max_line
+        self.found: list[ArtifactMatch] = []
+        self.carry = ""
+        self.offset = 0  # characters before `carry`
+        self.line = 1  # the line `carry` starts
+
+    @property
+    def full(self) -> bool:
+        return len(self.found) >= self.max_matches
+
+    def feed(self, piece: bytes, last: bool) -> None:
+        text = self.carry + piece.decode()
+        lines = text.split("\n")
+        self.carry = "" if last else lines.pop()
+        search = self.regex.search
+        offset, line = self.offset, self.line
+        for content in lines:
+            if search(content) is not None:
+                shown = content if len(content) <= self.max_line else content[: self.max_line] + "..."
+                self.found.append(ArtifactMatch(offset=offset, line=line, text=shown))
+                if self.full:
+                    return
+            offset += len(content) + 1
+            line += 1
+        self.offset, self.line = offset, line
+
+
+def _encoded(data: str | bytes, first: int, many: int, chunk: int, hasher: Any) -> list[bytes]:
+    """Chunks `first` to `first + many` of `data`, as bytes, each added to `hasher` in turn."""
+    pieces: list[bytes] = []
+    for i in range(first, first + many):
+        piece = data[i * chunk : (i + 1) * chunk]
+        encoded = piece.encode() if isinstance(piece, str) else bytes(piece)
+        hasher.update(encoded)
+        pieces.append(encoded)
+    return pieces
+
+
+def _scope(principal: str | None) -> str:
+    """A principal as a part of a key: itself when that is safe in every store, else a digest."""
+    if principal is None:
+        return "-"
+    if _SAFE_PRINCIPAL.fullmatch(principal):
+        return "p" + principal
+    return "h" + hashlib.sha256(principal.encode()).hexdigest()[:40]
+
+
+def _meta_key(scope: str, handle: str) -> str:
+    return f"artifact:{scope}:{handle}"
+
+
+def _data_key(scope: str, handle: str, index: int) -> str:
+    return f"artifact-data:{scope}:{handle}:{index}"
+
+
+def _run_now(coro: Any) -> Any:
+    """The value of a MemoryStore step (it never suspends)."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("a MemoryStore step suspended")  # pragma: no cover - a bug in the store
+
+
+async def drive(flow: Generator[Any, Any, Any], step: Any = None, started: bool = False) -> Any:
+    """Run a flow to its end, awaiting what it yields; `step`: what it yielded first, when it
+    was started already."""
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        if started:
+            try:
+                value = await step
+            except Exception as exc:
+                error = exc
+        while True:
+            try:
+                step = flow.send(value) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = await step
+            except Exception as exc:
+                error = exc
+    finally:
+        flow.close()  # cancelled while it waited: it ends here
