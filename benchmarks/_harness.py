@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -41,6 +42,7 @@ class Row:
 class Report:
     name: str
     rows: list[Row] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # figures that are not ratio rows, saved as they are
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -65,6 +67,7 @@ class Report:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "rows": [{**asdict(r), "ratio": round(r.ratio, 3)} for r in self.rows],
+            **self.extra,
         }
         path.write_text(json.dumps(data, indent=2) + "\n")
         return path

@@ -19,6 +19,8 @@ run and the same runtime; subjects: the same function placed in `Subprocess(work
   ticker) while a 200 MB text came back from a worker (in pieces).
 - threads to await Ray: the most threads alive while 1,000 Ray calls are in flight, minus
   the threads before (the goal is zero: ObjectRefs are awaited through the trio token).
+- on a cluster (`bench_ray_cluster`, saved as "cluster"): calls/s and p99 of a CPU-bound tool
+  on 1, 2 and 4 replicas spread over nodes, and the time to serve again after a node is lost.
 """
 
 from __future__ import annotations
@@ -434,6 +436,10 @@ def main(quick: bool = False) -> Report:
         import ray
 
         ray.shutdown()
+        from . import bench_ray_cluster  # a multi-node cluster of its own, once the local Ray is gone
+
+        report.extra["cluster"] = bench_ray_cluster.measure(quick)
+        print("\n".join(bench_ray_cluster.lines(report.extra["cluster"])))
     return report
 
 

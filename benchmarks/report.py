@@ -121,6 +121,52 @@ def _plots(w5: dict[str, Any] | None, curves: dict[str, Any] | None) -> list[str
     return made
 
 
+def _cluster_section(cluster: dict[str, Any]) -> list[str]:
+    """Ray on a multi-node cluster (benchmarks/bench_ray_cluster.py, in placement.json)."""
+    scaling = cluster["scaling"]
+    low, high = scaling["load_average"]
+    lines = [
+        "## Ray on a cluster (benchmarks/bench_ray_cluster.py)",
+        "",
+        f"Run {cluster['when']}, on Ray's `ray.cluster_utils.Cluster`: {cluster['nodes']}. "
+        f'A CPU-bound tool ({scaling["spin_ms"]:g} ms of CPU a call), `Ray(replicas=N, scheduling="spread")`: '
+        "one replica per node, N callers making calls one after another; medians of "
+        f'{scaling["rounds"]} interleaved rounds. "Plain processes" is the same work in N processes '
+        "without Ray, in the same rounds: what the machine gives N CPU-bound workers at that moment. "
+        f"The machine has {scaling['cores']} cores for every node, this driver and other programs (load "
+        f"average {low:.1f} -> {high:.1f} during the run): past what it gives, more replicas cannot "
+        "add calls/s, and the figure shows the machine's bound, not Ray's or the runtime's.",
+        "",
+        "| replicas | nodes | calls/s | x 1 replica | plain processes x 1 | of what the machine gives | p50 ms | p99 ms | p99 x 1 replica |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in scaling["rows"]:
+        lines.append(
+            f"| {row['replicas']} | {row['nodes']} | {row['calls_per_s']:.1f} | {row['calls_x1']:.2f}x | "
+            f"{row['plain_x1']:.2f}x | {row['of_machine']:.2f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | "
+            f"{row['p99_x1']:.2f}x |"
+        )
+    checks = cluster["health_checks"]
+    lines += [
+        "",
+        "Failover: one replica serving 4 callers; its node is removed. Serving again = from the removal to "
+        "the first answer from the new replica (on a node that is left). A drained node (SIGTERM to its "
+        "raylet) is reported dead by Ray at once; a crashed one (SIGKILL) is noticed when calls to it hang "
+        f"up, or after {checks['health_check_failure_threshold']} missed health checks "
+        f"{checks['health_check_period_ms'] / 1000:g} s apart (Ray's default: 5 x 3 s).",
+        "",
+        "| node | serving again s | calls UNAVAILABLE | other failures | calls |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for f in cluster["failover"]:
+        lines.append(
+            f"| {f['how']} | {f['serving_again_s']:.2f} | {f['unavailable_calls']} | {f['other_failures']} | "
+            f"{f['calls']} |"
+        )
+    lines.append("")
+    return lines
+
+
 def write() -> Path:
     runtime = _load("runtime")
     peers = _load("peers")
@@ -239,6 +285,9 @@ def write() -> Path:
         lines += ["## MCP (benchmarks/bench_mcp.py)", "", f"Run {mcp['when']}.", ""]
         lines += _ratio_table(mcp["rows"])
         lines.append("")
+    placement = _load("placement")
+    if placement and placement.get("cluster"):
+        lines += _cluster_section(placement["cluster"])
     OUT.write_text("\n".join(lines))
     return OUT
 

@@ -20,6 +20,7 @@ from .exceptions import InvalidArguments as InvalidArguments
 from .exceptions import RuntimeClosed as RuntimeClosed
 from .exceptions import SchemaError as SchemaError
 from .exceptions import ToolDefinitionError as ToolDefinitionError
+from .exceptions import ToolOverloaded as ToolOverloaded
 from .exceptions import ToolRejected as ToolRejected
 from .exceptions import ToolRuntimeError as ToolRuntimeError
 from .exceptions import ToolUnavailable as ToolUnavailable
@@ -113,6 +114,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolDescriptor",
     "ToolFailure",
+    "ToolOverloaded",
     "ToolParameter",
     "ToolRegistry",
     "ToolRejected",

@@ -8,6 +8,7 @@ Hierarchy::
     │   └── ArtifactMissing             an artifact handle is not the caller's, or it expired
     ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
     │   └── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
+    ├── ToolOverloaded                  a tool (or where it runs) has more waiting than it takes
     ├── RemoteToolError                 a tool raised in another process (boxed: type name and message)
     ├── WorkerLost                      the process serving a call died (a signal, an exit, the OOM killer)
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
@@ -30,6 +31,7 @@ __all__ = [
     "RuntimeClosed",
     "SchemaError",
     "ToolDefinitionError",
+    "ToolOverloaded",
     "ToolRejected",
     "ToolRuntimeError",
     "ToolUnavailable",
@@ -93,6 +95,19 @@ class CannotAsk(ToolUnavailable):
     can answer: no handler was given, or the MCP client did not announce the capability.
     Reported as UNAVAILABLE with the reason; a tool may catch it and go on without the answer.
     """
+
+
+class ToolOverloaded(ToolRuntimeError):
+    """A tool cannot take the call now: too many calls are waiting for it; reported as OVERLOADED.
+
+    Raised where a tool runs when its own queue is full (a Ray placement past its `max_queued`
+    calls per replica), or by a tool that fronts a service which says the same; the caller may
+    try again later (`Retry` retries OVERLOADED by default).
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
 
 
 class RemoteToolError(ToolRuntimeError):

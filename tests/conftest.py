@@ -6,8 +6,12 @@ trio task, a thread or a child process that outlives it fails it.
 
 from __future__ import annotations
 
+import gc
 import os
+import socket
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import leakcheck
 import pytest
@@ -31,27 +35,68 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("the test left behind:\n  " + "\n  ".join(left), pytrace=False)
 
 
+# Node deaths noticed within about 5 s (Ray's default is 15 s or more): a node removed without a
+# goodbye (its raylet SIGKILLed) is declared dead after 5 missed health checks, 1 s apart.
+RAY_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}
+
+
 @pytest.fixture(scope="session")
-def local_ray() -> Iterator[None]:
-    """One local Ray for every test that asks for it, started on the main thread (as Ray requires).
+def ray_cluster() -> Iterator[Any]:
+    """One Ray cluster on this machine for every test that uses Ray: Ray's own
+    `ray.cluster_utils.Cluster` with a head and two worker nodes, each its own raylet, connected
+    to on the main thread (as Ray requires). The head has 2 CPUs; the workers 2 each and a custom
+    resource naming their zone (`zone_a`, `zone_b`: 8 of it), for scheduling tests. Its head
+    serves Ray Client too (`cluster.client_address`, "ray://127.0.0.1:PORT").
 
     Its processes and threads are a process-wide pool that lives for the session: they exist
     before the tests that use it, so the leak check allows them (it checks Ray's actors instead).
+    A test may add a node of its own (and must remove it).
     """
     ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
     from runtime.placement.ray import ensure_ray
 
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ensure_ray(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with socket.socket() as probe:  # a free port for the head's Ray Client server (ray://)
+        probe.bind(("127.0.0.1", 0))
+        client_port = probe.getsockname()[1]
+    with warnings.catch_warnings():
+        # Ray leaves the files it opens for its Ray Client server's log unclosed (a ResourceWarning
+        # when they are collected): theirs, not ours to fix; collected here, not in a test.
+        warnings.simplefilter("ignore", ResourceWarning)
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 2,
+                "include_dashboard": False,
+                "ray_client_server_port": client_port,
+                "_system_config": RAY_HEALTH_CHECKS,
+            },
+        )
+        gc.collect()
+    cluster.client_address = f"ray://127.0.0.1:{client_port}"
+    try:
+        for zone in ("zone_a", "zone_b"):
+            cluster.add_node(num_cpus=2, resources={zone: 8})
+        cluster.wait_for_nodes()
+        ensure_ray(cluster.address)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def local_ray(ray_cluster: Any) -> None:
+    """Ray for a test that does not care how many nodes it has: the session's cluster."""
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ ADDED_ON_PURPOSE = {
     "reporting",
     # the exception hierarchy of runtime.exceptions
     "ToolRuntimeError", "InvalidArguments", "SchemaError", "ToolDefinitionError", "RuntimeClosed",
-    "ToolUnavailable",
+    "ToolUnavailable", "ToolOverloaded",
     # tools that ask back (DESIGN.md 3.5): questions, answers, handlers' scope, the failure
     "asking", "Elicitation", "Answer", "Elicited", "Sampling", "SamplingMessage", "Sampled",
     "Root", "RootsRequest", "CannotAsk",

@@ -125,7 +125,7 @@ async def test_a_200_mb_result_from_a_replica_does_not_stall_the_loop(
     # What is asserted is structural: other tasks run between the pieces while the reply is put
     # together (decoded in one step, they would run about once). The CPU the loop spends per
     # step is printed, not asserted: it is a timing figure, and a loaded machine moves it.
-    import runtime.placement.ray as placed_on_ray
+    import runtime.placement._ray_pool as placed_on_ray
 
     turns = 0
     during: list[int] = []

@@ -10,6 +10,7 @@ elsewhere (`ToolActor`), and only for the tool's own code.
 | the tool raised ToolRejected (validate / fail) | REJECTED |
 | the tool raised InvalidArguments (its own decode) | INVALID_ARGUMENTS |
 | the tool raised ToolUnavailable (its backend is gone) | UNAVAILABLE |
+| the tool (or its placement) raised ToolOverloaded (too many waiting) | OVERLOADED |
 | the tool raised anything else (KeyboardInterrupt, SystemExit, a stray Cancelled too) | ERROR |
 | turning the result into text or parts raised | ERROR |
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ..exceptions import InvalidArguments, RemoteToolError, ToolRejected, ToolUnavailable
+from ..exceptions import InvalidArguments, RemoteToolError, ToolOverloaded, ToolRejected, ToolUnavailable
 from ..messages import ContentPart, FailureKind, TextPart, ToolCall, ToolFailure, ToolSuccess, echo
 
 __all__ = [
@@ -85,6 +86,9 @@ def exception_failure(call: ToolCall, tool: str, exc: BaseException, max_chars: 
     if isinstance(exc, ToolUnavailable):
         message = f"tool {tool!r} is unavailable: {exc.reason}"
         return failure(call, FailureKind.UNAVAILABLE, truncate(message, max_chars))
+    if isinstance(exc, ToolOverloaded):
+        message = f"tool {tool!r} is overloaded: {exc.reason}"
+        return failure(call, FailureKind.OVERLOADED, truncate(message, max_chars))
     error_type, text = describe_error(exc)
     return failure(call, FailureKind.ERROR, truncate(f"tool {tool!r} raised {text}", max_chars), error_type)
 

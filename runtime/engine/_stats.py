@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from ..messages import ToolFailure, ToolResult, ToolSuccess
+from ..tools import PlacementStatistics
 
 __all__ = ["RuntimeStatistics", "ToolCounters", "ToolStatistics"]
 
@@ -90,6 +91,7 @@ class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
         replayed: calls answered from the replay journal (`Dedupe`) without running.
         joined: calls that shared an identical call's execution (`Dedupe`).
         breaker: its circuit breaker's state ("closed", "open", "half_open"), if it has one.
+        placement: what a placed tool's workers are doing (Subprocess, Ray), while it serves.
     """
 
     calls: int
@@ -109,6 +111,7 @@ class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
     replayed: int = 0
     joined: int = 0
     breaker: str | None = None
+    placement: PlacementStatistics | None = None
 
 
 class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,7 +20,7 @@ import msgspec
 from opentelemetry import context as otel_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..exceptions import InvalidArguments, ResultTypeError, ToolRejected, ToolUnavailable
+from ..exceptions import InvalidArguments, ResultTypeError, ToolOverloaded, ToolRejected, ToolUnavailable
 from ..messages import ToolCallMetadata, ToolSuccess
 from ..tools import LOG_LEVELS, CallContext, ToolBase, reraise_own_cancellation
 from ._protocol import Done, Load, LogRecord, Progress, Raised, Reply, encode, encode_request
@@ -58,6 +58,8 @@ def box(exc: BaseException, restart_on: tuple[type[BaseException], ...] = ()) ->
         return Raised(category="invalid", error_type=_qualified(exc), message=exc.expected, path=exc.path)
     if isinstance(exc, ToolUnavailable):
         return Raised(category="unavailable", error_type=_qualified(exc), message=exc.reason)
+    if isinstance(exc, ToolOverloaded):
+        return Raised(category="overloaded", error_type=_qualified(exc), message=exc.reason)
     try:
         text = str(exc)
     except Exception:

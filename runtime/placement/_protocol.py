@@ -42,7 +42,7 @@ __all__ = [
 
 MAX_FRAME = 1 << 30  # a larger length prefix means the stream is corrupt
 
-ErrorCategory = Literal["error", "rejected", "invalid", "unavailable", "memory"]
+ErrorCategory = Literal["error", "rejected", "invalid", "unavailable", "overloaded", "memory"]
 
 
 class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load", tag_field="type"):
@@ -91,9 +91,15 @@ class Stop(msgspec.Struct, frozen=True, kw_only=True, tag="stop", tag_field="typ
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready", tag_field="type"):
-    """The tool is loaded and set up."""
+    """The tool is loaded and set up.
+
+    Attributes:
+        pid: the worker's process id.
+        node: the Ray node it runs on (hex id; None for a Subprocess worker).
+    """
 
     pid: int
+    node: str | None = None
 
 
 class Done(msgspec.Struct, frozen=True, kw_only=True, tag="done", tag_field="type"):
@@ -118,7 +124,8 @@ class Raised(msgspec.Struct, frozen=True, kw_only=True, tag="raised", tag_field=
 
     Attributes:
         category: how the engine maps it (`error` -> ERROR, `rejected` -> REJECTED,
-            `invalid` -> INVALID_ARGUMENTS, `unavailable` -> UNAVAILABLE, `memory`: a
+            `invalid` -> INVALID_ARGUMENTS, `unavailable` -> UNAVAILABLE, `overloaded` ->
+            OVERLOADED, `memory`: a
             MemoryError, ERROR, and the worker is retired).
         error_type: the exception's qualified type name.
         message: its message (for `invalid`, what was expected).

@@ -10,7 +10,7 @@ out) and never raises: a tool's exception comes back boxed. It is an async Ray a
                    stopped, so a cancelled call ends when the tool returns
 
 Either way the runtime waits a grace for the cancelled call to end and kills the replica only
-if it does not (`ray._stop_call`); the replica's other calls go on untouched. `setup()` and
+if it does not (`_ray_link.stop_call`); the replica's other calls go on untouched. `setup()` and
 `teardown()` run on the trio loop too.
 """
 
@@ -65,7 +65,7 @@ class Replica:
         except Exception as exc:
             self._ready = encode(box(exc))
         else:
-            self._ready = encode(Ready(pid=os.getpid()))
+            self._ready = encode(Ready(pid=os.getpid(), node=_node_id()))
 
     def _loop(self, started: threading.Event) -> None:
         async def main() -> None:
@@ -136,6 +136,17 @@ class Replica:
 
         token.run_sync_soon(nursery.start_soon, run)
         return await _to_end(ended, on_cancel=lambda: token.run_sync_soon(scope.cancel))
+
+
+def _node_id() -> str | None:
+    """The Ray node this replica runs on (hex), if Ray says."""
+    try:
+        import ray
+
+        node: str = ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None
+    return node
 
 
 async def _to_end(future: asyncio.Future[T], on_cancel: Callable[[], None] | None = None) -> T:

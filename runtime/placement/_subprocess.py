@@ -33,9 +33,16 @@ from typing import Any
 import trio
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..exceptions import InvalidArguments, RemoteToolError, ToolDefinitionError, ToolRejected, ToolUnavailable
+from ..exceptions import (
+    InvalidArguments,
+    RemoteToolError,
+    ToolDefinitionError,
+    ToolOverloaded,
+    ToolRejected,
+    ToolUnavailable,
+)
 from ..messages import ToolCall, ToolSuccess
-from ..tools import CallContext, PlacedTool, Placement, PlacementHost, ToolBase
+from ..tools import CallContext, PlacedTool, Placement, PlacementHost, PlacementStatistics, ToolBase
 from ._frames import FdFrames
 from ._lines import LineSplitter
 from ._pieces import assemble
@@ -82,6 +89,8 @@ def rebuild(raised: Raised) -> BaseException:
         return InvalidArguments(raised.message, raised.path)
     if raised.category == "unavailable":
         return ToolUnavailable(raised.message)
+    if raised.category == "overloaded":
+        return ToolOverloaded(raised.message)
     if raised.category == "memory":
         return RemoteToolError("MemoryError", raised.message or "the worker ran out of memory (its cap)")
     return RemoteToolError(raised.error_type, raised.message, restart=raised.restart)
@@ -201,6 +210,15 @@ class _Pool:
         self._idle_lot = trio.lowlevel.ParkingLot()  # calls waiting for an idle worker
         self.workers: set[_Worker] = set()
         self.closing = False
+        self.lost = 0
+
+    def statistics(self) -> PlacementStatistics:
+        return PlacementStatistics(
+            workers=sum(1 for w in self.workers if not w.stopping and not w.dead),
+            target=self.placement.workers,
+            queued=self._idle_lot.statistics().tasks_waiting,
+            lost=self.lost,
+        )
 
     # -- workers -----------------------------------------------------------------------
 
@@ -316,6 +334,7 @@ class _Pool:
         self.workers.discard(worker)
         if self.closing:
             return
+        self.lost += 1
         log.warning("tool %r: worker (pid %d) %s", self.name, worker.pid, cause)
         delay = self.host.worker_lost(f"worker (pid {worker.pid}) {cause}")
         if delay is not None:

@@ -45,6 +45,7 @@ from ._placement import InProcess as InProcess
 from ._placement import PlacedTool as PlacedTool
 from ._placement import Placement as Placement
 from ._placement import PlacementHost as PlacementHost
+from ._placement import PlacementStatistics as PlacementStatistics
 from ._resilience import NEVER_RETRIED as NEVER_RETRIED
 from ._resilience import TRANSPORT as TRANSPORT
 from ._resilience import Budget as Budget

@@ -9,7 +9,9 @@ engine knows placements only through this protocol (it never imports an edge):
                     ...                              closing stops them (each runs teardown())
     each call   await placed.call(call, arguments, ctx, timeout) -> ToolSuccess
                 (a tool's exception arrives rebuilt: ToolRejected, InvalidArguments,
-                 ToolUnavailable, RemoteToolError; a dead worker is WorkerLost)
+                 ToolUnavailable, RemoteToolError; a dead worker is WorkerLost; a worker lost
+                 with its machine is ToolUnavailable; a full queue is ToolOverloaded)
+    statistics  placed.statistics() -> PlacementStatistics (in the tool's `ToolStatistics`)
 
 Everything else (decoding and bounding the arguments, deadlines, features and spans, the
 failure mapping, statistics, restarts) stays in the engine, the same for every placement.
@@ -21,13 +23,52 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+import msgspec
+
 from ..messages import ToolCall, ToolSuccess
 from ._context import CallContext
 
 PlacedToolT = Any
 """A `ToolBase` (spelled `Any` here: the tool classes import this module through their options)."""
 
-__all__ = ["InProcess", "PlacedTool", "Placement", "PlacementHost"]
+__all__ = ["InProcess", "PlacedTool", "Placement", "PlacementHost", "PlacementStatistics"]
+
+
+class PlacementStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a placed tool's workers are doing (a snapshot, `ToolStatistics.placement`).
+
+    A count a placement does not keep is 0 (a Subprocess pool neither scales nor hedges).
+
+    Attributes:
+        workers: workers (processes, Ray replicas) serving now.
+        target: workers it aims to have (a fixed count, or the autoscaler's choice).
+        starting: workers being started (a replacement, a scale-up).
+        queued: calls waiting inside the placement for a worker's slot.
+        nodes: workers serving now, per Ray node id (empty for other placements).
+        lost: workers that died on their own (counted toward the restart intensity).
+        lost_with_node: workers lost because their machine left the cluster (not counted:
+            the tool did nothing wrong; their calls were UNAVAILABLE).
+        overloaded: calls refused (OVERLOADED) because `max_queued` per worker were waiting.
+        scaled_up: workers added by the autoscaler.
+        scaled_down: workers removed by the autoscaler (after their calls finished).
+        hedged: second attempts sent for calls slower than the hedge delay.
+        hedge_wins: hedges that answered first.
+        hedges_cancelled: attempts cancelled because the other attempt of their call answered.
+    """
+
+    workers: int
+    target: int
+    starting: int = 0
+    queued: int = 0
+    nodes: dict[str, int] = {}
+    lost: int = 0
+    lost_with_node: int = 0
+    overloaded: int = 0
+    scaled_up: int = 0
+    scaled_down: int = 0
+    hedged: int = 0
+    hedge_wins: int = 0
+    hedges_cancelled: int = 0
 
 
 class PlacementHost(Protocol):
@@ -81,6 +122,10 @@ class PlacedTool(Protocol):
         """
         ...
 
+    def statistics(self) -> PlacementStatistics:
+        """What its workers are doing now."""
+        ...
+
 
 class Placement:
     """Where a tool's calls run; subclass it to add a placement. See the module docstring.
@@ -94,8 +139,9 @@ class Placement:
     def check(self, tool: PlacedToolT) -> None:
         """Raise `ToolDefinitionError` (naming the tool) if this placement cannot run `tool`."""
 
-    def capacity(self, tool: PlacedToolT) -> int:
-        """How many calls of `tool` may run at once in this placement (the engine sends no more)."""
+    def capacity(self, tool: PlacedToolT) -> float:
+        """How many calls of `tool` the engine may hand this placement at once (it sends no more;
+        `math.inf`: the placement bounds its calls itself, refusing with ToolOverloaded)."""
         raise NotImplementedError
 
     def open(self, tool: PlacedToolT, host: PlacementHost) -> AbstractAsyncContextManager[PlacedTool]:
