@@ -86,7 +86,7 @@ class Figures(Report):
             assert isinstance(r, Figure)
             print(
                 f"{r.workload:<66} {r.subject_us:>12,.1f} {r.floor:<12} {r.floor_us:>12,.1f} {r.unit:<13} "
-                f"{r.ratio:>7.3f}x {r.goal:>14} {r.verdict}"
+                f"{r.ratio:>8.4f}x {r.goal:>14} {r.verdict}"
             )
             if r.note:
                 print(f"{'':<4}{r.note}")
