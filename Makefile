@@ -87,13 +87,20 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-# W5 drives the agent server with wrk (C, epoll): a Python client cannot saturate it.
+# W5 drives the agent server with wrk (C, epoll): a Python client cannot saturate it. The
+# resilience figures start their own redis-server (REDIS_STAMP, as the tests), and count W1's
+# instructions with valgrind.
 WRK := $(shell command -v wrk 2>/dev/null)
+VALGRIND := $(shell command -v valgrind 2>/dev/null)
 
-bench: $(BENCH_STAMP) $(RAY_STAMP)
+bench: $(BENCH_STAMP) $(RAY_STAMP) $(REDIS_STAMP)
 ifeq ($(WRK),)
 	(apt-get install -y wrk || (apt-get update && apt-get install -y wrk)) >/dev/null || \
 	  echo "could not install wrk: W5 is skipped"
+endif
+ifeq ($(VALGRIND),)
+	(apt-get install -y valgrind || (apt-get update && apt-get install -y valgrind)) >/dev/null || \
+	  echo "could not install valgrind: W1's instructions are not counted"
 endif
 	$(BIN)/python -m benchmarks
 

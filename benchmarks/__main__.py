@@ -10,7 +10,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=["runtime", "peers", "mcp", "placement", "streaming", "server", "report"],
+        choices=["runtime", "peers", "mcp", "placement", "streaming", "server", "resilience", "report"],
         help="run one report (peers needs the bench extra)",
     )
     args = parser.parse_args()
@@ -49,6 +49,12 @@ def main() -> None:
         from . import bench_server  # W5: server processes under wrk
 
         bench_server.main(quick=args.quick)
+    if args.only in (None, "resilience"):
+        from . import bench_resilience  # starts a redis-server and worker processes; runs valgrind
+
+        report = bench_resilience.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
     if args.only in (None, "report"):
         from . import report as results_md
 

@@ -41,8 +41,39 @@ def _ratio_table(rows: list[dict[str, Any]], unit: str = "us") -> list[str]:
     return lines
 
 
+def _goal(r: dict[str, Any]) -> str:
+    """A resilience row's goal and whether it was met: an exact count, a band or a bound."""
+    target, low = r.get("target"), r.get("low")
+    ratio = r["subject_us"] / r["floor_us"]  # not the JSON's, which is rounded to 3 places
+    if r.get("exact"):
+        goal, met = f"= {r['floor_us']:g} exactly", r["subject_us"] == r["floor_us"]
+    elif target is None:
+        return ""
+    elif low is not None:
+        goal, met = f"{low:g}-{target:g}x", low <= ratio <= target
+    else:
+        goal, met = f"<= {target:g}x", ratio <= target
+    return f"{goal} " + ("ok" if met else "**missed**")
+
+
+def _resilience_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| figure | subject | value | against | value | unit | ratio | goal |",
+        "|---|---|---:|---|---:|---|---:|---|",
+    ]
+    for r in rows:
+        digits = 0 if r["unit"] in ("instructions", "calls", "executions", "calls at once") else 1
+        lines.append(
+            f"| {r['workload']} | {r['subject']} | {r['subject_us']:,.{digits}f} | {r['floor']} | "
+            f"{r['floor_us']:,.{digits}f} | {r['unit']} | {r['subject_us'] / r['floor_us']:.4f}x | {_goal(r)} |"
+        )
+    lines.append("")
+    lines += [f"- {r['workload']}: {r['note']}" for r in rows if r["note"]]
+    return lines
+
+
 def _plots(w5: dict[str, Any] | None, curves: dict[str, Any] | None) -> list[str]:
-    """Draw the PNGs; returns their file names (none without matplotlib)."""
+    """Draw the PNGs; returns their file names (without matplotlib: the ones already drawn)."""
     try:
         import matplotlib
 
@@ -288,6 +319,19 @@ def write() -> Path:
     placement = _load("placement")
     if placement and placement.get("cluster"):
         lines += _cluster_section(placement["cluster"])
+    resilience = _load("resilience")
+    if resilience:
+        lines += [
+            "## Resilience policies (benchmarks/bench_resilience.py)",
+            "",
+            f"Run {resilience['when']}. Issue 23's figures, each against what it must match in the same "
+            "run: W1 is `rt.call` of an async tool, one call after another (as in the runtime's table); "
+            "counts are exact; the Redis limit is counted over two OS processes sharing one "
+            "`redis-server`; instructions are callgrind's (benchmarks/w1_instructions.py).",
+            "",
+        ]
+        lines += _resilience_table(resilience["rows"])
+        lines.append("")
     OUT.write_text("\n".join(lines))
     return OUT
 
