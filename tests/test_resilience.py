@@ -19,9 +19,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from runtime import (
     Budget,
     Cache,
+    CallRequest,
     CircuitBreaker,
     Dedupe,
     FailureKind,
+    Policy,
     RateLimit,
     Retry,
     ToolCall,
@@ -851,3 +853,37 @@ async def test_a_budget_place_is_held_until_the_work_ends_not_until_its_caller_l
         else:
             assert isinstance(second, ToolFailure)
             assert second.kind is FailureKind.OVERLOADED
+
+
+async def test_a_policy_before_the_cache_still_sees_every_call_hits_included(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A hit may be answered at the entry only when nothing steps in before the cache."""
+    seen: list[str] = []
+
+    class Audit(Policy):
+        def intercept(self, request: CallRequest) -> Any:
+            seen.append(request.id)
+            return (yield request)
+
+    async with open_runtime(TOOLS, policies=[Audit()], tracing=False) as rt:
+        for i in range(3):
+            assert (await rt.call(call(str(i), "weather", city="Oslo"))).ok
+        assert seen == ["0", "1", "2"]
+        assert ran["weather"] == 1
+        stats = rt.statistics().tools["weather"]
+        assert (stats.calls, stats.succeeded, stats.cache_hits, stats.cache_misses) == (3, 3, 2, 1)
+
+
+async def test_a_hit_answers_with_its_own_call_id_and_counts_like_any_call(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with open_runtime(TOOLS, tracing=False) as rt:
+        first = await rt.call(call("a", "weather", city="Rome"), principal="ann")
+        again = await rt.call(call("b", "weather", city="Rome"), principal="ann")
+        assert isinstance(again, ToolSuccess)
+        assert (again.call_id, again.tool, again.content) == ("b", "weather", first.content)
+        other = await rt.call(call("c", "weather", city="Rome"), principal="bo")  # not ann's result
+        assert other.content != first.content
+        stats = rt.statistics().tools["weather"]
+        assert (stats.calls, stats.succeeded, stats.cache_hits) == (3, 3, 1)

@@ -127,6 +127,9 @@ class ToolActor:
             own = resilience.policies_for(tool, options)
             plan.policies = (*plan.policies, *own)
             plan.breaker = next((p.b for p in own if isinstance(p, BreakerPolicy)), None)
+            first = plan.policies[0] if plan.policies else None
+            if isinstance(first, CachePolicy) and resilience.local:  # nothing steps in before it
+                plan.cached = first
             retry = options.retry or (runtime_options.retry if options.repeatable else None)
             if retry is not None:
                 plan.retry = retry

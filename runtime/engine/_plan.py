@@ -150,6 +150,7 @@ class ToolPlan:
         self.retry: Retry | None = None  # run a failed call again (set by the actor)
         self.retry_later: Callable[[float, Call], None] = _never  # where a retry waits its backoff
         self.breaker: Any = None  # its circuit breaker's state (`BreakerState`), which hears every attempt
+        self.cached: Any = None  # its `CachePolicy`, when it is the first policy of its calls (on memory)
         placement = options.placement
         self.is_placed = placement is not None and not placement.in_process
         self.crash_reason: str | None = None

@@ -64,6 +64,7 @@ class Resilience:
         self.store: Store = store if self.local else DegradingStore(store)
         self.options = options
         self.breakers: dict[str, BreakerState] = {}
+        self.caches = 0  # cache policies made (the entry looks for hits only when there are some)
         self.principal_gates: weakref.WeakValueDictionary[str | None, Gate] = weakref.WeakValueDictionary()
         self.nursery: trio.Nursery | None = None  # retries wait here (set when the runtime opens)
         self.readmit: Callable[[Call, bool], None] = _nothing  # the entry's admission, for a retried call
@@ -85,6 +86,7 @@ class Resilience:
         policies: list[Policy] = []
         if options.cache is not None:
             policies.append(CachePolicy(self, tool.name, options))
+            self.caches += 1
         if options.dedupe is not None:
             policies.append(DedupePolicy(self, tool.name, options))
         breaker = options.breaker or runtime.breaker

@@ -11,7 +11,7 @@ import trio
 from ...messages import ToolResult, ToolSuccess
 from ...tools import ToolOptions
 from .._policy import CallRequest, Policy, PolicyFlow
-from ._common import _decode, _event, _result_codec, args_key, key_of
+from ._common import _decode, _event, _result_codec, args_key, key_given, key_of
 
 if TYPE_CHECKING:
     from . import Resilience
@@ -27,6 +27,9 @@ class CachePolicy(Policy):
         self.cache = options.cache
         self.suspends = not resilience.local  # type: ignore[misc]
         self.entries: collections.OrderedDict[str, tuple[float, ToolSuccess[Any]]] = collections.OrderedDict()
+        # (principal, arguments as the model wrote them) -> its key: a repeated call is found
+        # without decoding or hashing it (`hit_now`, at the entry); kept on a MemoryStore only
+        self.raw: dict[tuple[str, str], str] = {}
         self.hits = 0
         self.misses = 0
 
@@ -46,7 +49,30 @@ class CachePolicy(Policy):
         result: ToolResult = yield request
         if type(result) is ToolSuccess:
             yield from self._put(key, result)
+            raw = request._call.call.arguments
+            if self.r.local and type(raw) is str and not key_given(request):
+                self._alias("" if self.cache.shared else (request.principal or ""), raw, key)
         return result
+
+    def _alias(self, principal: str, raw: str, key: str) -> None:
+        aliases = self.raw
+        aliases[principal, raw] = key
+        if len(aliases) > 2 * self.cache.max_entries:  # drop what points at nothing kept
+            entries = self.entries
+            self.raw = {k: v for k, v in aliases.items() if v in entries}
+
+    def hit_now(self, principal: str | None, raw: str) -> ToolSuccess[Any] | None:
+        """The kept result of a call whose arguments are this text, word for word (a MemoryStore
+        only): what `intercept` would answer, without decoding or hashing the arguments."""
+        key = self.raw.get(("" if self.cache.shared else (principal or ""), raw))
+        if key is None:
+            return None
+        entry = self.entries.get(key)
+        if entry is None or entry[0] <= trio.current_time():
+            return None  # gone or expired: the call takes the whole path (which forgets it)
+        self.entries.move_to_end(key)
+        self.hits += 1
+        return entry[1]
 
     def _get(self, key: str) -> Generator[Any, Any, ToolSuccess[Any] | None]:
         if self.r.local:

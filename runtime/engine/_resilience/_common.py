@@ -82,6 +82,15 @@ class Gate:
                 self.readmit(call, host)
 
 
+def key_given(request: CallRequest) -> bool:
+    """The caller names the call's key itself (`idempotency_key` in its metadata)."""
+    metadata = request._call.metadata
+    if metadata and metadata.get("idempotency_key"):
+        return True
+    ctx = request._call.ctx
+    return ctx is not None and bool(ctx.metadata.get("idempotency_key"))
+
+
 def key_of(request: CallRequest, tool: str, shared: bool = False) -> str:
     """(tool, canonical arguments, principal) as a short key; the caller's `idempotency_key`
     (in the call's metadata) instead, when it gives one."""
