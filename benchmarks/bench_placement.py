@@ -6,6 +6,11 @@ run and the same runtime; subjects: the same function placed in `Subprocess(work
 
 - warm call: sequential `rt.call`, one in flight, alternating rounds with the floor, medians;
   the note gives the overhead in us over in-process.
+- pipe round trip: what crossing to another process costs at the least, without the runtime: a
+  child Python process that reads a length-prefixed MessagePack frame from its stdin (blocking),
+  adds the two numbers and writes the answer back, the parent writing and waiting for it on trio
+  (`FdFrames`, as Subprocess does), interleaved with Subprocess's warm call. Subprocess's warm
+  call over in-process is this floor plus what the runtime adds.
 - fan-out: one `rt.call_many` of 1,000 calls (the placement's workers serve them in parallel).
 - crash detection: a call whose worker segfaults, from `rt.call` to its ERROR (the worker's
   start, the segfault, the kernel's teardown, EOF and reaping: an upper bound of detection).
@@ -171,7 +176,63 @@ async def _measure(
                 max(3, rounds // 2),
             )
             out[name] = (warm, warm_floor, spread, spread_floor)
+        if "add_subprocess" in names:
+            pipe, placed = await _pipe_floor(rt, n, rounds)
+            out["pipe"] = (pipe, placed, 0.0, 0.0)
     return out
+
+
+_ECHO = """
+import os, msgspec
+decode, encode = msgspec.msgpack.Decoder().decode, msgspec.msgpack.Encoder().encode
+buffer = b""
+while True:
+    while len(buffer) < 4 or len(buffer) < 4 + int.from_bytes(buffer[:4], "big"):
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
+            raise SystemExit(0)
+        buffer += chunk
+    size = int.from_bytes(buffer[:4], "big")
+    body, buffer = buffer[4 : 4 + size], buffer[4 + size :]
+    request = decode(body)
+    out = encode(request["a"] + request["b"])
+    os.write(1, len(out).to_bytes(4, "big") + out)
+"""
+
+
+async def _pipe_floor(rt: object, n: int, rounds: int) -> tuple[float, float]:
+    """(median us of a bare pipe round trip to a child process, of Subprocess's warm call)."""
+    import subprocess
+
+    import msgspec
+
+    from runtime.placement._frames import FdFrames
+
+    encode, decode = msgspec.msgpack.Encoder().encode, msgspec.msgpack.Decoder().decode
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", _ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert isinstance(proc.stdout, trio.lowlevel.FdStream)
+    assert isinstance(proc.stdin, trio.lowlevel.FdStream)
+    frames = FdFrames(proc.stdout.fileno(), proc.stdin.fileno())
+
+    async def bare() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            body = encode({"a": 1, "b": 2})
+            await frames.write(len(body).to_bytes(4, "big") + body)
+            answer = await frames.read()
+            assert answer is not None and decode(answer) == 3
+        return (time.perf_counter() - start) / n * 1e6
+
+    try:
+        await bare()
+        return await _interleaved(bare, lambda: _per_call(rt, "add_subprocess", n), rounds)
+    finally:
+        await proc.stdin.aclose()
+        with trio.move_on_after(5):
+            await proc.wait()
+        proc.kill()
 
 
 async def _crash_detection(repeats: int) -> float:
@@ -355,6 +416,21 @@ def main(quick: bool = False) -> Report:
                 spread_floor,
                 None,
                 f"{spread / 1000:.1f} ms for 1,000 calls",
+            )
+        )
+    if "pipe" in measured:
+        pipe, placed, _, _ = measured["pipe"]
+        inproc = measured["add_subprocess"][1]
+        report.add(
+            Row(
+                "warm call Subprocess(2) vs a bare pipe round trip",
+                "Subprocess(2)",
+                "pipe",
+                placed,
+                pipe,
+                None,
+                f"the pipe alone is {pipe - inproc:+.1f} us over in-process; the runtime adds "
+                f"{placed - pipe:+.1f} us to it",
             )
         )
     detect = trio.run(_crash_detection, 3 if quick else 9)

@@ -5,6 +5,7 @@ budgets and rate limits, fair admission, circuit breakers; in one process on a M
 from __future__ import annotations
 
 import asyncio
+import threading
 import json
 from collections import Counter
 from functools import partial
@@ -28,6 +29,7 @@ from runtime import (
     Retry,
     ToolCall,
     ToolFailure,
+    ToolResult,
     ToolSuccess,
     open_runtime,
     tool,
@@ -805,22 +807,82 @@ async def test_a_leader_whose_caller_gives_up_keeps_running_for_the_calls_that_j
         assert runs == {"started": 1, "running": 0, "peak": 1}
 
 
-async def test_a_stopped_leaders_work_is_run_again_for_the_calls_that_joined_it(
+async def test_a_leaders_work_goes_on_for_the_calls_that_joined_it_when_its_caller_gives_up(
     autojump_clock: trio.abc.Clock,
 ) -> None:
+    """The first caller leaves mid-run: its work is not cancelled while an identical call waits
+    for it, so the tool runs once and the joined call gets its result (it ran twice before)."""
     ran.clear()
     async with open_runtime(TOOLS, tracing=False) as rt, trio.open_nursery() as nursery:
+        left: list[ToolResult] = []
 
         async def gives_up() -> None:
             with trio.move_on_after(0.5):
-                await rt.call(call("a", "charge", order="Z", amount=1))
+                left.append(await rt.call(call("a", "charge", order="Z", amount=1)))
 
         nursery.start_soon(gives_up)
         await trio.sleep(0.1)
         joined = await rt.call(call("b", "charge", order="Z", amount=1))
-        assert joined.ok
-        assert ran["charge"] == 2  # the first run stopped with its caller: it had no answer to share
-        assert trio.current_time() == pytest.approx(1.5)  # after it stopped, not beside it
+        assert isinstance(joined, ToolSuccess)
+        assert joined.value == "charged 1 for Z (#1)"
+        assert ran["charge"] == 1
+        assert trio.current_time() == pytest.approx(1.0)  # the first run's end, not a second run's
+        assert left == []  # the caller that left was not answered by it
+        stats = rt.statistics().tools["charge"]
+        assert stats.abandoned == 0  # its work was handed over, not abandoned
+
+
+@pytest.mark.parametrize("sync", [False, True])
+async def test_a_handed_over_run_stops_once_every_call_waiting_for_it_has_left(
+    sync: bool, autojump_clock: trio.abc.Clock
+) -> None:
+    """The first caller leaves, then the one that joined it times out: nobody waits for the run
+    any more, so it is cancelled then (an async tool stops; a sync one's thread is let go)."""
+    seen = {"started": 0, "cancelled": 0, "finished": 0}
+
+    @tool(idempotent=True, dedupe=Dedupe())
+    async def slow_async(order: str) -> str:
+        """Ten seconds of work."""
+        seen["started"] += 1
+        try:
+            await trio.sleep(10)
+        except trio.Cancelled:
+            seen["cancelled"] += 1
+            raise
+        seen["finished"] += 1
+        return order
+
+    @tool(idempotent=True, dedupe=Dedupe())
+    def slow_sync(order: str) -> str:
+        """Work that ends when told."""
+        seen["started"] += 1
+        release.wait(5)
+        seen["finished"] += 1
+        done.set()
+        return order
+
+    release, done = threading.Event(), threading.Event()
+    name = "slow_sync" if sync else "slow_async"
+    async with open_runtime([slow_async, slow_sync], tracing=False) as rt, trio.open_nursery() as nursery:
+
+        async def gives_up() -> None:
+            with trio.move_on_after(0.5):
+                await rt.call(call("a", name, order="Q"))
+
+        nursery.start_soon(gives_up)
+        await trio.sleep(0.1)
+        joined = await rt.call(call("b", name, order="Q"), timeout=1.0)
+        assert isinstance(joined, ToolFailure)
+        assert joined.kind is FailureKind.TIMEOUT
+        await trio.sleep(0.1)
+        if sync:
+            stats = rt.statistics().tools[name]
+            assert (stats.abandoned, stats.abandoned_running) == (1, 1)  # its thread runs on: counted
+            release.set()
+            assert await trio.to_thread.run_sync(done.wait, 5)  # real time: the thread's own
+        else:
+            assert seen == {"started": 1, "cancelled": 1, "finished": 0}
+        assert seen["started"] == 1
 
 
 @pytest.mark.parametrize("wait", [True, False])

@@ -125,6 +125,8 @@ class Call:
         until: the caller's deadline and its timeout, while the tool's own shortens `deadline`
             (an attempt after a tool TIMEOUT gets the tool's timeout again, within this).
         gates: the budgets it waits in before its mailbox (`Gate`s), and how many it holds.
+        handed: its caller gave up while identical calls wait for its work (`Flight`): the work
+            runs on for them, not as an orphan of its caller (`stop_handed` ends it).
     """
 
     __slots__ = (
@@ -140,6 +142,7 @@ class Call:
         "expires",
         "flows",
         "gates",
+        "handed",
         "index",
         "interrupted",
         "job",
@@ -199,6 +202,7 @@ class Call:
         self.until: tuple[float, float | None] | None = None
         self.gates: tuple[Any, ...] | None = None
         self.passed = 0
+        self.handed = False
 
     # -- settling ----------------------------------------------------------------------
 
@@ -220,7 +224,7 @@ class Call:
         if state is RUNNING:
             self.settled_at = now = trio.current_time()
             plan = self.plan
-            if plan is not None:
+            if plan is not None and not self.handed:
                 plan.counters.orphans[self] = now + ABANDON_GRACE
         elif self.queued:
             self.queued = False
@@ -397,6 +401,7 @@ class Call:
         Its work is over now: the places it held in its gates are given back."""
         plan = self.plan
         assert plan is not None
+        self.handed = False  # its work is over: nothing left to stop
         if self.passed:
             self._leave_gates(result)
         since = plan.counters.orphans.pop(self, None)
@@ -469,7 +474,20 @@ class Call:
         if state is QUEUED:
             self.fail(kind, message)
         elif state is RUNNING:
-            self.cancelled = kind is FailureKind.CANCELLED
+            self.cancelled = cancelled = kind is FailureKind.CANCELLED
+            if cancelled and self.passed and any(gate.keeps(self) for gate in self.gates[: self.passed]):  # type: ignore[index]  # passed > 0: it has gates
+                self.handed = True  # identical calls wait for this work: it runs on for them
+                return
+            self.interrupted = True
+            executor = self.executor
+            assert executor is not None
+            executor.cancel(self)
+
+    def stop_handed(self) -> None:
+        """The calls its work ran on for have all ended too: cancel it now (as `abandon` would
+        have), its late result dropped."""
+        if self.handed and not self.interrupted:
+            self.handed = False
             self.interrupted = True
             executor = self.executor
             assert executor is not None

@@ -91,7 +91,9 @@ class Cache(_Value, frozen=True):
 
 class Dedupe(_Value, frozen=True):
     """Identical calls run once: concurrent ones share the one execution, and a replay of a
-    finished call within `ttl` gets its stored result without running the tool again.
+    finished call within `ttl` gets its stored result without running the tool again. The
+    execution goes on while any of them waits for it (the first caller giving up does not stop
+    it); it is cancelled once they have all left.
 
     The key is the tool, its canonical arguments and the principal, or the caller's own
     (metadata `idempotency_key`, which MCP clients send in `_meta`). With a persistent store

@@ -73,6 +73,10 @@ class Gate:
     def answered(self, call: Call) -> None:
         """`call` was answered while its work goes on: it keeps its place until that ends."""
 
+    def keeps(self, call: Call) -> bool:
+        """`call`'s caller gives up: does its work go on for others (it is not cancelled)?"""
+        return False
+
     def leave(self, call: Call, result: ToolResult) -> None:
         self.held -= 1
         waiting = self.waiting

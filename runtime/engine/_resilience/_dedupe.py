@@ -21,8 +21,11 @@ if TYPE_CHECKING:
 class Flight:
     """Identical calls in flight, as one gate: the first admitted runs (`runner`), the others wait
     here, outside any mailbox, and are settled with its result when it settles (`leave`). A
-    runner whose own caller gave up hands the run to the next waiting call. Joining never waits
-    inside a policy, so identical calls of one batch join too.
+    runner whose own caller gives up while others wait is not cancelled: its work goes on for
+    them (`keeps`), and is cancelled only once they have all ended too (`unwanted`); on a
+    shared store, whose claim and journal its caller's flow keeps, it is cancelled with its
+    caller. A run that stopped anyway (its deadline, shutdown) hands the run to the next
+    waiting call. Joining never waits inside a policy, so identical calls of one batch join too.
 
     On a shared store the run holds the key's claim (`claimed`) for other processes. While
     another process holds it (`elsewhere`), every call here waits in this gate and a task
@@ -69,6 +72,21 @@ class Flight:
             return True
         self.waiting.append((call, host))
         return False
+
+    def keeps(self, call: Call) -> bool:
+        """The runner's caller gives up while identical calls wait for its work: it runs on for
+        them (it is theirs as much as its caller's), unless they all leave too (`unwanted`)."""
+        return call is self.runner and self.result is None and self.owner.r.local and self._wanted()
+
+    def _wanted(self) -> bool:
+        return any(follower.state.value == "queued" for follower, _ in self.waiting)
+
+    def unwanted(self) -> None:
+        """A waiting call ended: if it was the last one a handed-over run was going on for,
+        that run stops."""
+        runner = self.runner
+        if runner is not None and runner.handed and self.result is None and not self._wanted():
+            runner.stop_handed()
 
     def answered(self, call: Call) -> None:
         """The runner was answered while its work goes on: a deadline or the runtime's answer
@@ -235,6 +253,8 @@ class DedupePolicy(Policy):
         call.gates = (flight,) if call.gates is None else (flight, *call.gates)
         result: ToolResult = yield request
         flight.members -= 1
+        if flight.runner is not call:
+            flight.unwanted()
         if flight.runner is call and not flight.recorded:  # this call ran it: the journal's
             flight.recorded = True
             if self.dedupe.ttl and flight.result is not None and _final(result):
