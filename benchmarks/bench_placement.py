@@ -222,7 +222,8 @@ async def _pipe_floor(rt: object, n: int, rounds: int) -> tuple[float, float]:
             body = encode({"a": 1, "b": 2})
             await frames.write(len(body).to_bytes(4, "big") + body)
             answer = await frames.read()
-            assert answer is not None and decode(answer) == 3
+            assert answer is not None
+            assert decode(answer) == 3
         return (time.perf_counter() - start) / n * 1e6
 
     try:

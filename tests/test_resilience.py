@@ -5,8 +5,8 @@ budgets and rate limits, fair admission, circuit breakers; in one process on a M
 from __future__ import annotations
 
 import asyncio
-import threading
 import json
+import threading
 from collections import Counter
 from functools import partial
 from typing import Any
