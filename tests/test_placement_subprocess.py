@@ -501,3 +501,67 @@ async def test_a_worker_that_cannot_start_for_want_of_file_descriptors_is_not_a_
     assert during.restarts == 1
     assert (stats.state, stats.restarts) == ("up", 1)
     assert back_in < 10
+
+
+# -- no hop: a trio caller's call runs in the caller's task ------------------------------------
+
+
+def _task_names() -> set[str]:
+    names: set[str] = set()
+    todo = [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        names.add(task.name)
+        todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return names
+
+
+async def test_rt_call_runs_a_placed_call_in_the_callers_task_and_a_busy_tool_queues_on_workers(
+    tmp_path: Path,
+) -> None:
+    """`rt.call` of a Subprocess tool with a free worker waits on the pipe in its own task: no
+    worker task exists while it runs. A second call while the one worker is busy waits in the
+    mailbox and is served by a worker task, as before; both answer."""
+    pid_file = tmp_path / "pid"
+    async with open_runtime([pt.sleeper], tracing=False) as rt, trio.open_nursery() as nursery:
+        first: list[Any] = []
+        answered = trio.Event()
+
+        async def caller() -> None:
+            first.append(
+                await rt.call(call("sleeper", json.dumps({"pid_file": str(pid_file), "seconds": 1})))
+            )
+            answered.set()
+
+        nursery.start_soon(caller, name="the caller")
+        await wait_for_file(pid_file)
+        names = _task_names()
+        assert "the caller" in names
+        assert not any(name.startswith("tool sleeper worker") for name in names), names
+        second = await rt.call(
+            call("sleeper", json.dumps({"pid_file": str(pid_file), "seconds": 0}), id="c2")
+        )
+        assert second.ok, second
+        with trio.fail_after(30):
+            await answered.wait()
+        assert first[0].ok, first[0]
+
+
+async def test_closing_the_runtime_under_a_call_run_in_its_callers_task_answers_it_and_kills_the_worker(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "pid"
+    results: list[Any] = []
+    async with (
+        trio.open_nursery() as nursery,
+        open_runtime([pt.sleeper], tracing=False, shutdown_timeout=0.2) as rt,
+    ):
+
+        async def caller() -> None:
+            results.append(await rt.call(call("sleeper", json.dumps({"pid_file": str(pid_file)}))))
+
+        nursery.start_soon(caller)
+        await wait_for_file(pid_file)
+    assert len(results) == 1
+    assert results[0].kind is FailureKind.UNAVAILABLE, results[0]
+    assert not alive(int(pid_file.read_text()))

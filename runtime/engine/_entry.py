@@ -28,7 +28,7 @@ from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSucces
 from ..tools import Asker, CallContext
 from . import _policy as policy
 from ._batch import Batch, lapse_due
-from ._call import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, Call
+from ._call import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, RUNNING, Call
 from ._options import Settings
 from ._plan import call_chain
 from ._resilience import Gate, Resilience
@@ -373,13 +373,24 @@ class Entry:
                 else:
                     self.starting_now(c)  # nothing to await: no coroutine for it
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
-            if c.state is QUEUED and not (
-                c.plan.mailbox.admit(c, None) if c.gates is None else self.admit(c)  # type: ignore[union-attr]  # routed
-            ):
-                await self._wait_room(c)
+            ran = False
+            if c.state is QUEUED:
+                plan = c.plan
+                in_caller = plan.in_caller  # type: ignore[union-attr]  # routed
+                mailbox = plan.mailbox  # type: ignore[union-attr]  # routed
+                if in_caller is not None and c.gates is None and mailbox.startable():
+                    mailbox.admit(c, in_caller)  # starts it: nothing runs before `run`
+                    if c.state is RUNNING and c.executor is plan.in_caller:  # type: ignore[union-attr]  # routed
+                        await in_caller.run(c)  # here, in this task: no hop to a worker and back
+                        ran = True
+                elif not (mailbox.admit(c, None) if c.gates is None else self.admit(c)):
+                    await self._wait_room(c)
             state = c.state
             if state is DONE:
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if not (ran and c.result.ok):  # type: ignore[union-attr]  # DONE
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                # else its answer came from another process, which it waited for: that was its
+                # schedule point (a failure may come without one: a refusal, a lost worker)
             elif c.expires == math.inf and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope
                 await c.wait()
             else:

@@ -7,6 +7,9 @@
     Threads      the sync tool's own kept threads (`_threads`)
     HostTasks    tasks of the host asyncio loop (`loop="asyncio"` tools, and `loop="any"` ones
                  called from asyncio code under `open_asyncio_runtime`)
+    InCaller     the trio caller's own task, for a call whose code only awaits another process
+                 (a Subprocess worker, an MCP server) and stops at once when cancelled: `rt.call`
+                 admitted with a free slot runs it right there (no hop to a worker and back)
 
 Each reports a call's end through the call (`returned`, `raised`, `stopped`, `lost`), which
 maps it to a result; each frees the mailbox slot when what the call held is free again. The
@@ -25,12 +28,12 @@ from typing import Any
 import outcome
 import trio
 
-from ..tools import reraise_own_cancellation
+from ..tools import is_cancellation, reraise_own_cancellation
 from ._call import QUEUED, Call
 from ._plan import InContext, ToolPlan
 from ._threads import Job, KeptThreads
 
-__all__ = ["KEEP_IDLE", "HostTasks", "Inline", "Threads", "WorkerTasks"]
+__all__ = ["KEEP_IDLE", "HostTasks", "InCaller", "Inline", "Threads", "WorkerTasks"]
 
 
 async def _a_coroutine() -> None:
@@ -347,6 +350,78 @@ class HostTasks:
             call.raised(exc)
         else:
             call.returned(task.result())
+        self._plan.mailbox.release()
+
+
+class InCaller:
+    """Runs a call in its trio caller's task: `start` (at admission) makes it RUNNING, and the
+    caller awaits `run` right after, with nothing in between. Used by `Entry.call` only when the
+    tool's mailbox has a free slot and nobody waits (else the call takes the worker tasks), for
+    code that stops at once when cancelled (the caller waits for it to stop). Its deadline is a
+    cancel scope around the code; its caller's own cancellation passes through, the call
+    answered CANCELLED first; the incarnation's end cancels it (`kill`: UNAVAILABLE)."""
+
+    stuck = 0
+    holds = True
+
+    def __init__(self, plan: ToolPlan, body: Callable[[Call], Any]) -> None:
+        self._plan = plan
+        self._body = body
+        self.running: set[Call] = set()
+        self._killed = False
+
+    def serve(self) -> None:
+        self._killed = False
+
+    def start(self, call: Call) -> None:
+        if not call.start(self):
+            self._plan.mailbox.release()
+            return
+        self.running.add(call)
+
+    def cancel(self, call: Call) -> None:
+        scope = call.job
+        if scope is not None:
+            scope.cancel()
+
+    def kill(self) -> None:
+        """The incarnation ends: cancel every call running in its caller's task (UNAVAILABLE)."""
+        self._killed = True
+        for call in self.running:
+            scope = call.job
+            if scope is not None:
+                scope.cancel()
+
+    async def run(self, call: Call) -> None:
+        """Run the started `call` here, to its report. Raises only the caller's own cancellation."""
+        with trio.CancelScope(deadline=call.deadline) as scope:
+            call.job = scope
+            if self._killed:
+                scope.cancel()
+            try:
+                value = await self._body(call)
+            except BaseException as exc:  # KeyboardInterrupt too: the tool's own
+                self.running.discard(call)
+                killed = self._killed and not call.interrupted  # the incarnation ended under it
+                if killed and is_cancellation(exc):
+                    call.lost()
+                elif scope.cancel_called and not killed:  # its deadline, or its caller's abandon
+                    call.stopped()
+                elif killed:  # it failed on its own as the incarnation ended (its worker died)
+                    call.raised(exc)
+                else:
+                    try:  # the caller's own cancellation goes on, its call answered first
+                        await reraise_own_cancellation(exc)
+                    except BaseException:
+                        call.cancelled = call.interrupted = True
+                        call.stopped()
+                        self._plan.mailbox.release()
+                        raise
+                    call.raised(exc)
+            else:
+                self.running.discard(call)
+                call.returned(value)
+                value = None
         self._plan.mailbox.release()
 
 

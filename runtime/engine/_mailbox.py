@@ -126,6 +126,10 @@ class Mailbox:
         self._queue.append(call)
         return True
 
+    def startable(self) -> bool:
+        """A call admitted now would start at once (a free slot, nobody waiting)."""
+        return self._serving and self.running < self.capacity and len(self._queue) == self._dead
+
     async def wait_room(self) -> None:
         """Wait until a call may be queued again (backpressure; in order of arrival)."""
         task = trio.lowlevel.current_task()

@@ -145,6 +145,7 @@ class ToolPlan:
         self.host_loop: Any = None  # the host asyncio loop (asyncio tools)
         self._hinted = False  # the asyncio-under-trio hint was logged
         self.host_executor: Any = None  # where an asyncio caller's call runs, if not where a trio caller's
+        self.in_caller: Any = None  # `InCaller`, where `rt.call` runs a call that only awaits another process
         self.policies: tuple[Any, ...] = ()  # its interceptors, outermost first (set by the actor)
         self.suspends = False  # one of them yields awaitables: its calls go through a trio task
         self.retry: Retry | None = None  # run a failed call again (set by the actor)

@@ -77,6 +77,8 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         descriptor: its parameters, title, annotations and output type, from the server's listing.
     """
 
+    in_caller = True  # its calls await the server (the SDK stops one at once when cancelled)
+
     tool_type: ClassVar[str] = "extension"
     takes_context: ClassVar[bool] = True
 

@@ -122,6 +122,8 @@ class Subprocess(Placement):
         stop_timeout: seconds a worker gets to run `teardown()` and exit at shutdown.
     """
 
+    in_caller = True  # a call writes to its worker and waits; cancelled, it kills the worker
+
     def __init__(
         self,
         workers: int = 1,

@@ -132,9 +132,13 @@ class Placement:
 
     Attributes:
         in_process: the engine serves the tool itself (no `open`, no worker).
+        in_caller: a call's code only awaits the worker and stops at once when cancelled, so
+            a trio caller's `rt.call` may run it in the caller's own task (no hop to a worker
+            task and back).
     """
 
     in_process: bool = False
+    in_caller: bool = False
 
     def check(self, tool: PlacedToolT) -> None:
         """Raise `ToolDefinitionError` (naming the tool) if this placement cannot run `tool`."""
