@@ -35,7 +35,8 @@ from runtime import (
     tool,
 )
 from runtime.embed import RuntimeThread
-from runtime.placement import InProcess, Subprocess
+from runtime.placement import InProcess, Placement, Subprocess
+from runtime.tools import PlacementStatistics
 from runtime.tracing import Tracing
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc: Linux")
@@ -565,3 +566,50 @@ async def test_closing_the_runtime_under_a_call_run_in_its_callers_task_answers_
     assert len(results) == 1
     assert results[0].kind is FailureKind.UNAVAILABLE, results[0]
     assert not alive(int(pid_file.read_text()))
+
+
+class _Interrupted(Placement):
+    """A placement whose calls wait in their caller's task (`in_caller`) and are interrupted
+    there by Ctrl-C: what a KeyboardInterrupt delivered to the main task looks like."""
+
+    in_caller = True
+
+    def capacity(self, tool: Any) -> int:
+        return 1
+
+    def open(self, tool: Any, host: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self._open()
+
+    @contextlib.asynccontextmanager
+    async def _open(self) -> Any:
+        yield _InterruptedPool()
+
+
+class _InterruptedPool:
+    async def start(self) -> None:
+        pass
+
+    def statistics(self) -> PlacementStatistics:
+        return PlacementStatistics(workers=1, target=1)
+
+    async def call(self, call: ToolCall, arguments: bytes, ctx: Any, timeout: float | None) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise KeyboardInterrupt
+
+
+@tool(placement=_Interrupted())
+def interrupted() -> int:
+    """Never runs: its placement is interrupted first."""
+    return 1
+
+
+async def test_a_keyboard_interrupt_in_the_callers_task_is_the_callers_not_the_tools() -> None:
+    """Ctrl-C reaching a call that runs in its caller's task goes on to the caller (it is not
+    made the tool's ERROR), the call is answered CANCELLED and its slot given back."""
+    async with open_runtime([interrupted], tracing=False) as rt:
+        for _ in range(2):  # the slot came back: the second call runs too
+            with pytest.raises(KeyboardInterrupt):
+                await rt.call(call("interrupted"))
+        stats = rt.statistics().tools["interrupted"]
+        assert stats.in_flight == 0
+        assert stats.failures == {"cancelled": 2}

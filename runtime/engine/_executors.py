@@ -411,6 +411,8 @@ class InCaller:
                     call.raised(exc)
                 else:
                     try:  # the caller's own cancellation goes on, its call answered first
+                        if isinstance(exc, KeyboardInterrupt | SystemExit):
+                            raise  # delivered to this (the caller's) task: the caller's, not the tool's
                         await reraise_own_cancellation(exc)
                     except BaseException:
                         call.cancelled = call.interrupted = True
