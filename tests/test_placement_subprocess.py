@@ -613,3 +613,50 @@ async def test_a_keyboard_interrupt_in_the_callers_task_is_the_callers_not_the_t
         stats = rt.statistics().tools["interrupted"]
         assert stats.in_flight == 0
         assert stats.failures == {"cancelled": 2}
+
+
+class _CleansUp(Placement):
+    """Calls that wait in their caller's task and, cancelled, clean up under a shield (as
+    Subprocess kills and reaps its worker)."""
+
+    in_caller = True
+
+    def capacity(self, tool: Any) -> int:
+        return 1
+
+    def open(self, tool: Any, host: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self._open()
+
+    @contextlib.asynccontextmanager
+    async def _open(self) -> Any:
+        yield _CleaningPool()
+
+
+class _CleaningPool(_InterruptedPool):
+    async def call(self, call: ToolCall, arguments: bytes, ctx: Any, timeout: float | None) -> Any:
+        try:
+            await trio.sleep(10)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(0.01)  # the worker killed and reaped
+            raise
+        return None
+
+
+@tool(placement=_CleansUp())
+def cleans_up() -> int:
+    """Never answers: its placement waits."""
+    return 1
+
+
+async def test_the_callers_cancellation_meeting_the_calls_deadline_in_its_cleanup_is_the_callers(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The caller gives up at 1 s, the call's deadline is 1.005 s, and the placement's cleanup
+    (shielded, 10 ms) spans both: the caller's cancellation wins (it goes on to the caller, the
+    call is CANCELLED), not the deadline (a TIMEOUT returned inside a cancelled scope)."""
+    async with open_runtime([cleans_up], tracing=False) as rt:
+        with trio.move_on_after(1) as outer:
+            await rt.call(call("cleans_up"), timeout=1.005)
+        assert outer.cancelled_caught
+        assert rt.statistics().tools["cleans_up"].failures == {"cancelled": 1}

@@ -5,6 +5,7 @@ budgets and rate limits, fair admission, circuit breakers; in one process on a M
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections import Counter
@@ -949,3 +950,156 @@ async def test_a_hit_answers_with_its_own_call_id_and_counts_like_any_call(
         assert other.content != first.content
         stats = rt.statistics().tools["weather"]
         assert (stats.calls, stats.succeeded, stats.cache_hits) == (3, 3, 1)
+
+
+# -- a handed-over run, with the other policies and the runtime's end --------------------------
+
+handed: Counter[str] = Counter()
+
+
+@tool(idempotent=True, dedupe=Dedupe(ttl=0), retry=Retry(attempts=3, backoff=0.1, jitter=0))
+async def blips_once(order: str) -> str:
+    """UNAVAILABLE on its first run, then fine."""
+    handed["blips_once"] += 1
+    await trio.sleep(1)
+    if handed["blips_once"] == 1:
+        raise ToolUnavailable("backend blip")
+    return f"ok {order} on run {handed['blips_once']}"
+
+
+@tool(idempotent=True, dedupe=Dedupe(ttl=60))
+async def journaled(order: str) -> str:
+    """A side effect whose result is kept for replays."""
+    handed["journaled"] += 1
+    await trio.sleep(1)
+    return f"done {order} #{handed['journaled']}"
+
+
+@tool(idempotent=True, dedupe=Dedupe(ttl=0))
+async def stubborn_run(order: str) -> str:
+    """Ignores its cancellation for 10 s."""
+    handed["stubborn_run"] += 1
+    with trio.CancelScope(shield=True):
+        await trio.sleep(10)
+    return "done"
+
+
+HANDED = [blips_once, journaled, stubborn_run, charge]
+
+
+async def _leaves_at(rt: Any, c: ToolCall, after: float, timeout: float | None = None) -> None:
+    with trio.move_on_after(after):
+        await rt.call(c, timeout=timeout)
+
+
+async def test_a_handed_over_run_that_fails_as_retry_would_retry_runs_again_for_the_waiting_call(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    handed.clear()
+    async with open_runtime(HANDED, tracing=False) as rt, trio.open_nursery() as nursery:
+        nursery.start_soon(_leaves_at, rt, call("a", "blips_once", order="Z"), 0.5)
+        await trio.sleep(0.1)
+        joined = await rt.call(call("b", "blips_once", order="Z"))
+        assert isinstance(joined, ToolSuccess), joined  # was the first run's UNAVAILABLE
+        assert joined.value == "ok Z on run 2"
+
+
+async def test_a_handed_over_run_keeps_its_deadline_and_its_timeout_is_the_waiting_calls_answer(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The first caller (timeout 0.8 s) leaves at 0.5 s; its run goes on for the joined call until
+    its deadline, whose TIMEOUT is the joined call's answer too (as when the first caller still
+    waits): the side effect is not made a second time."""
+    ran.clear()
+    async with open_runtime(HANDED, tracing=False) as rt, trio.open_nursery() as nursery:
+        nursery.start_soon(_leaves_at, rt, call("a", "charge", order="D", amount=1), 0.5, 0.8)
+        await trio.sleep(0.1)
+        joined = await rt.call(call("b", "charge", order="D", amount=1))
+        assert isinstance(joined, ToolFailure)
+        assert joined.kind is FailureKind.TIMEOUT
+        assert trio.current_time() == pytest.approx(0.8)
+        assert ran["charge"] == 1
+
+
+async def test_a_handed_over_runs_result_is_journaled_for_replays(autojump_clock: trio.abc.Clock) -> None:
+    handed.clear()
+    async with open_runtime(HANDED, tracing=False) as rt, trio.open_nursery() as nursery:
+        nursery.start_soon(_leaves_at, rt, call("a", "journaled", order="J"), 0.5)
+        await trio.sleep(0.1)
+        joined = await rt.call(call("b", "journaled", order="J"))
+        await trio.sleep(2)
+        replay = await rt.call(call("c", "journaled", order="J"))
+        assert isinstance(joined, ToolSuccess)
+        assert isinstance(replay, ToolSuccess)
+        assert joined.value == replay.value == "done J #1"
+        assert handed["journaled"] == 1
+        assert rt.statistics().tools["journaled"].replayed == 1
+
+
+async def test_a_handed_over_run_that_ignores_its_cancellation_is_counted_as_abandoned(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    handed.clear()
+    async with open_runtime(HANDED, tracing=False) as rt, trio.open_nursery() as nursery:
+        nursery.start_soon(_leaves_at, rt, call("a", "stubborn_run", order="S"), 0.5)
+        await trio.sleep(0.1)
+        joined = await rt.call(call("b", "stubborn_run", order="S"), timeout=1.0)
+        assert isinstance(joined, ToolFailure)
+        assert joined.kind is FailureKind.TIMEOUT
+        await trio.sleep(2)  # the run was cancelled when the joined call left, and runs on
+        stats = rt.statistics().tools["stubborn_run"]
+        assert (stats.abandoned, stats.abandoned_running) == (1, 1)
+        await trio.sleep(10)
+        assert rt.statistics().tools["stubborn_run"].abandoned_running == 0
+
+
+async def test_closing_the_runtime_answers_the_calls_waiting_for_a_handed_over_run_that_runs_on(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    handed.clear()
+    answered: list[tuple[float, ToolResult]] = []
+    async with trio.open_nursery() as nursery:
+        async with open_runtime(HANDED, tracing=False, shutdown_timeout=1.0) as rt:
+
+            async def waits() -> None:
+                result = await rt.call(call("b", "stubborn_run", order="C"))
+                answered.append((trio.current_time(), result))
+
+            nursery.start_soon(_leaves_at, rt, call("a", "stubborn_run", order="C"), 0.5)
+            await trio.sleep(0.1)
+            nursery.start_soon(waits)
+            await trio.sleep(1)
+        closed = trio.current_time()
+        assert len(answered) == 1
+        at, result = answered[0]
+        assert at <= closed  # answered as the runtime closed, not when the run ends (t=10.1)
+        assert isinstance(result, ToolFailure)
+        assert result.kind is FailureKind.UNAVAILABLE
+        await trio.sleep(10)  # the abandoned run ends on its own: nothing of it is left after
+
+
+async def test_an_asyncio_caller_that_gives_up_on_a_run_others_wait_for_is_answered_at_once() -> None:
+    """From asyncio code: the first caller cancels; it is answered CANCELLED without waiting for
+    the run it handed over (which goes on for 0.8 s more), and the joined call gets its result;
+    the tool runs once."""
+    ran.clear()
+
+    async def main() -> tuple[float, Any]:
+        loop = asyncio.get_running_loop()
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            first = asyncio.ensure_future(rt.call(call("a", "charge", order="AS", amount=1)))
+            await asyncio.sleep(0.1)
+            second = asyncio.ensure_future(rt.call(call("b", "charge", order="AS", amount=1)))
+            await asyncio.sleep(0.1)
+            first.cancel()
+            started = loop.time()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            left_after = loop.time() - started
+            return left_after, await second
+
+    left_after, joined = await trio.to_thread.run_sync(asyncio.run, main())
+    assert left_after < 0.5  # the run it left ends 0.8 s later: it did not wait for that
+    assert isinstance(joined, ToolSuccess)
+    assert joined.value == "charged 1 for AS (#1)"
+    assert ran["charge"] == 1

@@ -331,7 +331,7 @@ class Call:
         self._end(failure(self.call, FailureKind.UNAVAILABLE, plan.unavailable_message()))
 
     def stop_result(self) -> ToolFailure:
-        if self.cancelled:
+        if self.cancelled and not self.handed:  # a handed-over run that stops met its deadline
             return failure(self.call, FailureKind.CANCELLED, CANCELLED_MESSAGE)
         return failure(self.call, FailureKind.TIMEOUT, self.timeout_message())
 
@@ -476,7 +476,8 @@ class Call:
         elif state is RUNNING:
             self.cancelled = cancelled = kind is FailureKind.CANCELLED
             if cancelled and self.passed and any(gate.keeps(self) for gate in self.gates[: self.passed]):  # type: ignore[index]  # passed > 0: it has gates
-                self.handed = True  # identical calls wait for this work: it runs on for them
+                self.handed = True  # identical calls wait for this work: it runs on for them,
+                self.fail(kind, message)  # and its caller, who left, is answered now
                 return
             self.interrupted = True
             executor = self.executor
@@ -489,6 +490,9 @@ class Call:
         if self.handed and not self.interrupted:
             self.handed = False
             self.interrupted = True
+            plan = self.plan
+            if plan is not None:  # an orphan now: counted as abandoned if it runs on past a grace
+                plan.counters.orphans[self] = trio.current_time() + ABANDON_GRACE
             executor = self.executor
             assert executor is not None
             executor.cancel(self)
@@ -498,6 +502,14 @@ class Call:
         if self.ctx is not None:
             self.ctx.abandoned = True
         plan = self.plan
+        if self.handed:  # answered already; the calls its work went on for hear this now
+            self.handed = False
+            if plan is not None:
+                plan.counters.orphans[self] = self.settled_at
+            result = failure(self.call, kind, message)
+            for gate in self.gates[: self.passed]:  # type: ignore[index]  # handed: it has gates
+                gate.given_up(self, result)
+            return
         if self.fail(kind, message) and plan is not None and self in plan.counters.orphans:
             plan.counters.orphans[self] = self.settled_at  # known to ignore cancellation already
 

@@ -373,7 +373,6 @@ class Entry:
                 else:
                     self.starting_now(c)  # nothing to await: no coroutine for it
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
-            ran = False
             if c.state is QUEUED:
                 plan = c.plan
                 in_caller = plan.in_caller  # type: ignore[union-attr]  # routed
@@ -382,15 +381,11 @@ class Entry:
                     mailbox.admit(c, in_caller)  # starts it: nothing runs before `run`
                     if c.state is RUNNING and c.executor is plan.in_caller:  # type: ignore[union-attr]  # routed
                         await in_caller.run(c)  # here, in this task: no hop to a worker and back
-                        ran = True
                 elif not (mailbox.admit(c, None) if c.gates is None else self.admit(c)):
                     await self._wait_room(c)
             state = c.state
             if state is DONE:
-                if not (ran and c.result.ok):  # type: ignore[union-attr]  # DONE
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                # else its answer came from another process, which it waited for: that was its
-                # schedule point (a failure may come without one: a refusal, a lost worker)
+                await trio.lowlevel.cancel_shielded_checkpoint()
             elif c.expires == math.inf and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope
                 await c.wait()
             else:

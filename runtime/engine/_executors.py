@@ -393,37 +393,38 @@ class InCaller:
                 scope.cancel()
 
     async def run(self, call: Call) -> None:
-        """Run the started `call` here, to its report. Raises only the caller's own cancellation."""
+        """Run the started `call` here, to its report. Raises only what is the caller's: its
+        own cancellation, or a KeyboardInterrupt / SystemExit delivered to its task."""
+        raised: BaseException | None = None
         with trio.CancelScope(deadline=call.deadline) as scope:
             call.job = scope
             if self._killed:
                 scope.cancel()
             try:
                 value = await self._body(call)
-            except BaseException as exc:  # KeyboardInterrupt too: the tool's own
-                self.running.discard(call)
-                killed = self._killed and not call.interrupted  # the incarnation ended under it
-                if killed and is_cancellation(exc):
-                    call.lost()
-                elif scope.cancel_called and not killed:  # its deadline, or its caller's abandon
-                    call.stopped()
-                elif killed:  # it failed on its own as the incarnation ended (its worker died)
-                    call.raised(exc)
-                else:
-                    try:  # the caller's own cancellation goes on, its call answered first
-                        if isinstance(exc, KeyboardInterrupt | SystemExit):
-                            raise  # delivered to this (the caller's) task: the caller's, not the tool's
-                        await reraise_own_cancellation(exc)
-                    except BaseException:
-                        call.cancelled = call.interrupted = True
-                        call.stopped()
-                        self._plan.mailbox.release()
-                        raise
-                    call.raised(exc)
-            else:
-                self.running.discard(call)
-                call.returned(value)
-                value = None
+            except BaseException as exc:  # sorted out below, outside this call's own scope
+                raised = exc
+        self.running.discard(call)
+        if raised is None:
+            call.returned(value)
+            self._plan.mailbox.release()
+            return
+        try:
+            if isinstance(raised, KeyboardInterrupt | SystemExit):
+                raise raised  # delivered to this (the caller's) task: the caller's, not the tool's
+            await trio.lowlevel.checkpoint_if_cancelled()  # the caller's own cancellation first
+        except BaseException:
+            call.cancelled = call.interrupted = True
+            call.stopped()
+            self._plan.mailbox.release()
+            raise
+        killed = self._killed and not call.interrupted  # the incarnation ended under it
+        if killed and is_cancellation(raised):
+            call.lost()
+        elif scope.cancel_called and not killed:  # its deadline, or its caller's abandon
+            call.stopped()
+        else:  # the tool's own failure (a worker that died, a Cancelled that is not its own)
+            call.raised(raised)
         self._plan.mailbox.release()
 
 

@@ -73,6 +73,9 @@ class Gate:
     def answered(self, call: Call) -> None:
         """`call` was answered while its work goes on: it keeps its place until that ends."""
 
+    def given_up(self, call: Call, result: ToolResult) -> None:
+        """`call`'s work, handed over to others (`keeps`), is given up as the runtime stops."""
+
     def keeps(self, call: Call) -> bool:
         """`call`'s caller gives up: does its work go on for others (it is not cancelled)?"""
         return False

@@ -88,6 +88,12 @@ class Flight:
         if runner is not None and runner.handed and self.result is None and not self._wanted():
             runner.stop_handed()
 
+    def given_up(self, call: Call, result: ToolResult) -> None:
+        """The runtime stops and a handed-over run does not: the calls waiting for it are
+        answered with what its caller would have been (UNAVAILABLE), now."""
+        if call is self.runner and self.result is None:
+            self._answer_all(result)
+
     def answered(self, call: Call) -> None:
         """The runner was answered while its work goes on: a deadline or the runtime's answer
         is every waiting call's too; a caller that gave up (`cancelled`) is its own business,
@@ -102,8 +108,9 @@ class Flight:
         if call is not self.runner or self.result is not None:
             return
         gave_up = _gave_up(call)
-        if gave_up and type(result) is ToolFailure and result.kind in _STOPPED:
-            # its caller gave up and the work stopped with it: the next waiting call runs it
+        if gave_up and type(result) is ToolFailure and _run_again(call, result):
+            # its caller gave up and the work stopped with it, or failed in a way its Retry would
+            # have run again had its caller still waited: the next waiting call runs it
             self.runner = None
             if not self._run_next():
                 self.owner.forget(self)
@@ -255,8 +262,8 @@ class DedupePolicy(Policy):
         flight.members -= 1
         if flight.runner is not call:
             flight.unwanted()
-        if flight.runner is call and not flight.recorded:  # this call ran it: the journal's
-            flight.recorded = True
+        if flight.runner is call and not flight.recorded and not call.handed:  # it ran it: the journal's
+            flight.recorded = True  # (a handed-over run's end is journaled by `leave`)
             if self.dedupe.ttl and flight.result is not None and _final(result):
                 yield from step(store.set(journal, _result_codec.encode(result), self.dedupe.ttl))
         if flight.runner is call or (flight.runner is None and not flight.members):
@@ -273,7 +280,17 @@ def _final(result: ToolResult) -> bool:
     return type(result) is ToolSuccess or result.kind in (FailureKind.ERROR, FailureKind.REJECTED)  # type: ignore[union-attr]
 
 
-_STOPPED = (FailureKind.CANCELLED, FailureKind.TIMEOUT)
+def _run_again(call: Call, result: ToolFailure) -> bool:
+    """The run of a call whose caller gave up ended with `result`: is that no answer for the
+    calls waiting for it? Cancelled with its caller (it stopped), or a failure its Retry would
+    have tried again. A handed-over run that reached its deadline is their answer, as it is
+    when its caller still waits (`answered`): the tool is not run a second time."""
+    if result.kind is FailureKind.CANCELLED:
+        return True
+    retry = call.plan.retry if call.plan is not None else None
+    return retry is not None and result.kind in retry.on and call.attempt < retry.attempts
+
+
 
 
 def _gave_up(call: Call) -> bool:
