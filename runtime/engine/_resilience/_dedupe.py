@@ -291,8 +291,6 @@ def _run_again(call: Call, result: ToolFailure) -> bool:
     return retry is not None and result.kind in retry.on and call.attempt < retry.attempts
 
 
-
-
 def _gave_up(call: Call) -> bool:
     """Its caller stopped waiting (CANCELLED is only ever the caller's doing): its answer is not
     the other waiting calls' answer."""
