@@ -568,11 +568,13 @@ async def test_closing_the_runtime_under_a_call_run_in_its_callers_task_answers_
     assert not alive(int(pid_file.read_text()))
 
 
-class _Interrupted(Placement):
-    """A placement whose calls wait in their caller's task (`in_caller`) and are interrupted
-    there by Ctrl-C: what a KeyboardInterrupt delivered to the main task looks like."""
+class _InCallerPlacement(Placement):
+    """A placement whose calls wait in their caller's task (`in_caller`), served by `pool`."""
 
     in_caller = True
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
 
     def capacity(self, tool: Any) -> int:
         return 1
@@ -582,10 +584,13 @@ class _Interrupted(Placement):
 
     @contextlib.asynccontextmanager
     async def _open(self) -> Any:
-        yield _InterruptedPool()
+        yield self.pool
 
 
 class _InterruptedPool:
+    """Calls interrupted in their caller's task by Ctrl-C: what a KeyboardInterrupt delivered to
+    the main task looks like."""
+
     async def start(self) -> None:
         pass
 
@@ -597,7 +602,7 @@ class _InterruptedPool:
         raise KeyboardInterrupt
 
 
-@tool(placement=_Interrupted())
+@tool(placement=_InCallerPlacement(_InterruptedPool()))
 def interrupted() -> int:
     """Never runs: its placement is interrupted first."""
     return 1
@@ -615,24 +620,9 @@ async def test_a_keyboard_interrupt_in_the_callers_task_is_the_callers_not_the_t
         assert stats.failures == {"cancelled": 2}
 
 
-class _CleansUp(Placement):
-    """Calls that wait in their caller's task and, cancelled, clean up under a shield (as
-    Subprocess kills and reaps its worker)."""
-
-    in_caller = True
-
-    def capacity(self, tool: Any) -> int:
-        return 1
-
-    def open(self, tool: Any, host: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self._open()
-
-    @contextlib.asynccontextmanager
-    async def _open(self) -> Any:
-        yield _CleaningPool()
-
-
 class _CleaningPool(_InterruptedPool):
+    """Calls that, cancelled, clean up under a shield (as Subprocess kills and reaps its worker)."""
+
     async def call(self, call: ToolCall, arguments: bytes, ctx: Any, timeout: float | None) -> Any:
         try:
             await trio.sleep(10)
@@ -643,7 +633,7 @@ class _CleaningPool(_InterruptedPool):
         return None
 
 
-@tool(placement=_CleansUp())
+@tool(placement=_InCallerPlacement(_CleaningPool()))
 def cleans_up() -> int:
     """Never answers: its placement waits."""
     return 1

@@ -146,7 +146,6 @@ class ToolActor:
         self.eager = False
         self._threads: Threads | None = None
         self._host: HostTasks | None = None
-        self._in_caller: InCaller | None = None
         limit = options.max_concurrency
         self._workers = WorkerTasks(plan)
         executor: Any
@@ -184,9 +183,9 @@ class ToolActor:
                 self.host_executor = self._host = HostTasks(plan, settings.host_loop)
         plan.host_executor = self.host_executor
         in_caller = tool.in_caller if self.placement is None else self.placement.in_caller
-        if in_caller and tool.is_async | (self.placement is not None) and not self.asks and not tool.streams:
+        if in_caller and (tool.is_async or self.placement is not None) and not self.asks and not tool.streams:
             body = awaiting(plan) if self.placement is not None else plan.coroutine
-            plan.in_caller = self._in_caller = InCaller(plan, body)
+            plan.in_caller = InCaller(plan, body)
         self.untimed = options.timeout is None and runtime_options.default_timeout is None
         self.mailbox = plan.mailbox = Mailbox(
             tool.name,
@@ -408,8 +407,8 @@ class ToolActor:
                 self._workers.serve(nursery)
                 if self._host is not None:
                     self._host.serve()
-                if self._in_caller is not None:
-                    self._in_caller.serve()
+                if plan.in_caller is not None:
+                    plan.in_caller.serve()
                 self.mailbox.resume()
                 if not (self._stopping and not plan.running):
                     await self._drain_event.wait()  # set once stopping and no call runs; a crash cancels it
@@ -452,8 +451,8 @@ class ToolActor:
             self._threads.kill()
         if self._host is not None:
             self._host.kill()
-        if self._in_caller is not None:
-            self._in_caller.kill()
+        if self.plan.in_caller is not None:
+            self.plan.in_caller.kill()
 
     def worker_lost(self, reason: str) -> float | None:
         """A worker of the tool's placement died on its own: count it as a restart.

@@ -359,15 +359,18 @@ class Call:
         if plan.draining and not plan.running:
             plan.drained()
 
+    def retried(self, result: ToolFailure) -> bool:
+        """Its `Retry` tries a failure of this kind again, and attempts remain."""
+        retry = self.plan.retry if self.plan is not None else None
+        return retry is not None and result.kind in retry.on and self.attempt < retry.attempts
+
     def _again(self, result: ToolFailure) -> bool:
         """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
         remain and the backoff ends within the caller's deadline. The span hears of each."""
         plan = self.plan
         assert plan is not None
         retry = plan.retry
-        if retry is None:
-            return False
-        if result.kind not in retry.on or self.cancelled or self.attempt >= retry.attempts:
+        if retry is None or self.cancelled or not self.retried(result):
             return False
         if plan.breaker is not None and not plan.breaker.allows_retry():
             return False  # its circuit opened: the model reads this failure, not a storm of attempts

@@ -298,21 +298,42 @@ class Threads:
         self._plan.mailbox.release()
 
 
-class HostTasks:
-    """Tasks of the host asyncio loop: an asyncio tool's coroutine runs there, in the call's
-    context; cancelling the call cancels the task, and its end reports the call's."""
+class _Outside:
+    """Calls that run outside the incarnation's nursery, each with a job that cancels (an
+    asyncio task, a cancel scope): cancelling a call cancels its job, and the incarnation's end
+    (`kill`) cancels them all, each then reporting its call UNAVAILABLE."""
 
     stuck = 0
     holds = True
 
-    def __init__(self, plan: ToolPlan, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, plan: ToolPlan) -> None:
         self._plan = plan
-        self._loop = loop
         self.running: set[Call] = set()
         self._killed = False
 
     def serve(self) -> None:
         self._killed = False
+
+    def cancel(self, call: Call) -> None:
+        job = call.job
+        if job is not None:
+            job.cancel()
+
+    def kill(self) -> None:
+        self._killed = True
+        for call in self.running:
+            job = call.job
+            if job is not None:
+                job.cancel()
+
+
+class HostTasks(_Outside):
+    """Tasks of the host asyncio loop: an asyncio tool's coroutine runs there, in the call's
+    context; cancelling the call cancels the task, and its end reports the call's."""
+
+    def __init__(self, plan: ToolPlan, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(plan)
+        self._loop = loop
 
     def start(self, call: Call) -> None:
         plan = self._plan
@@ -323,19 +344,6 @@ class HostTasks:
         call.job = task
         self.running.add(call)
         task.add_done_callback(functools.partial(self._done, call))
-
-    def cancel(self, call: Call) -> None:
-        task = call.job
-        if task is not None:
-            task.cancel()
-
-    def kill(self) -> None:
-        """The incarnation ends: cancel every task (each reports its call UNAVAILABLE)."""
-        self._killed = True
-        for call in self.running:
-            task = call.job
-            if task is not None:
-                task.cancel()
 
     def _done(self, call: Call, task: asyncio.Task[Any]) -> None:
         self.running.discard(call)
@@ -353,7 +361,7 @@ class HostTasks:
         self._plan.mailbox.release()
 
 
-class InCaller:
+class InCaller(_Outside):
     """Runs a call in its trio caller's task: `start` (at admission) makes it RUNNING, and the
     caller awaits `run` right after, with nothing in between. Used by `Entry.call` only when the
     tool's mailbox has a free slot and nobody waits (else the call takes the worker tasks), for
@@ -361,36 +369,15 @@ class InCaller:
     cancel scope around the code; its caller's own cancellation passes through, the call
     answered CANCELLED first; the incarnation's end cancels it (`kill`: UNAVAILABLE)."""
 
-    stuck = 0
-    holds = True
-
     def __init__(self, plan: ToolPlan, body: Callable[[Call], Any]) -> None:
-        self._plan = plan
+        super().__init__(plan)
         self._body = body
-        self.running: set[Call] = set()
-        self._killed = False
-
-    def serve(self) -> None:
-        self._killed = False
 
     def start(self, call: Call) -> None:
         if not call.start(self):
             self._plan.mailbox.release()
             return
         self.running.add(call)
-
-    def cancel(self, call: Call) -> None:
-        scope = call.job
-        if scope is not None:
-            scope.cancel()
-
-    def kill(self) -> None:
-        """The incarnation ends: cancel every call running in its caller's task (UNAVAILABLE)."""
-        self._killed = True
-        for call in self.running:
-            scope = call.job
-            if scope is not None:
-                scope.cancel()
 
     async def run(self, call: Call) -> None:
         """Run the started `call` here, to its report. Raises only what is the caller's: its

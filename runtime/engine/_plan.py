@@ -50,6 +50,7 @@ from ._threads import KeptThreads
 
 if TYPE_CHECKING:
     from ._artifacts import Keeper
+    from ._executors import InCaller
 
 __all__ = ["InContext", "ToolPlan", "call_chain"]
 
@@ -145,7 +146,7 @@ class ToolPlan:
         self.host_loop: Any = None  # the host asyncio loop (asyncio tools)
         self._hinted = False  # the asyncio-under-trio hint was logged
         self.host_executor: Any = None  # where an asyncio caller's call runs, if not where a trio caller's
-        self.in_caller: Any = None  # `InCaller`, where `rt.call` runs a call that only awaits another process
+        self.in_caller: InCaller | None = None  # where `rt.call` runs a call that only awaits another process
         self.policies: tuple[Any, ...] = ()  # its interceptors, outermost first (set by the actor)
         self.suspends = False  # one of them yields awaitables: its calls go through a trio task
         self.retry: Retry | None = None  # run a failed call again (set by the actor)

@@ -50,7 +50,7 @@ class CachePolicy(Policy):
         if type(result) is ToolSuccess:
             yield from self._put(key, result)
             raw = request._call.call.arguments
-            if self.r.local and type(raw) is str and not key_given(request):
+            if self.r.local and type(raw) is str and key_given(request) is None:
                 self._alias("" if self.cache.shared else (request.principal or ""), raw, key)
         return result
 

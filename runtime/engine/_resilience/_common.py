@@ -89,23 +89,20 @@ class Gate:
                 self.readmit(call, host)
 
 
-def key_given(request: CallRequest) -> bool:
-    """The caller names the call's key itself (`idempotency_key` in its metadata)."""
-    metadata = request._call.metadata
-    if metadata and metadata.get("idempotency_key"):
-        return True
-    ctx = request._call.ctx
-    return ctx is not None and bool(ctx.metadata.get("idempotency_key"))
+def key_given(request: CallRequest) -> str | None:
+    """The call's key as its caller names it (`idempotency_key` in its metadata), if it does."""
+    given = request._call.metadata.get("idempotency_key") if request._call.metadata else None
+    if given is None and request._call.ctx is not None:
+        given = request._call.ctx.metadata.get("idempotency_key")
+    return given if isinstance(given, str) and given else None
 
 
 def key_of(request: CallRequest, tool: str, shared: bool = False) -> str:
     """(tool, canonical arguments, principal) as a short key; the caller's `idempotency_key`
     (in the call's metadata) instead, when it gives one."""
     principal = "" if shared else (request.principal or "")
-    given = request._call.metadata.get("idempotency_key") if request._call.metadata else None
-    if given is None and request._call.ctx is not None:
-        given = request._call.ctx.metadata.get("idempotency_key")
-    if isinstance(given, str) and given:
+    given = key_given(request)
+    if given is not None:
         return f"{tool}\x00{principal}\x00k:{given}"
     args = request.args
     if args is None:

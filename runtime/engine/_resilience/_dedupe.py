@@ -285,10 +285,7 @@ def _run_again(call: Call, result: ToolFailure) -> bool:
     calls waiting for it? Cancelled with its caller (it stopped), or a failure its Retry would
     have tried again. A handed-over run that reached its deadline is their answer, as it is
     when its caller still waits (`answered`): the tool is not run a second time."""
-    if result.kind is FailureKind.CANCELLED:
-        return True
-    retry = call.plan.retry if call.plan is not None else None
-    return retry is not None and result.kind in retry.on and call.attempt < retry.attempts
+    return result.kind is FailureKind.CANCELLED or call.retried(result)
 
 
 def _gave_up(call: Call) -> bool:
