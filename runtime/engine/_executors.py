@@ -363,8 +363,9 @@ class HostTasks(_Outside):
 
 class InCaller(_Outside):
     """Runs a call in its trio caller's task: `start` (at admission) makes it RUNNING, and the
-    caller awaits `run` right after, with nothing in between. Used by `Entry.call` only when the
-    tool's mailbox has a free slot and nobody waits (else the call takes the worker tasks), for
+    caller awaits `run` right after, with nothing in between. Chosen at admission for a trio
+    caller's `rt.call` (`Steps.admit(here=True)`) only when the call has no gates and the tool's
+    mailbox has a free slot and nobody waits (else the call takes the worker tasks), for
     code that stops at once when cancelled (the caller waits for it to stop). Its deadline is a
     cancel scope around the code; its caller's own cancellation passes through, the call
     answered CANCELLED first; the incarnation's end cancels it (`kill`: UNAVAILABLE)."""
