@@ -1,4 +1,4 @@
-"""`open_runtime` and `Runtime`: the public face of the engine.
+"""`Runtime`: the public face of a running engine (get one from `open_runtime`, in `_open`).
 
 Every call method goes through the one entry (`_entry.Entry`): prepare, begin, admit, wait,
 finish. `Runtime` has no public constructor: `open_runtime` makes one and closes it.
@@ -6,38 +6,26 @@ finish. `Runtime` has no public constructor: `open_runtime` makes one and closes
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import logging
-import math
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable, Mapping
-from typing import Any, NoReturn, TypeVar, Unpack, overload
+from typing import Any, NoReturn, TypeVar, overload
 
-import trio
-
-from ..exceptions import RuntimeClosed, ToolDefinitionError
-from ..features import Feature, FeaturePipeline
+from ..exceptions import RuntimeClosed
+from ..features import Feature
 from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..registry import ToolLike, ToolRegistry
 from ..stores import ArtifactStore
 from ..tools import Asker, FunctionTool, ToolBase
-from ._artifacts import READ_TOOLS, Keeper, artifact_tools
 from ._entry import STREAM_BUFFER, Entry
-from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
-from ._resilience import Resilience
 from ._routing import RegistryActor
-from ._scope import Prepare, Scope, View
-from ._stats import RuntimeStatistics, ToolStatistics
-from ._supervisor import Host, Supervisor
+from ._scope import Prepare, Scope
+from ._scoped import ScopedRuntime, collect, completed
+from ._stats import RuntimeStatistics
+from ._supervisor import Supervisor
 
-__all__ = ["Runtime", "RuntimeStatistics", "ScopedRuntime", "ToolStatistics", "open_engine", "open_runtime"]
-
-log = logging.getLogger("runtime.engine")
+__all__ = ["Runtime"]
 
 R = TypeVar("R")
-
-_HOST_GRACE = 1.0  # seconds the host's last tasks may take to end once everything has stopped
 
 
 class _NoPublicConstructor(type):
@@ -334,247 +322,3 @@ class Runtime(metaclass=_NoPublicConstructor):
         await self._supervisor.stop_all()
         self._routing.close()
         self._entry.closed = True
-
-
-class ScopedRuntime(View):
-    """A per-request view of a `Runtime` (from `Runtime.scoped`): the runtime's call methods,
-    for this view's principal and visible tools, and `registry` / `schemas` of what it sees."""
-
-    def __init__(self, runtime: Runtime, scope: Scope) -> None:
-        super().__init__(scope, runtime._routing)
-        self._entry = runtime._entry
-        self._ids = runtime._ids
-
-    async def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
-    ) -> ToolResult:
-        """`Runtime.call`, for this view."""
-        return await self._entry.call(call, metadata=metadata, timeout=timeout, scope=self._check())
-
-    async def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> list[ToolResult]:
-        """`Runtime.call_many`, for this view."""
-        return await collect(self._entry, list(calls), metadata, timeout, None, self._check())
-
-    def as_completed(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> AsyncIterator[ToolResult]:
-        """`Runtime.as_completed`, for this view."""
-        return completed(self._entry, list(calls), metadata, timeout, None, self._check())
-
-    def stream(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        buffer: int = STREAM_BUFFER,
-    ) -> AsyncGenerator[str | ToolResult, None]:
-        """`Runtime.stream`, for this view."""
-        return self._entry.stream(
-            call, metadata=metadata, timeout=timeout, scope=self._check(), buffer=buffer
-        )
-
-    async def invoke(
-        self,
-        tool: ToolBase[Any, Any] | str,
-        /,
-        *,
-        _metadata: Mapping[str, Any] | None = None,
-        _timeout: float | None = None,
-        **arguments: Any,
-    ) -> ToolResult:
-        """`Runtime.invoke`, for this view."""
-        name = tool if isinstance(tool, str) else tool.name
-        call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
-        return await self._entry.call(call, metadata=_metadata, timeout=_timeout, scope=self._check())
-
-
-async def collect(
-    entry: Entry,
-    calls: list[ToolCall],
-    metadata: Mapping[str, Any] | None,
-    timeout: float | None,
-    principal: str | None,
-    scope: Scope | None,
-) -> list[ToolResult]:
-    results: list[Any] = [None] * len(calls)
-    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
-        async for chunk in chunks:
-            for c in chunk:
-                results[c.index] = c.result
-    return results
-
-
-async def completed(
-    entry: Entry,
-    calls: list[ToolCall],
-    metadata: Mapping[str, Any] | None,
-    timeout: float | None,
-    principal: str | None,
-    scope: Scope | None,
-) -> AsyncGenerator[ToolResult]:
-    # aclosing: a consumer that stops early closes this generator, and that must close the
-    # batch too (cancelling its calls now), not leave it to the garbage collector.
-    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
-        async for chunk in chunks:
-            for c in chunk:
-                yield c.result  # type: ignore[misc]  # settled: DONE
-
-
-@contextlib.asynccontextmanager
-async def open_runtime(
-    registry: ToolRegistry | Iterable[ToolLike] = (),
-    *,
-    options: RuntimeOptions | None = None,
-    **settings: Unpack[RuntimeOptionsKw],
-) -> AsyncIterator[Runtime]:
-    """Start a runtime for `registry`; on exit, stop it (waiting calls fail, none are dropped).
-
-    Args:
-        registry: the tools (a ToolRegistry, or tools / ToolSets / functions).
-        options: the settings as one value (`RuntimeOptions`); keywords replace its fields.
-        **settings: any field of `RuntimeOptions` (features, tracing, default_timeout, restart,
-            mcp_servers, max_argument_bytes, max_argument_depth, max_result_chars, thread_limit,
-            shutdown_timeout, on_elicit, on_sample, on_roots).
-
-    Raises:
-        TypeError: an unknown setting, or one of the wrong type.
-    """
-    async with open_engine(registry, RuntimeOptions.build(options, **settings)) as (rt, _):
-        yield rt
-
-
-async def _watch_long_calls(routing: RegistryActor, after: float, scope: trio.CancelScope) -> None:
-    """Log each call with no deadline that has run `after` seconds (once per call): a sync tool
-    blocked for ever is otherwise silent. Looks every `after / 4` seconds (at least 1 s), so a
-    call is told of between `after` and `after` + two looks later; calls cost nothing for it."""
-    every = max(1.0, after / 4)
-    seen: dict[Any, float] = {}  # running calls with no deadline -> when first seen running
-    told: set[Any] = set()
-    with scope:
-        while True:
-            await trio.sleep(every)
-            now = trio.current_time()
-            running: dict[Any, float] = {}
-            for actor in list(routing.routes.values()):
-                for c in actor.plan.running:
-                    if c.deadline == math.inf:
-                        since = running[c] = seen.get(c, now)
-                        if now - since >= after and c not in told:
-                            told.add(c)
-                            log.warning(
-                                "tool %r: call %s has run over %.0f s with no deadline; give the "
-                                "tool timeout=, or the runtime default_timeout=, to bound such calls",
-                                actor.name,
-                                c.call.id,
-                                now - since,
-                            )
-            seen = running
-            told &= running.keys()
-
-
-def _check_trio() -> None:
-    """A clear line for a runtime opened outside trio (asyncio.run, most often)."""
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        asyncio = sys.modules.get("asyncio")
-        under_asyncio = False
-        if asyncio is not None:
-            try:
-                asyncio.get_running_loop()
-                under_asyncio = True
-            except RuntimeError:
-                pass
-        where = "asyncio code (asyncio.run)" if under_asyncio else "code that trio does not run"
-        raise RuntimeError(
-            f"open_runtime needs trio (trio.run(main)) and was called from {where}: from asyncio use "
-            "runtime.embed.open_asyncio_runtime, from sync code runtime.embed.RuntimeThread"
-        ) from None
-
-
-@contextlib.asynccontextmanager
-async def open_engine(
-    registry: ToolRegistry | Iterable[ToolLike], options: RuntimeOptions, *, host_loop: Any = None
-) -> AsyncIterator[tuple[Runtime, Entry]]:
-    """`open_runtime`, also giving the entry (the port the embeddings call through).
-
-    `host_loop`: the asyncio loop this trio run is a guest of (`open_asyncio_runtime`), where
-    tools declared `loop="asyncio"` run; it must be running on this thread.
-    """
-    _check_trio()
-    if not isinstance(registry, ToolRegistry):
-        registry = ToolRegistry(registry)
-    feature_list = list(options.features)
-    tracing_feature = _tracing_feature(options.tracing)
-    if tracing_feature is not None:
-        feature_list.insert(0, tracing_feature)
-    resilience = Resilience(options)
-    keeper: Keeper | None = None
-    if options.artifacts is not None:
-        keeper = Keeper(options.artifacts, options.artifacts.open())
-        if options.artifacts.tools:
-            taken = [name for name in READ_TOOLS if name in registry]
-            if taken:
-                raise ToolDefinitionError(
-                    f"a tool is named {taken[0]!r}, as a tool that Artifacts(tools=True) adds; rename "
-                    "it, or open the runtime with Artifacts(tools=False)"
-                )
-            registry = registry.with_tools(*artifact_tools(keeper.store, options.max_result_chars))
-    settings = Settings(options, FeaturePipeline(feature_list), host_loop, resilience, keeper)
-    asker = Asker(options.on_elicit, options.on_sample, options.on_roots)
-    host = await Host.open()
-    resilience.nursery = host.nursery
-    if keeper is not None:
-        keeper.nursery = host.nursery
-    supervisor = Supervisor(host, options.restart, options.shutdown_timeout)
-    try:
-        routing = RegistryActor(supervisor, settings)
-        await host.nursery.start(routing.run)
-        watching = trio.CancelScope()
-        if options.long_call_warning is not None:
-            host.nursery.start_soon(_watch_long_calls, routing, options.long_call_warning, watching)
-        entry = Entry(routing, settings, None if asker.empty else asker)
-        rt: Runtime = Runtime._create(routing, entry, supervisor)
-        try:
-            for actor in await routing.register(list(registry)):
-                await actor.ready.wait()  # each setup is bounded by its tool's setup_timeout
-            sources = list(options.mcp_servers)
-            if sources:  # started together: each may take seconds to spawn, connect and list
-                async with trio.open_nursery() as starting:
-                    for source in sources:
-                        starting.start_soon(supervisor.start_source, source, rt)
-            yield rt, entry
-        finally:
-            watching.cancel()
-            with trio.CancelScope(shield=True):
-                await rt._close()
-                with trio.move_on_after(_HOST_GRACE):
-                    await resilience.store.aclose()
-                    if keeper is not None:
-                        await keeper.store.store.aclose()
-    finally:
-        host.close()  # what still runs there (code that ignores cancellation) is abandoned
-        if not supervisor.abandoned:  # everything stopped: let the host's tasks end with us
-            with trio.CancelScope(shield=True), trio.move_on_after(_HOST_GRACE):
-                await host.done.wait()
-
-
-def _tracing_feature(tracing: bool | Feature) -> Feature | None:
-    if tracing is True:
-        from ..tracing import Tracing
-
-        return Tracing()
-    if tracing is False:
-        return None
-    return tracing

@@ -1,0 +1,180 @@
+"""`open_runtime`: build an engine (features, policies' stores, artifacts, the host, the
+supervisor, the registry actor, the entry), start its tools and MCP sources, and close it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Unpack
+
+import trio
+
+from ..exceptions import ToolDefinitionError
+from ..features import Feature, FeaturePipeline
+from ..registry import ToolLike, ToolRegistry
+from ..tools import Asker
+from ._artifacts import READ_TOOLS, Keeper, artifact_tools
+from ._entry import Entry
+from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
+from ._resilience import Resilience
+from ._routing import RegistryActor
+from ._runtime import Runtime
+from ._supervisor import Host, Supervisor
+
+__all__ = ["open_engine", "open_runtime"]
+
+log = logging.getLogger("runtime.engine")
+
+_HOST_GRACE = 1.0  # seconds the host's last tasks may take to end once everything has stopped
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    registry: ToolRegistry | Iterable[ToolLike] = (),
+    *,
+    options: RuntimeOptions | None = None,
+    **settings: Unpack[RuntimeOptionsKw],
+) -> AsyncIterator[Runtime]:
+    """Start a runtime for `registry`; on exit, stop it (waiting calls fail, none are dropped).
+
+    Args:
+        registry: the tools (a ToolRegistry, or tools / ToolSets / functions).
+        options: the settings as one value (`RuntimeOptions`); keywords replace its fields.
+        **settings: any field of `RuntimeOptions` (features, tracing, default_timeout, restart,
+            mcp_servers, max_argument_bytes, max_argument_depth, max_result_chars, thread_limit,
+            shutdown_timeout, on_elicit, on_sample, on_roots).
+
+    Raises:
+        TypeError: an unknown setting, or one of the wrong type.
+    """
+    async with open_engine(registry, RuntimeOptions.build(options, **settings)) as (rt, _):
+        yield rt
+
+
+async def _watch_long_calls(routing: RegistryActor, after: float, scope: trio.CancelScope) -> None:
+    """Log each call with no deadline that has run `after` seconds (once per call): a sync tool
+    blocked for ever is otherwise silent. Looks every `after / 4` seconds (at least 1 s), so a
+    call is told of between `after` and `after` + two looks later; calls cost nothing for it."""
+    every = max(1.0, after / 4)
+    seen: dict[Any, float] = {}  # running calls with no deadline -> when first seen running
+    told: set[Any] = set()
+    with scope:
+        while True:
+            await trio.sleep(every)
+            now = trio.current_time()
+            running: dict[Any, float] = {}
+            for actor in list(routing.routes.values()):
+                for c in actor.plan.running:
+                    if c.deadline == math.inf:
+                        since = running[c] = seen.get(c, now)
+                        if now - since >= after and c not in told:
+                            told.add(c)
+                            log.warning(
+                                "tool %r: call %s has run over %.0f s with no deadline; give the "
+                                "tool timeout=, or the runtime default_timeout=, to bound such calls",
+                                actor.name,
+                                c.call.id,
+                                now - since,
+                            )
+            seen = running
+            told &= running.keys()
+
+
+def _check_trio() -> None:
+    """A clear line for a runtime opened outside trio (asyncio.run, most often)."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        asyncio = sys.modules.get("asyncio")
+        under_asyncio = False
+        if asyncio is not None:
+            try:
+                asyncio.get_running_loop()
+                under_asyncio = True
+            except RuntimeError:
+                pass
+        where = "asyncio code (asyncio.run)" if under_asyncio else "code that trio does not run"
+        raise RuntimeError(
+            f"open_runtime needs trio (trio.run(main)) and was called from {where}: from asyncio use "
+            "runtime.embed.open_asyncio_runtime, from sync code runtime.embed.RuntimeThread"
+        ) from None
+
+
+@contextlib.asynccontextmanager
+async def open_engine(
+    registry: ToolRegistry | Iterable[ToolLike], options: RuntimeOptions, *, host_loop: Any = None
+) -> AsyncIterator[tuple[Runtime, Entry]]:
+    """`open_runtime`, also giving the entry (the port the embeddings call through).
+
+    `host_loop`: the asyncio loop this trio run is a guest of (`open_asyncio_runtime`), where
+    tools declared `loop="asyncio"` run; it must be running on this thread.
+    """
+    _check_trio()
+    if not isinstance(registry, ToolRegistry):
+        registry = ToolRegistry(registry)
+    feature_list = list(options.features)
+    tracing_feature = _tracing_feature(options.tracing)
+    if tracing_feature is not None:
+        feature_list.insert(0, tracing_feature)
+    resilience = Resilience(options)
+    keeper: Keeper | None = None
+    if options.artifacts is not None:
+        keeper = Keeper(options.artifacts, options.artifacts.open())
+        if options.artifacts.tools:
+            taken = [name for name in READ_TOOLS if name in registry]
+            if taken:
+                raise ToolDefinitionError(
+                    f"a tool is named {taken[0]!r}, as a tool that Artifacts(tools=True) adds; rename "
+                    "it, or open the runtime with Artifacts(tools=False)"
+                )
+            registry = registry.with_tools(*artifact_tools(keeper.store, options.max_result_chars))
+    settings = Settings(options, FeaturePipeline(feature_list), host_loop, resilience, keeper)
+    asker = Asker(options.on_elicit, options.on_sample, options.on_roots)
+    host = await Host.open()
+    resilience.nursery = host.nursery
+    if keeper is not None:
+        keeper.nursery = host.nursery
+    supervisor = Supervisor(host, options.restart, options.shutdown_timeout)
+    try:
+        routing = RegistryActor(supervisor, settings)
+        await host.nursery.start(routing.run)
+        watching = trio.CancelScope()
+        if options.long_call_warning is not None:
+            host.nursery.start_soon(_watch_long_calls, routing, options.long_call_warning, watching)
+        entry = Entry(routing, settings, None if asker.empty else asker)
+        rt: Runtime = Runtime._create(routing, entry, supervisor)
+        try:
+            for actor in await routing.register(list(registry)):
+                await actor.ready.wait()  # each setup is bounded by its tool's setup_timeout
+            sources = list(options.mcp_servers)
+            if sources:  # started together: each may take seconds to spawn, connect and list
+                async with trio.open_nursery() as starting:
+                    for source in sources:
+                        starting.start_soon(supervisor.start_source, source, rt)
+            yield rt, entry
+        finally:
+            watching.cancel()
+            with trio.CancelScope(shield=True):
+                await rt._close()
+                with trio.move_on_after(_HOST_GRACE):
+                    await resilience.store.aclose()
+                    if keeper is not None:
+                        await keeper.store.store.aclose()
+    finally:
+        host.close()  # what still runs there (code that ignores cancellation) is abandoned
+        if not supervisor.abandoned:  # everything stopped: let the host's tasks end with us
+            with trio.CancelScope(shield=True), trio.move_on_after(_HOST_GRACE):
+                await host.done.wait()
+
+
+def _tracing_feature(tracing: bool | Feature) -> Feature | None:
+    if tracing is True:
+        from ..tracing import Tracing
+
+        return Tracing()
+    if tracing is False:
+        return None
+    return tracing
