@@ -30,20 +30,18 @@ from typing import Any
 import msgspec
 import trio
 
-from ..exceptions import ToolDefinitionError
 from ..messages import FailureKind
-from ..tools import Placement, ToolBase, is_cancellation
+from ..tools import ToolBase, is_cancellation
 from ._call import ABANDON_GRACE
-from ._executors import HostTasks, InCaller, Inline, Threads, WorkerTasks, awaiting
 from ._mailbox import Mailbox
 from ._options import RestartPolicy, Settings
 from ._outcome import describe_error
 from ._plan import ToolPlan
-from ._policy import Policy, drive
-from ._resilience import BreakerPolicy, CachePolicy, resilience_counts
+from ._policy import drive
+from ._resilience import CachePolicy, resilience_counts
 from ._restart import RestartWindow
 from ._stats import ToolCounters, ToolStatistics
-from ._threads import KeptThreads
+from ._wiring import Executors, arm_policies
 
 __all__ = ["ActorState", "ToolActor"]
 
@@ -60,22 +58,6 @@ class ActorState(enum.StrEnum):
     STOPPED = "stopped"
 
 
-def policies_of(
-    tool: ToolBase[Any, Any], runtime: tuple[Any, ...], own: tuple[Any, ...]
-) -> tuple[Policy, ...]:
-    """A tool's interceptors, outermost first: the runtime's that apply to it, then its own.
-
-    Raises:
-        ToolDefinitionError: one of its own is not a `runtime.Policy`.
-    """
-    for p in own:
-        if not isinstance(p, Policy):
-            raise ToolDefinitionError(
-                f"tool {tool.name!r}: policies must be runtime.Policy instances, not {p!r}"
-            )
-    return (*(p for p in runtime if p.applies(tool)), *own)
-
-
 class _Timeout:
     """`_bounded`: the step did not finish within its limit."""
 
@@ -90,9 +72,6 @@ class ToolActor:
     Attributes:
         plan: how its calls are served (decode, outcome mapping, what executors run).
         mailbox: its admission point.
-        host_executor: where an asyncio caller's call runs, if not where a trio caller's does
-            (a `loop="any"` tool in a runtime with an asyncio host).
-        eager: its calls cannot suspend and run where they are admitted.
         ready: set once the first setup attempt has ended (however it ended).
         stopped: set once the actor has stopped for good.
     """
@@ -121,78 +100,16 @@ class ToolActor:
         )
         plan.host_loop = settings.host_loop
         plan.keeper = settings.keeper
-        plan.policies = policies_of(tool, runtime_options.policies, options.policies)
-        resilience = settings.resilience
-        if resilience is not None:
-            own = resilience.policies_for(tool, options)
-            plan.policies = (*plan.policies, *own)
-            plan.breaker = next((p.b for p in own if isinstance(p, BreakerPolicy)), None)
-            first = plan.policies[0] if plan.policies else None
-            if isinstance(first, CachePolicy) and resilience.local:  # nothing steps in before it
-                plan.cached = first
-            retry = options.retry or (runtime_options.retry if options.repeatable else None)
-            if retry is not None:
-                plan.retry = retry
-                plan.retry_later = resilience.retry_later
-        plan.suspends = any(p.suspends for p in plan.policies)
-        placement = options.placement
-        self.placement: Placement | None = (
-            placement if placement is not None and not placement.in_process else None
-        )
-        self.asks = options.requires_approval is not False  # its calls need a CallContext
-        # a policy's is made when it asks; a stream's chunks reach its caller's handler with it
-        self.needs_context = tool.takes_context or self.asks or tool.streams
-        self.host_executor: HostTasks | None = None
-        self.eager = False
-        self._threads: Threads | None = None
-        self._host: HostTasks | None = None
-        limit = options.max_concurrency
-        self._workers = WorkerTasks(plan)
-        executor: Any
-        capacity: float = limit if limit is not None else math.inf
-        if self.placement is not None:
-            room = self.placement.capacity(tool)
-            capacity = room if limit is None else min(room, limit)
-            executor = self._workers = WorkerTasks(plan, awaiting(plan))
-        elif not tool.is_async:
-            capacity = limit or runtime_options.thread_limit
-            if not options.inline:
-                plan.threads = KeptThreads(tool.name, settings.host_loop)
-                self._threads = Threads(plan, plan.threads)
-            if self.asks:
-                executor = self._workers  # its approval is awaited first, in a worker task
-            elif options.inline:
-                executor = Inline(plan, lambda: self._workers)
-                self.eager = True
-            else:
-                executor = self._threads
-        elif options.loop == "asyncio" and not self.asks:
-            executor = self._host = HostTasks(plan, settings.host_loop)
-        elif plan.eager_code is not None and limit is None and not self.asks:
-            executor = Inline(plan, lambda: self._workers)
-            self.eager = True
-        else:
-            executor = self._workers
-            if (
-                options.loop == "any"
-                and settings.host_loop is not None
-                and limit is None
-                and not self.asks
-                and not tool.streams  # its chunks go through trio channels: it runs on trio
-            ):
-                self.host_executor = self._host = HostTasks(plan, settings.host_loop)
-        plan.host_executor = self.host_executor
-        in_caller = tool.in_caller if self.placement is None else self.placement.in_caller
-        if in_caller and (tool.is_async or self.placement is not None) and not self.asks and not tool.streams:
-            body = awaiting(plan) if self.placement is not None else plan.coroutine
-            plan.in_caller = InCaller(plan, body)
-        self.untimed = options.timeout is None and runtime_options.default_timeout is None
+        arm_policies(plan, tool, settings)
+        executors = self._executors = Executors(tool, settings, plan)
+        self.placement = executors.placement
+        self.needs_context = executors.needs_context
         self.mailbox = plan.mailbox = Mailbox(
             tool.name,
-            capacity,
+            executors.capacity,
             options.mailbox_size,
             options.on_full == "reject",
-            executor,
+            executors.executor,
             self._unavailable,
             runtime_options.weights if runtime_options.fair else None,
         )
@@ -218,7 +135,8 @@ class ToolActor:
         """A snapshot of this tool's counters."""
         c = self.counters
         stuck = c.stuck_orphans(trio.current_time()) if c.orphans else 0
-        stuck_threads = self._threads.stuck if self._threads is not None else 0
+        threads = self._executors.threads
+        stuck_threads = threads.stuck if threads is not None else 0
         return ToolStatistics(
             calls=c.calls,
             succeeded=c.succeeded,
@@ -229,7 +147,7 @@ class ToolActor:
             state=self.state.value,
             abandoned=c.abandoned_late + stuck + c.abandoned_threads,
             abandoned_running=stuck + stuck_threads,
-            threads=self.mailbox.running if self._threads is not None else 0,
+            threads=self.mailbox.running if threads is not None else 0,
             down_reason=self.down_reason,
             retries=c.retries,
             placement=self.plan.placed.statistics() if self.plan.placed is not None else None,
@@ -404,11 +322,7 @@ class ToolActor:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self._workers.serve(nursery)
-                if self._host is not None:
-                    self._host.serve()
-                if plan.in_caller is not None:
-                    plan.in_caller.serve()
+                self._executors.serve(nursery)
                 self.mailbox.resume()
                 if not (self._stopping and not plan.running):
                     await self._drain_event.wait()  # set once stopping and no call runs; a crash cancels it
@@ -416,8 +330,8 @@ class ToolActor:
         finally:
             self.mailbox.pause()
             self._nursery = None
-            self._workers.serve(None)
-            self._kill_outside()
+            self._executors.serve(None)
+            self._executors.kill()
             if plan.running:  # calls of the host loop, cancelled just now: a grace to end
                 with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_GRACE):
                     await self._wait_drained()
@@ -444,15 +358,6 @@ class ToolActor:
         """No call runs any more, and the actor waits for that (stopping, or a grace)."""
         if self._drain_event is not None:
             self._drain_event.set()
-
-    def _kill_outside(self) -> None:
-        """Calls that run outside the incarnation's nursery (threads, host tasks) end with it."""
-        if self._threads is not None:
-            self._threads.kill()
-        if self._host is not None:
-            self._host.kill()
-        if self.plan.in_caller is not None:
-            self.plan.in_caller.kill()
 
     def worker_lost(self, reason: str) -> float | None:
         """A worker of the tool's placement died on its own: count it as a restart.
@@ -481,7 +386,7 @@ class ToolActor:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
         self._crash = reason
         self.mailbox.pause()
-        self._kill_outside()
+        self._executors.kill()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -510,7 +415,7 @@ class ToolActor:
         )
         self.settings.pipeline.supervisor_event(self.name, "down", reason)
         self.mailbox.close()
-        self._kill_outside()
+        self._executors.kill()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -530,7 +435,7 @@ class ToolActor:
     def kill(self) -> None:
         """Cancel the running calls (they fail UNAVAILABLE) and a setup still running (brutal)."""
         self.begin_stop()
-        self._kill_outside()
+        self._executors.kill()
         if self._setup_scope is not None:
             self._setup_scope.cancel()
         if self._nursery is not None:
