@@ -30,7 +30,8 @@ import trio
 
 from ..tools import is_cancellation, reraise_own_cancellation
 from ._call import QUEUED, Call
-from ._plan import InContext, ToolPlan
+from ._code import InContext
+from ._plan import ToolPlan
 from ._threads import Job, KeptThreads
 
 __all__ = ["KEEP_IDLE", "HostTasks", "InCaller", "Inline", "Threads", "WorkerTasks"]

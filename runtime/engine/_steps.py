@@ -26,8 +26,8 @@ from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSucces
 from ..tools import Asker, CallContext
 from . import _policy as policy
 from ._call import QUEUED, REPORTED, Call
+from ._code import call_chain
 from ._options import Settings
-from ._plan import call_chain
 from ._resilience import Gate, Resilience
 from ._routing import RegistryActor
 from ._scope import Scope
