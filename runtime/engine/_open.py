@@ -16,7 +16,8 @@ from ..exceptions import ToolDefinitionError
 from ..features import Feature, FeaturePipeline
 from ..registry import ToolLike, ToolRegistry
 from ..tools import Asker
-from ._artifacts import READ_TOOLS, Keeper, artifact_tools
+from ._artifact_tools import READ_TOOLS, artifact_tools
+from ._artifacts import Keeper
 from ._entry import Entry
 from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
 from ._resilience import Resilience
