@@ -39,7 +39,7 @@ from ._threads import KeptThreads
 
 if TYPE_CHECKING:
     from ._artifacts import Keeper
-    from ._executors import InCaller
+    from ._outside import InCaller
 
 __all__ = ["ToolPlan"]
 

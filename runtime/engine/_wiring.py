@@ -20,8 +20,9 @@ from typing import Any
 
 from ..exceptions import ToolDefinitionError
 from ..tools import Placement, ToolBase
-from ._executors import HostTasks, InCaller, Inline, Threads, WorkerTasks, awaiting
+from ._executors import Inline, WorkerTasks, awaiting
 from ._options import Settings
+from ._outside import HostTasks, InCaller, Threads
 from ._plan import ToolPlan
 from ._policy import Policy
 from ._resilience import BreakerPolicy, CachePolicy
