@@ -4,8 +4,8 @@ behind their mailboxes, a registry actor, a supervisor.
 The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
 """
 
-from ._actor import ActorState as ActorState
 from ._artifacts import Artifacts as Artifacts
+from ._incarnation import ActorState as ActorState
 from ._open import open_runtime as open_runtime
 from ._options import RestartPolicy as RestartPolicy
 from ._options import RuntimeOptions as RuntimeOptions

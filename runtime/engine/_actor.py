@@ -17,12 +17,12 @@ rejections, timeouts and cancellations never do. A tool placed in other processe
 `Ray`) runs `setup()` there, in each worker: an incarnation opens the placement (bounded by
 `setup_timeout`) and closes it at the end; a worker that dies on its own is replaced by the
 placement and counts in the same restart window (`worker_lost`), without failing the calls of
-the other workers.
+the other workers. This module decides what comes after each incarnation (restart, down, rest,
+stop); one incarnation's own steps are engine/_incarnation.py.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from typing import Any
@@ -31,8 +31,8 @@ import msgspec
 import trio
 
 from ..messages import FailureKind
-from ..tools import ToolBase, is_cancellation
-from ._call import ABANDON_GRACE
+from ..tools import ToolBase
+from ._incarnation import ActorState, Incarnation
 from ._mailbox import Mailbox
 from ._options import RestartPolicy, Settings
 from ._outcome import describe_error
@@ -48,25 +48,7 @@ __all__ = ["ActorState", "ToolActor"]
 log = logging.getLogger("runtime.engine")
 
 
-class ActorState(enum.StrEnum):
-    """Where an actor is in its life."""
-
-    STARTING = "starting"
-    UP = "up"
-    RESTARTING = "restarting"
-    DOWN = "down"
-    STOPPED = "stopped"
-
-
-class _Timeout:
-    """`_bounded`: the step did not finish within its limit."""
-
-
-class _Stopped:
-    """`_bounded`: the actor was stopped while the step ran."""
-
-
-class ToolActor:
+class ToolActor(Incarnation):
     """Serves one tool. Callers `admit` calls through its mailbox; the supervisor runs `supervise`.
 
     Attributes:
@@ -258,107 +240,6 @@ class ToolActor:
         self.settings.pipeline.supervisor_event(self.name, "retry", f"tried again after {rest:g}s down")
         return True
 
-    async def _incarnation(self) -> str | None:
-        """One incarnation; the reason it crashed, or None (stopped, or down)."""
-        self._crash = None
-        self.plan.crash_reason = None
-        if self._has_setup:
-            outcome = await self._bounded(self.tool.setup)
-            if outcome is not None:
-                self.ready.set()
-                await self._teardown()
-                return self._setup_failed(outcome, "its setup() did not finish", "setup failed")
-        if self.placement is not None:
-            async with self.placement.open(self.tool, self) as placed:
-                outcome = await self._bounded(placed.start)
-                if outcome is not None:
-                    self.ready.set()
-                    return self._setup_failed(
-                        outcome, "its workers did not start (setup)", "its workers failed to start"
-                    )
-                if self.state is ActorState.DOWN or self._stopping:
-                    return None
-                self.plan.placed = placed
-                return await self._serve()
-        return await self._serve()
-
-    async def _bounded(self, step: Any) -> BaseException | type[_Timeout] | type[_Stopped] | None:
-        """Run `step()` within `setup_timeout` (and `kill`'s reach): None if it finished, else
-        what it raised, `_Timeout`, or `_Stopped`."""
-        limit = self.options.setup_timeout
-        scope = self._setup_scope = trio.CancelScope()
-        timer = trio.CancelScope(deadline=trio.current_time() + limit if limit is not None else math.inf)
-        try:
-            with scope, timer:
-                await step()
-        except BaseException as exc:
-            if not timer.cancelled_caught and not scope.cancelled_caught:
-                if is_cancellation(exc):
-                    raise
-                return exc
-        finally:
-            self._setup_scope = None
-        if timer.cancelled_caught:
-            return _Timeout
-        if scope.cancelled_caught:
-            return _Stopped
-        return None
-
-    def _setup_failed(self, outcome: Any, timed_out: str, failed: str) -> str | None:
-        if outcome is _Timeout:
-            self._go_down(f"{timed_out} within {self.options.setup_timeout:g}s")
-            return None
-        if outcome is _Stopped:
-            return None
-        log.warning("tool %r: %s", self.name, failed, exc_info=outcome)
-        return f"{failed}: {describe_error(outcome)[1]}"
-
-    async def _serve(self) -> str | None:
-        self.state = ActorState.UP
-        self._trying = False
-        self.ready.set()
-        plan = self.plan
-        self._drain_event = trio.Event()
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self._executors.serve(nursery)
-                self.mailbox.resume()
-                if not (self._stopping and not plan.running):
-                    await self._drain_event.wait()  # set once stopping and no call runs; a crash cancels it
-                nursery.cancel_scope.cancel()  # the idle workers
-        finally:
-            self.mailbox.pause()
-            self._nursery = None
-            self._executors.serve(None)
-            self._executors.kill()
-            if plan.running:  # calls of the host loop, cancelled just now: a grace to end
-                with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_GRACE):
-                    await self._wait_drained()
-                for call in list(plan.running):
-                    call.give_up(
-                        FailureKind.UNAVAILABLE,
-                        f"{plan.unavailable_message()}; the call did not stop when cancelled",
-                    )
-            plan.placed = None
-            await self._teardown()
-        return self._crash
-
-    async def _wait_drained(self) -> None:
-        plan = self.plan
-        if plan.running:
-            self._drain_event = drained = trio.Event()
-            draining, plan.draining = plan.draining, True
-            try:
-                await drained.wait()
-            finally:
-                plan.draining = draining
-
-    def _drained(self) -> None:
-        """No call runs any more, and the actor waits for that (stopping, or a grace)."""
-        if self._drain_event is not None:
-            self._drain_event.set()
-
     def worker_lost(self, reason: str) -> float | None:
         """A worker of the tool's placement died on its own: count it as a restart.
 
@@ -381,25 +262,6 @@ class ToolActor:
     def start_delay(self, previous: float) -> float:
         policy = self._window.policy
         return float(min(policy.max_backoff, max(policy.backoff, 0.05, previous * 2)))
-
-    def _crash_now(self, reason: str) -> None:
-        """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
-        self._crash = reason
-        self.mailbox.pause()
-        self._executors.kill()
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-
-    async def _teardown(self) -> None:
-        if not self._has_teardown:
-            return
-        with trio.CancelScope(shield=True), trio.move_on_after(self.settings.options.shutdown_timeout):
-            try:
-                await self.tool.teardown()
-            except BaseException as exc:
-                if is_cancellation(exc):
-                    raise
-                log.warning("teardown of tool %r failed", self.name, exc_info=True)
 
     def _go_down(self, reason: str) -> None:
         self.state = ActorState.DOWN
