@@ -32,12 +32,12 @@ import trio
 
 from ..messages import FailureKind
 from ..tools import ToolBase
+from ._chain import drive
 from ._incarnation import ActorState, Incarnation
 from ._mailbox import Mailbox
 from ._options import RestartPolicy, Settings
 from ._outcome import describe_error
 from ._plan import ToolPlan
-from ._policy import drive
 from ._resilience import CachePolicy, resilience_counts
 from ._restart import RestartWindow
 from ._stats import ToolCounters, ToolStatistics

@@ -21,25 +21,26 @@ The policies of a call run outermost first: the runtime's (`open_runtime(policie
 the tool's own (`@tool(policies=[...])`); their after-halves run in reverse. Each runs exactly
 once per call; a policy that raises (or yields the request twice, or returns something that is
 not a result) is that call's ERROR, never the runtime's; no policy can answer a call twice or
-never. Each decision is an event on the call's span (`tool.policy`).
+never. Each decision is an event on the call's span (`tool.policy`). The chain that runs them
+is engine/_chain.py.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
-from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
 from ..tools import CallContext
-from ._outcome import describe_error, failure
+from ._outcome import failure
 
 if TYPE_CHECKING:
     from ._call import Call
 
-__all__ = ["CallRequest", "Policy", "after", "after_now", "before", "before_now", "note"]
+__all__ = ["CallRequest", "Policy", "PolicyFlow", "call_of", "note", "redacted"]
 
 log = logging.getLogger("runtime.engine")
 
@@ -151,228 +152,6 @@ class CallRequest:
 
     def __repr__(self) -> str:
         return f"<CallRequest {self.id!r} {self.tool_name!r}>"
-
-
-# -- the chain, written once: before the call (in begin), after it (in finish) ---------------
-
-
-def before_now(
-    call: Call, policies: tuple[Policy, ...], context_of: Callable[[Call], CallContext] | None = None
-) -> CallRequest | None:
-    """Run each policy up to its `yield request`, outermost first, when none of them suspends
-    (most chains: no generator around them). The flows that went on are kept on the call for
-    `after_now`. Returns the request as the last policy let it through, or None when a policy
-    answered the call (it is settled, and the inner ones never ran)."""
-    request = CallRequest(call, context_of)
-    kept: list[tuple[Policy, PolicyFlow]] = []
-    call.flows = kept
-    call.notes = []
-    for policy in policies:
-        flow = policy.intercept(request)
-        try:
-            step = flow.send(None)
-        except StopIteration as stop:  # it answered the call itself
-            _answered(call, policy, stop.value)
-            return None
-        except Exception as exc:
-            call.settle(_crashed(call, policy, exc))
-            return None
-        if step is not request:
-            if not isinstance(step, CallRequest):
-                call.settle(_awaits(call, policy, flow, step))
-                return None
-            _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
-            request = step
-        kept.append((policy, flow))
-    return request
-
-
-def after_now(call: Call) -> ToolResult:
-    """Give each policy that went on the call's result, innermost first, when none of them
-    suspends; what the outermost returns is the call's result."""
-    result = call.result
-    assert result is not None
-    kept = call.flows or []
-    call.flows = None
-    for policy, flow in reversed(kept):
-        try:
-            step = flow.send(result)
-        except StopIteration as stop:
-            value = stop.value
-            if value is not None and value is not result:
-                result = _returned(call, policy, value, result)
-        except Exception as exc:
-            result = _crashed(call, policy, exc)
-        else:
-            result = (
-                _again(call, policy, flow)
-                if isinstance(step, CallRequest)
-                else _awaits(call, policy, flow, step)
-            )
-    return result if call.asked is None else _answering(call, result)
-
-
-def before(
-    call: Call, policies: tuple[Policy, ...], context_of: Callable[[Call], CallContext] | None = None
-) -> Generator[Awaitable[Any], Any, CallRequest | None]:
-    """`before_now` for a chain whose policies may suspend: what a flow yields that is not the
-    request is awaited by the driver (`drive`) and sent back."""
-    request = CallRequest(call, context_of)
-    kept: list[tuple[Policy, PolicyFlow]] = []
-    call.flows = kept
-    call.notes = []
-    for policy in policies:
-        flow = policy.intercept(request)
-        value: Any = None
-        error: BaseException | None = None
-        try:
-            while True:
-                step = flow.send(value) if error is None else flow.throw(error)
-                if isinstance(step, CallRequest):
-                    break
-                value, error = yield from _awaited(flow, step)
-        except StopIteration as stop:  # it answered the call itself
-            _answered(call, policy, stop.value)
-            return None
-        except Exception as exc:
-            call.settle(_crashed(call, policy, exc))
-            return None
-        request = _went_on(call, policy, flow, request, step)
-    return request
-
-
-def after(call: Call) -> Generator[Awaitable[Any], Any, ToolResult]:
-    """`after_now` for a chain whose policies may suspend."""
-    result = call.result
-    assert result is not None
-    kept = call.flows or []
-    call.flows = None
-    for policy, flow in reversed(kept):
-        value: Any = result
-        error: BaseException | None = None
-        try:
-            while True:
-                step = flow.send(value) if error is None else flow.throw(error)
-                if isinstance(step, CallRequest):
-                    result = _again(call, policy, flow)
-                    break
-                value, error = yield from _awaited(flow, step)
-        except StopIteration as stop:
-            result = _returned(call, policy, stop.value, result)
-        except Exception as exc:
-            result = _crashed(call, policy, exc)
-    return _answering(call, result)
-
-
-def _awaited(flow: PolicyFlow, step: Any) -> Generator[Awaitable[Any], Any, tuple[Any, Exception | None]]:
-    """What the driver made of an awaitable a flow yielded: its value, or the error it raised."""
-    try:
-        return (yield step), None
-    except Exception as exc:
-        return None, exc
-    except BaseException:
-        flow.close()
-        raise
-
-
-def _went_on(
-    call: Call, policy: Policy, flow: PolicyFlow, request: CallRequest, step: CallRequest
-) -> CallRequest:
-    """A policy let the call through (as `step`): its flow waits for the outcome."""
-    assert call.flows is not None
-    call.flows.append((policy, flow))
-    if step is not request:
-        _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
-    return step
-
-
-def _answered(call: Call, policy: Policy, value: Any) -> None:
-    """A policy answered the call before it ran (refused it, or gave the answer itself)."""
-    call.settle(_result(call, policy, value, "answered"))
-    _event(call, policy, "answered" if call.result is not None and call.result.ok else "refused")
-
-
-def _returned(call: Call, policy: Policy, value: Any, result: ToolResult) -> ToolResult:
-    """What a policy's after-half returned: the result it was given, or another one."""
-    if value is None or value is result:
-        return result
-    _event(call, policy, "transformed")
-    return _result(call, policy, value, "returned")
-
-
-def _again(call: Call, policy: Policy, flow: PolicyFlow) -> ToolFailure:
-    flow.close()
-    return failure(
-        call.call,
-        FailureKind.ERROR,
-        f"policy {policy.name} yielded the call again after it was answered",
-        "PolicyError",
-    )
-
-
-def _awaits(call: Call, policy: Policy, flow: PolicyFlow, step: Any) -> ToolFailure:
-    """A policy that does not say `suspends = True` yielded something to await: that call's ERROR
-    (its calls may run where nothing can await, such as a sync caller's thread)."""
-    flow.close()
-    if hasattr(step, "close"):
-        step.close()  # a coroutine nobody will await
-    _event(call, policy, "failed")
-    return failure(
-        call.call,
-        FailureKind.ERROR,
-        f"policy {policy.name} yielded {type(step).__name__} to await; a policy that awaits "
-        "says suspends = True",
-        "PolicyError",
-    )
-
-
-def _answering(call: Call, result: ToolResult) -> ToolResult:
-    if call.asked is not None and result.tool != call.asked:  # routed: it answers the model's call
-        result = msgspec.structs.replace(result, tool=call.asked)
-    return result
-
-
-async def drive(flow: Generator[Awaitable[Any], Any, Any]) -> Any:
-    """Run a policy chain, awaiting what it yields and sending back the value (or the error)."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        value, error = None, None
-        try:
-            value = await step
-        except Exception as exc:
-            error = exc
-
-
-def _result(call: Call, policy: Policy, value: Any, what: str) -> ToolResult:
-    """A policy's answer as the call's result (its id and tool, whatever the policy built)."""
-    if isinstance(value, ToolSuccess | ToolFailure):
-        if value.call_id != call.call.id or value.tool != call.call.name:
-            value = msgspec.structs.replace(value, call_id=call.call.id, tool=call.call.name)
-        answer: ToolResult = value
-        return answer
-    return failure(
-        call.call,
-        FailureKind.ERROR,
-        f"policy {policy.name} {what} {type(value).__name__}, not a ToolResult "
-        "(return request.reject(...), request.answer(...) or the result it was given)",
-        "PolicyError",
-    )
-
-
-def _crashed(call: Call, policy: Policy, exc: BaseException) -> ToolFailure:
-    log.warning("policy %s failed for call %s", policy.name, call.call.id, exc_info=exc)
-    error_type, text = describe_error(exc)
-    _event(call, policy, "failed")
-    return failure(call.call, FailureKind.ERROR, f"policy {policy.name} raised {text}", error_type)
-
-
-def _event(call: Call, policy: Policy, what: str) -> None:
-    note(call, "tool.policy", {"tool.policy.name": policy.name, "tool.policy.decision": what})
 
 
 def note(call: Call, name: str, attributes: dict[str, Any]) -> None:

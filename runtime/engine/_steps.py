@@ -24,6 +24,7 @@ from ..exceptions import RuntimeClosed
 from ..features import drive, drive_now
 from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSuccess, echo
 from ..tools import Asker, CallContext
+from . import _chain as chain
 from . import _policy as policy
 from ._call import QUEUED, REPORTED, Call
 from ._code import call_chain
@@ -225,7 +226,7 @@ class Steps:
         if c.state is REPORTED:
             return
         if c.flows is not None:
-            c.transform(policy.after_now(c))
+            c.transform(chain.after_now(c))
         if not c.reported():
             return
         pipeline = self.pipeline
@@ -239,9 +240,9 @@ class Steps:
         if c.flows is not None:
             plan = c.plan
             c.transform(
-                await policy.drive(policy.after(c))
+                await chain.drive(chain.after(c))
                 if plan is not None and plan.suspends
-                else policy.after_now(c)
+                else chain.after_now(c)
             )
         if not c.reported():
             return
@@ -254,7 +255,7 @@ class Steps:
         before-halves, then the features' starting hooks."""
         plan = c.plan
         if plan is not None and plan.policies and c.state is QUEUED:
-            self._let_through(c, policy.before_now(c, plan.policies, self.context_of))
+            self._let_through(c, chain.before_now(c, plan.policies, self.context_of))
         pipeline = self.pipeline
         if pipeline is not None and pipeline.has_starting:
             drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
@@ -266,9 +267,9 @@ class Steps:
         plan = c.plan
         if plan is not None and plan.policies and c.state is QUEUED:
             if plan.suspends:
-                request = await policy.drive(policy.before(c, plan.policies, self.context_of))
+                request = await chain.drive(chain.before(c, plan.policies, self.context_of))
             else:
-                request = policy.before_now(c, plan.policies, self.context_of)
+                request = chain.before_now(c, plan.policies, self.context_of)
             self._let_through(c, request)
         pipeline = self.pipeline
         if pipeline is not None and pipeline.has_starting:
