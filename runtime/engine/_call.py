@@ -51,6 +51,9 @@ ABANDON_GRACE = 0.05
 
 CANCELLED_MESSAGE = "the call was cancelled by its caller"
 
+_copy_context = contextvars.copy_context
+_INF = math.inf
+
 
 class CallState(enum.Enum):
     """Where a call is: QUEUED (not running yet), RUNNING, DONE (answered), REPORTED (counted)."""
@@ -176,7 +179,7 @@ class Call:
         self.call = call
         self.ctx = ctx
         self.plan = plan
-        self.context = contextvars.copy_context()
+        self.context = _copy_context()
         self.args: Any = None
         self.deadline = deadline
         self.expires = deadline
@@ -187,7 +190,7 @@ class Call:
         self.job: Any = None
         self.cancelled = False
         self.interrupted = False
-        self.settled_at = math.inf
+        self.settled_at = _INF
         self.reply = reply
         self.waiter: trio.CancelScope | None = None
         self.index = index
@@ -280,10 +283,10 @@ class Call:
                 self.fail(FailureKind.UNAVAILABLE, refused)
                 return False
         deadline = self.deadline
-        own = plan.timeout
-        if own is None and deadline == math.inf:
-            own = plan.default_timeout
-        if own is not None or deadline != math.inf:
+        if deadline != _INF or not plan.untimed:  # a deadline to arm
+            own = plan.timeout
+            if own is None and deadline == _INF:
+                own = plan.default_timeout
             now = trio.current_time()
             if deadline <= now:
                 self.fail(FailureKind.TIMEOUT, self.timeout_message())

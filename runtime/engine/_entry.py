@@ -32,6 +32,9 @@ log = logging.getLogger("runtime.engine")
 
 _HOOK_GRACE = 1.0  # seconds the shielded failure hooks of a cancelled call may take
 _EAGER_RUN = 128  # calls a batch admits in its caller's task between two checkpoints
+_INF = math.inf  # the hot path's globals, one lookup each
+_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+_cancel_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
 
 STREAM_BUFFER = 8
 """Chunks of a streamed call that may wait for its reader before the tool waits too."""
@@ -76,10 +79,10 @@ class Entry(Steps):
         if self._resilience.caches and self.pipeline is None and scope is None and metadata is None:
             hit = self._cached(call, principal)
             if hit is not None:
-                await trio.lowlevel.checkpoint_if_cancelled()
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                await _checkpoint_if_cancelled()
+                await _cancel_shielded_checkpoint()
                 return hit
-        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        deadline = _INF if timeout is None else trio.current_time() + timeout
         c = self.prepare(call, metadata, deadline, timeout, None, 0, principal, scope)
         pipeline = self.pipeline
         try:
@@ -91,7 +94,7 @@ class Entry(Steps):
                     await self.starting(c)
                 else:
                     self.starting_now(c)  # nothing to await: no coroutine for it
-            await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
+            await _checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             plan = c.plan
             if c.state is QUEUED:
                 assert plan is not None  # routed: only a routed call waits
@@ -105,8 +108,8 @@ class Entry(Steps):
                     await runner.run(c)  # here, in this task: no hop to a worker and back
             state = c.state
             if state is DONE:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            elif c.expires == math.inf and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope
+                await _cancel_shielded_checkpoint()
+            elif c.expires == _INF and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope
                 await c.wait()
             else:
                 await self._wait_timed(c)

@@ -85,7 +85,7 @@ class Inline:
             coro.close()
             return
         try:
-            if plan.wraps:
+            if plan._around is not None:  # a feature wraps the tool's code (`around_call`)
                 value = context.run(plan.run_to_end, coro, call.ctx)
             else:  # its one step, in its context: it returns (StopIteration) or raises
                 context.run(coro.send, None)

@@ -133,11 +133,6 @@ class ToolPlan(ToolCode):
         self._around = pipeline if pipeline.wraps_calls else None
         self._direct = self._around is None and not self.chained and not self.streams
 
-    @property
-    def wraps(self) -> bool:
-        """Some feature wraps the tool's code (`around_call`)."""
-        return self._around is not None
-
     # -- begin ---------------------------------------------------------------------------
 
     def decode(self, call: Call) -> bool:
