@@ -119,9 +119,11 @@ class ToolPlan(ToolCode):
         self._present = tool.result_presenter()  # value -> (text, ToolSuccess.value), checked
         self.dispatch = tool.dispatch
         self._decode: Callable[[Any], Any] = tool.decode_args
+        self._plain: Callable[[str], Any] | None = None  # JSON text -> args in one step, if it may
         codec = tool._codec
         if cls.decode_args is ToolBase.decode_args and codec is not None:
             self._decode = codec.decode  # skip a layer: the hook is not overridden
+            self._plain = codec.plain
         self._around = pipeline if pipeline.wraps_calls else None
         self._direct = self._around is None and not self.chained and not self.streams
         code = tool.dispatch_code() if tool.is_async else None
@@ -146,6 +148,12 @@ class ToolPlan(ToolCode):
                 or (size > self.max_depth and raw.count("[") + raw.count("{") > self.max_depth)
             ):
                 check_arguments(raw, self.max_bytes, self.max_depth)
+            elif (plain := self._plain) is not None:
+                try:
+                    call.args = plain(raw)
+                    return True
+                except Exception:
+                    pass  # the whole decode says what is wrong (or mends it)
             call.args = self._decode(raw)
         except Exception as exc:
             if isinstance(exc, UnicodeError):

@@ -88,7 +88,7 @@ class ArgsCodec:
         field_names: the parameter names as the model writes them.
     """
 
-    __slots__ = ("_build", "_decoder", "_fill", "_models", "field_names", "struct_type")
+    __slots__ = ("_build", "_decoder", "_fill", "_models", "field_names", "plain", "struct_type")
 
     def __init__(
         self,
@@ -118,6 +118,11 @@ class ArgsCodec:
         self._fill = tuple(fill)
         self._build = build
         self._models = tuple(models)
+        self.plain: Callable[[str], Any] | None = (
+            self._decoder.decode if not self._fill and build is None and not self._models else None
+        )
+        """JSON text -> args in one step, when nothing is mended, built or validated after msgspec
+        (most tools); on any error, `decode` says what is wrong (or mends it)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ArgsCodec:
         return self  # immutable, and its decoder cannot be copied: a copied tool shares it
@@ -288,6 +293,8 @@ class ModelArgsCodec:
     """
 
     __slots__ = ("_loose", "_model", "field_names", "struct_type")
+
+    plain = None  # every call goes through pydantic
 
     def __init__(self, model: Any) -> None:
         self._model = model
