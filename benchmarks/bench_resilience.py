@@ -635,6 +635,31 @@ def instruction_rows(report: Report, quick: bool) -> None:
     )
 
 
+def one_path_rows(report: Report, quick: bool) -> None:
+    """W1 and W2 in instructions against the commit before the one path (issue 21: within 5%)."""
+    if w1_instructions.valgrind() is None:
+        print(
+            f"no valgrind: W1 and W2 instructions against {w1_instructions.BEFORE_ONE_PATH} are not measured"
+        )
+        return
+    n = 1000 if quick else 5000
+    figures = w1_instructions.compare(n, w1_instructions.BEFORE_ONE_PATH, w2=True)
+    how = f"callgrind, (I(3N) - I(N)) / 2N, N={n:,}, PYTHONHASHSEED=0, no ASLR"
+    for name, what in (("w1", "W1 (sequential rt.call)"), ("w2", "W2 (call_many, batches of 1,000)")):
+        report.add(
+            Figure(
+                f"One path: {what} instructions per call vs before",
+                str(figures["after"]),
+                str(figures["before"]),
+                float(figures[f"{name}_after"]),
+                float(figures[f"{name}_before"]),
+                target=1.05,
+                unit="instructions",
+                note=f"{how}; {figures['before']} is the commit before the one path (issue 21)",
+            )
+        )
+
+
 def main(quick: bool = False) -> Report:
     report = Figures("resilience")
     cache_rows(report, quick)
@@ -643,6 +668,7 @@ def main(quick: bool = False) -> Report:
     fair_rows(report, quick)
     redis_rows(report, quick)
     instruction_rows(report, quick)
+    one_path_rows(report, quick)
     return report
 
 

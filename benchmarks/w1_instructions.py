@@ -1,4 +1,4 @@
-"""W1 in instructions, not seconds: the runtime of this checkout against an earlier commit's.
+"""W1 and W2 in instructions, not seconds: the runtime of this checkout against an earlier commit's.
 
     python -m benchmarks.w1_instructions                 # this tree against 5f48cd9
     python -m benchmarks.w1_instructions --before REV    # against another commit
@@ -7,7 +7,8 @@
 Wall-clock on a shared 2-core machine moves 10-50% between runs, too much to see 3%. So each
 tree runs W1 (sequential `rt.call` of the async `add` tool, as `bench_runtime.runtime_seq`)
 under `valgrind --tool=callgrind` twice, N calls and 3N calls, with PYTHONHASHSEED=0; the
-difference over 2N is the instructions of one call, without the start-up both runs share.
+difference over 2N is the instructions of one call, without the start-up both runs share. W2
+is the same add tool, called in batches of 1,000 through `rt.call_many`.
 A commit is read with `git archive` into a temporary directory; each child runs with its tree
 as the working directory (`python -c`, so the cwd comes first on its path) and says which
 `runtime` it imported, which must be that tree's.
@@ -26,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "5f48cd9"  # the last commit before the resilience policies (c4a3314)
+BEFORE_ONE_PATH = "396996a"  # the last commit before the one path (issue 21)
 
 # One child: open a runtime as `bench_runtime.runtime_seq` does, warm it with one call, then
 # N sequential calls. `subject` "w1" is the plain call (every policy off); "cache_hit" is the
@@ -70,6 +72,12 @@ if subject == "cache_hit":
 
 async def main() -> None:
     async with open_runtime(tools, tracing=False) as rt:
+        if subject == "w2":  # W2: batches of 1,000 concurrent calls (`call_many`), n calls in all
+            calls = [ToolCall(id=f"c{i}", name=name, arguments='{"a": 1, "b": 2}') for i in range(1000)]
+            assert all(r.ok for r in await rt.call_many(calls))
+            for _ in range(n // 1000):
+                await rt.call_many(calls)
+            return
         call = ToolCall(id="c1", name=name, arguments='{"a": 1, "b": 2}')
         assert (await rt.call(call)).ok
         for _ in range(n):
@@ -146,12 +154,15 @@ def commit_of(tree: Path) -> str:
     return done.stdout.strip() if done.returncode == 0 else "?"
 
 
-def compare(n: int, before: str = BEFORE, tree: Path | None = None) -> dict[str, float | str]:
-    """W1 instructions per call here and at `before` (or in `tree`), and a cache hit's here."""
+def compare(
+    n: int, before: str = BEFORE, tree: Path | None = None, w2: bool = False
+) -> dict[str, float | str]:
+    """W1 instructions per call here and at `before` (or in `tree`), and a cache hit's here;
+    with `w2`, W2's too (here and there)."""
     with tempfile.TemporaryDirectory(prefix="w1-before-") as tmp:
         old = tree if tree is not None else extract(before, Path(tmp))
         old_name = commit_of(tree) if tree is not None else before
-        return {
+        figures: dict[str, float | str] = {
             "before": old_name,
             "after": commit_of(ROOT),
             "n": n,
@@ -159,6 +170,10 @@ def compare(n: int, before: str = BEFORE, tree: Path | None = None) -> dict[str,
             "w1_after": per_call(ROOT, n),
             "cache_hit_after": per_call(ROOT, n, "cache_hit"),
         }
+        if w2:
+            figures["w2_before"] = per_call(old, n, "w2")
+            figures["w2_after"] = per_call(ROOT, n, "w2")
+        return figures
 
 
 def main() -> None:
@@ -169,11 +184,15 @@ def main() -> None:
     args = parser.parse_args()
     if valgrind() is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    figures = compare(args.n, args.before, args.tree)
+    figures = compare(args.n, args.before, args.tree, w2=True)
     w1_before, w1_after = float(figures["w1_before"]), float(figures["w1_after"])
     print(f"W1 instructions per call, {figures['before']}: {w1_before:,.0f}")
     print(f"W1 instructions per call, {figures['after']} (this tree): {w1_after:,.0f}")
     print(f"ratio {w1_after / w1_before:.4f} (goal: within 3%)")
+    w2_before, w2_after = float(figures["w2_before"]), float(figures["w2_after"])
+    print(f"W2 instructions per call (batches of 1,000), {figures['before']}: {w2_before:,.0f}")
+    print(f"W2 instructions per call (batches of 1,000), {figures['after']} (this tree): {w2_after:,.0f}")
+    print(f"ratio {w2_after / w2_before:.4f}")
     print(
         f"cache hit, this tree: {float(figures['cache_hit_after']):,.0f} ({float(figures['cache_hit_after']) / w1_after:.3f}x W1)"
     )

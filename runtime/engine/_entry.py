@@ -240,34 +240,29 @@ class Entry(Steps):
         self.check_open()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         batch = Batch(deadline)
+        prepare = self.prepare
         cs = [
-            self.prepare(call, metadata, deadline, timeout, batch, i, principal, scope)
+            prepare(call, metadata, deadline, timeout, batch, i, principal, scope)
             for i, call in enumerate(calls)
         ]
         if self._batch_gates:
             self.gate_batch(cs)
+        plans = {c.plan for c in cs}  # most batches call a few tools: what each needs, once
+        plans.discard(None)
         if not batch.timed:
-            batch.timed = any(c.plan is not None and not c.plan.untimed for c in cs)
+            batch.timed = any(not plan.untimed for plan in plans)  # type: ignore[union-attr]
+        plain = self.pipeline is None and not any(plan.policies for plan in plans)  # type: ignore[union-attr]
         finished = 0
         try:
-            begun: set[Call] = set()
-            suspending = [c for c in cs if c.plan is not None and c.plan.suspends and c.state is QUEUED]
-            if suspending:  # policies that ask someone let a batch's calls through together
-                async with trio.open_nursery() as nursery:
-                    for c in suspending:
-                        nursery.start_soon(self.starting, c)
-                begun.update(suspending)
-            if self.pipeline is not None or any(c.plan is not None and c.plan.policies for c in cs):
-                for c in cs:
-                    if c not in begun:
-                        await self.starting(c)
+            if not plain:
+                await self._begin_batch(cs, plans)
             with trio.move_on_at(deadline):
                 await trio.lowlevel.checkpoint()  # trio's rule; and a cancelled caller runs nothing
                 admitted = 0
                 for c in cs:
                     if c.state is not QUEUED:
                         continue
-                    if not self.admit(c):
+                    if not (c.plan.mailbox.admit(c, None) if c.gates is None else self.admit(c)):  # type: ignore[union-attr]  # QUEUED: routed
                         mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
                         while c.state is QUEUED and not self.admit(c):
                             await mailbox.wait_room()  # a full mailbox: wait for room (backpressure)
@@ -282,9 +277,26 @@ class Entry(Steps):
                 chunk = list(batch.done)
                 batch.done.clear()
                 for c in chunk:
-                    await self.finish(c)
+                    if plain:
+                        c.reported()  # nothing to await: no coroutine for it
+                    else:
+                        await self.finish(c)
                 finished += len(chunk)
                 yield chunk
         except BaseException:
             await self.cancelled([c for c in cs if c.state is not REPORTED])
             raise
+
+    async def _begin_batch(self, cs: list[Call], plans: set[Any]) -> None:
+        """Begin's steps after `prepare` for a batch: its calls whose policies may suspend
+        together (a policy that asks someone lets them through at once), then the others."""
+        begun: set[Call] = set()
+        if any(plan.suspends for plan in plans):
+            suspending = [c for c in cs if c.plan is not None and c.plan.suspends and c.state is QUEUED]
+            async with trio.open_nursery() as nursery:
+                for c in suspending:
+                    nursery.start_soon(self.starting, c)
+            begun.update(suspending)
+        for c in cs:
+            if c not in begun:
+                await self.starting(c)
