@@ -323,6 +323,21 @@ async def test_an_idle_worker_killed_from_outside_is_replaced() -> None:
         assert after.value != first.value
 
 
+async def test_a_replacement_waiting_for_its_backoff_is_counted_as_starting_not_serving() -> None:
+    async with open_runtime([pt.crashy], tracing=False, restart=RestartPolicy(backoff=1.0)) as rt:
+
+        def counts() -> tuple[int, int, int]:
+            placed = rt.statistics().tools["crashy"].placement
+            assert placed is not None
+            return placed.workers, placed.starting, placed.lost
+
+        assert counts() == (1, 0, 0)
+        assert (await rt.call(call("crashy", '{"how": "exit"}'))).kind is FailureKind.ERROR
+        assert counts() == (0, 1, 1)  # its replacement waits 1 s before it starts
+        assert (await rt.call(call("crashy"))).ok
+        assert counts() == (1, 0, 1)
+
+
 def test_placement_options_are_checked_at_definition() -> None:
     with pytest.raises(ToolDefinitionError, match="workers must be a positive int"):
         Subprocess(workers=0)

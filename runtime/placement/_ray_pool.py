@@ -28,8 +28,7 @@ import contextlib
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -39,6 +38,7 @@ from ..tools import CallContext, PlacementHost, PlacementStatistics, ToolBase
 from ._autoscale import Autoscaling, LoadMeter, Scaler
 from ._hedge import HedgeCounts, LatencyWindow, race
 from ._pieces import reply_from_frames
+from ._pool import ReplicaPool
 from ._protocol import Done, Load, Raised, Ready, Request, decode_reply, encode, encode_request
 from ._ray_link import ensure_ray, ray_module, stop_call, wait_ref
 from ._ray_options import NodeAffinity, RayOptions, local_code
@@ -46,10 +46,7 @@ from ._reference import main_path, reference
 from ._slots import Line
 from ._subprocess import rebuild, trace_carrier
 
-if TYPE_CHECKING:
-    from .ray import Ray
-
-__all__ = ["RayReplicas", "open_replicas"]
+__all__ = ["RayReplicas"]
 
 log = logging.getLogger("runtime.placement")
 
@@ -70,31 +67,15 @@ class _Replica:
         self.gone: str | None = None  # "node" or "died" once lost: its other calls say the same
 
 
-@contextlib.asynccontextmanager
-async def open_replicas(
-    placement: Ray, tool: ToolBase[Any, Any], host: PlacementHost
-) -> AsyncIterator[RayReplicas]:
-    replicas = RayReplicas(placement.options, tool, host)
-    async with trio.open_nursery() as nursery:
-        replicas.nursery = nursery
-        try:
-            yield replicas
-        finally:
-            with trio.CancelScope(shield=True):
-                await replicas.stop_all()
-            nursery.cancel_scope.cancel()
-
-
-class RayReplicas:
+class RayReplicas(ReplicaPool[_Replica]):
     """The replicas of one tool actor's incarnation (the `PlacedTool` of a `Ray` placement)."""
 
-    nursery: trio.Nursery
+    what = "Ray replica"
 
     def __init__(self, options: RayOptions, tool: ToolBase[Any, Any], host: PlacementHost) -> None:
+        super().__init__(tool.name, host, options.replicas)
         self.ray = ray_module()
         self.options = options
-        self.name = tool.name
-        self.host = host
         self.slots = tool.options.max_concurrency or 1
         local = options.address is None
         self._load = encode(
@@ -105,18 +86,14 @@ class RayReplicas:
                 main=main_path() if local else None,
             )
         )
-        self.target = options.replicas
         self.live: list[_Replica] = []
         self.draining: set[_Replica] = set()
-        self.starting = 0  # replicas being started, or waiting for their restart backoff
         self._aimed: collections.Counter[str] = collections.Counter()  # NodeAffinity: starts per node
         self._lost_nodes: set[str] = set()  # nodes replicas were lost with (a node id never comes back)
         self.line: Line[_Replica] = Line(self.live, self.slots, options.max_queued, lambda: self.target)
-        self.closing = False
-        self.down = False  # the tool went down (too many crashes): start nothing more
         self._times = LatencyWindow(options.hedge) if options.hedge is not None else None
         self._env: dict[str, Any] | None = None
-        self.lost = self.lost_with_node = 0
+        self.lost_with_node = 0
         self.scaled_up = self.scaled_down = 0
         self.hedges = HedgeCounts()
 
@@ -159,22 +136,7 @@ class RayReplicas:
         from ._ray_replica import Replica
 
         self._actor_class = self.ray.remote(Replica)
-        failed: list[BaseException] = []
-
-        async def one() -> None:
-            try:
-                await self._new_replica()
-            except Exception as exc:
-                failed.append(exc)
-            finally:
-                self.starting -= 1
-
-        async with trio.open_nursery() as starting:
-            for _ in range(self.target):
-                self.starting += 1
-                starting.start_soon(one)
-        if failed:
-            raise failed[0]
+        await super().start()
         if options.autoscaled:
             self.line.meter = LoadMeter(trio.current_time())
             self.nursery.start_soon(self._autoscale, options.autoscaling or Autoscaling())
@@ -206,7 +168,7 @@ class RayReplicas:
             actor["scheduling_strategy"] = NodeAffinitySchedulingStrategy(aimed, soft=scheduling.soft)
         return actor, aimed
 
-    async def _new_replica(self) -> None:
+    async def _start_one(self) -> None:
         """Start one replica and let it take calls.
 
         Raises:
@@ -241,29 +203,6 @@ class RayReplicas:
         self.line.dispatch()
         self._reconcile()
 
-    async def _start_later(self, delay: float) -> None:
-        """Start a replica after `delay` seconds; one whose start fails is counted as a crash
-        and tried again after the restart backoff. `starting` was counted up by the caller."""
-        try:
-            while not self.closing and not self.down:
-                await trio.sleep(delay)
-                try:
-                    await self._new_replica()
-                    return
-                except Exception as exc:
-                    log.warning("tool %r: a new Ray replica failed to start: %s", self.name, exc)
-                    next_delay = self.host.worker_lost(f"a new Ray replica failed to start: {exc}")
-                    if next_delay is None:
-                        self.down = True
-                        return
-                    delay = next_delay
-        finally:
-            self.starting -= 1
-
-    def _start(self, delay: float = 0.0) -> None:
-        self.starting += 1
-        self.nursery.start_soon(self._start_later, delay)
-
     def _reconcile(self) -> None:
         """Start or drain replicas until those serving or starting are `target`."""
         if self.closing or self.down:
@@ -286,9 +225,9 @@ class RayReplicas:
         while replica.in_flight:
             await self.line.idle.wait()
         self.draining.discard(replica)
-        await self._stop(replica)
+        await self._stop_one(replica)
 
-    async def _stop(self, replica: _Replica) -> None:
+    async def _stop_one(self, replica: _Replica) -> None:
         with trio.move_on_after(self.options.stop_timeout), contextlib.suppress(Exception):
             await wait_ref(replica.handle.stop.remote())
         with contextlib.suppress(Exception):
@@ -309,21 +248,16 @@ class RayReplicas:
             self.ray.kill(replica.handle, no_restart=True)
         self._reconcile()
 
-    def _lost(self, replica: _Replica, why: str) -> None:
-        """Its process died on its own: counted toward the restart intensity, replaced after the backoff."""
+    def _gone(self, replica: _Replica) -> bool:
+        """Its process died on its own (`_lost`: counted, replaced after the restart backoff)."""
         if replica.gone is not None or replica.killed:
-            return  # already noticed by another of its calls, or killed on purpose
+            return False  # already noticed by another of its calls, or killed on purpose
         replica.gone = "died"
         self._drop(replica)
-        if self.closing:
-            return
-        self.lost += 1
-        log.warning("tool %r: Ray replica %s (pid %d) died: %s", self.name, replica.name, replica.pid, why)
-        delay = self.host.worker_lost(f"Ray replica {replica.name} (pid {replica.pid}) died")
-        if delay is None:
-            self.down = True
-        else:
-            self._start(delay)
+        return True
+
+    def _label(self, replica: _Replica) -> str:
+        return f"Ray replica {replica.name} (pid {replica.pid})"
 
     def _lost_with_node(self, replica: _Replica, why: str) -> None:
         """Its node left the cluster (or cannot be reached): not the tool's doing, so not counted;
@@ -349,15 +283,11 @@ class RayReplicas:
         )
         self._reconcile()
 
-    async def stop_all(self) -> None:
-        """Stop every replica (each runs teardown() within `stop_timeout`, then is killed)."""
-        self.closing = True
+    def _members(self) -> list[_Replica]:
         replicas = [*self.live, *self.draining]
         self.live.clear()  # the line reads this list
         self.draining.clear()
-        async with trio.open_nursery() as nursery:
-            for replica in replicas:
-                nursery.start_soon(self._stop, replica)
+        return replicas
 
     # -- autoscaling -------------------------------------------------------------------
 
@@ -453,7 +383,7 @@ class RayReplicas:
             if isinstance(exc, errors.ActorUnavailableError) or _node_died(exc):
                 self._lost_with_node(replica, type(exc).__name__)
             else:
-                self._lost(replica, type(exc).__name__)
+                self._lost(replica, f"died ({type(exc).__name__})")
         if replica.gone == "node":
             return ToolUnavailable(
                 f"its Ray replica {replica.name} was lost with its node ({type(exc).__name__}) while "

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import errno
 import logging
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -46,6 +45,7 @@ from ..tools import CallContext, PlacedTool, Placement, PlacementHost, Placement
 from ._frames import FdFrames
 from ._lines import LineSplitter
 from ._pieces import assemble
+from ._pool import ReplicaPool, open_pool
 from ._protocol import (
     Done,
     Load,
@@ -65,8 +65,6 @@ from ._reference import main_path, reference
 __all__ = ["Subprocess", "rebuild", "trace_carrier"]
 
 log = logging.getLogger("runtime.placement")
-
-_SHORTAGE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})  # of this process: it passes
 
 _W3C = TraceContextTextMapPropagator()
 _REAP = 5.0  # seconds a killed worker may take to be reaped (it is SIGKILLed: it cannot refuse)
@@ -158,11 +156,15 @@ class Subprocess(Placement):
     def open(
         self, tool: ToolBase[Any, Any], host: PlacementHost
     ) -> contextlib.AbstractAsyncContextManager[PlacedTool]:
-        return _open_pool(self, tool, host)
+        return open_pool(_Pool, self, tool, host)
+
+
+class WorkerStartFailed(Exception):
+    """A worker did not get ready (it died, or its tool's setup() raised)."""
 
 
 class _Worker:
-    __slots__ = ("busy", "dead", "frames", "pid", "proc", "stopping")
+    __slots__ = ("busy", "dead", "frames", "pid", "proc", "ready", "stopping")
 
     def __init__(self, proc: trio.Process) -> None:
         self.proc = proc
@@ -170,35 +172,21 @@ class _Worker:
         assert isinstance(proc.stdout, trio.lowlevel.FdStream)
         assert isinstance(proc.stdin, trio.lowlevel.FdStream)
         self.frames = FdFrames(proc.stdout.fileno(), proc.stdin.fileno())
+        self.ready = False  # its tool is loaded and set up: it serves (until then it is `starting`)
         self.busy = False
         self.dead = False
         self.stopping = False  # killed or retired on purpose: its exit is not a loss
 
 
-@contextlib.asynccontextmanager
-async def _open_pool(
-    placement: Subprocess, tool: ToolBase[Any, Any], host: PlacementHost
-) -> AsyncIterator[_Pool]:
-    pool = _Pool(placement, tool, host)
-    async with trio.open_nursery() as nursery:
-        pool.nursery = nursery
-        try:
-            yield pool
-        finally:
-            with trio.CancelScope(shield=True):
-                await pool.stop_all()
-            nursery.cancel_scope.cancel()
-
-
-class _Pool:
+class _Pool(ReplicaPool[_Worker]):
     """The workers of one tool actor's incarnation."""
 
-    nursery: trio.Nursery
+    what = "worker"
+    start_errors = (WorkerStartFailed, OSError)
 
     def __init__(self, placement: Subprocess, tool: ToolBase[Any, Any], host: PlacementHost) -> None:
+        super().__init__(tool.name, host, placement.workers)
         self.placement = placement
-        self.name = tool.name
-        self.host = host
         self.load = Load(
             ref=reference(tool, "in a worker process (placement=Subprocess)"),
             name=tool.name,
@@ -211,44 +199,23 @@ class _Pool:
         self._idle: collections.deque[_Worker] = collections.deque()
         self._idle_lot = trio.lowlevel.ParkingLot()  # calls waiting for an idle worker
         self.workers: set[_Worker] = set()
-        self.closing = False
-        self.lost = 0
 
     def statistics(self) -> PlacementStatistics:
         return PlacementStatistics(
-            workers=sum(1 for w in self.workers if not w.stopping and not w.dead),
-            target=self.placement.workers,
+            workers=sum(1 for w in self.workers if w.ready and not w.stopping and not w.dead),
+            target=self.target,
+            starting=self.starting,
             queued=self._idle_lot.statistics().tasks_waiting,
             lost=self.lost,
         )
 
     # -- workers -----------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start every worker; they start (and set up) together.
+    async def _start_one(self) -> None:
+        """Start one worker, wait until its tool is loaded and set up, and let it take calls.
 
         Raises:
-            WorkerStartFailed: the first worker that did not get ready, and why.
-        """
-        failed: list[BaseException] = []
-
-        async def one() -> None:
-            try:
-                await self.add_worker()
-            except (WorkerStartFailed, OSError) as exc:
-                failed.append(exc)
-
-        async with trio.open_nursery() as starting:
-            for _ in range(self.placement.workers):
-                starting.start_soon(one)
-        if failed:
-            raise failed[0]
-
-    async def start_worker(self) -> _Worker:
-        """Start one worker and wait until its tool is loaded and set up.
-
-        Raises:
-            RemoteToolError: its setup raised; OSError / WorkerStartFailed: it could not start.
+            WorkerStartFailed: it died first, or its setup raised; OSError: it could not start.
         """
         proc = await trio.lowlevel.open_process(
             [self.placement.python, "-m", "runtime.placement._worker"],
@@ -280,28 +247,9 @@ class _Pool:
                 await _kill(proc)
             self.workers.discard(worker)
             raise
+        worker.ready = True
         self.nursery.start_soon(self._watch, worker)
-        return worker
-
-    async def add_worker(self) -> None:
-        """Start a worker and let it take calls. A start this process cannot make for want of
-        a resource (no file descriptors, memory or processes left: a shortage that passes) is
-        tried again after a capped exponential backoff and never counts as a crash."""
-        delay = 0.0
-        while True:
-            try:
-                worker = await self.start_worker()
-            except OSError as exc:
-                if exc.errno not in _SHORTAGE or self.closing:
-                    raise
-                delay = self.host.start_delay(delay)
-                log.warning(
-                    "tool %r: a worker could not start (%s); trying again in %gs", self.name, exc, delay
-                )
-                await trio.sleep(delay)
-                continue
-            self._release(worker)
-            return
+        self._release(worker)
 
     def _release(self, worker: _Worker) -> None:
         self._idle.append(worker)
@@ -316,31 +264,13 @@ class _Pool:
                     return worker
             await self._idle_lot.park()
 
-    async def _replace(self, delay: float) -> None:
-        """Start a worker in place of one that is gone, after `delay` seconds."""
-        while not self.closing:
-            await trio.sleep(delay)
-            try:
-                await self.add_worker()
-                return
-            except (WorkerStartFailed, OSError) as exc:
-                log.warning("tool %r: a new worker failed to start: %s", self.name, exc)
-                next_delay = self.host.worker_lost(f"a new worker failed to start: {exc}")
-                if next_delay is None:
-                    return
-                delay = next_delay
-
-    def _lost(self, worker: _Worker, cause: str) -> None:
-        """`worker` died on its own: count it and replace it (unless the tool is now down)."""
+    def _gone(self, worker: _Worker) -> bool:
         worker.dead = True
         self.workers.discard(worker)
-        if self.closing:
-            return
-        self.lost += 1
-        log.warning("tool %r: worker (pid %d) %s", self.name, worker.pid, cause)
-        delay = self.host.worker_lost(f"worker (pid {worker.pid}) {cause}")
-        if delay is not None:
-            self.nursery.start_soon(self._replace, delay)
+        return True
+
+    def _label(self, worker: _Worker) -> str:
+        return f"worker (pid {worker.pid})"
 
     async def _watch(self, worker: _Worker) -> None:
         """Notice an idle worker that dies (a busy one is noticed by its call)."""
@@ -380,11 +310,11 @@ class _Pool:
     async def _retire(self, worker: _Worker) -> None:
         """Stop a healthy worker (over its memory cap) and start another (not a loss)."""
         worker.stopping = True
-        self.nursery.start_soon(self._replace, 0.0)
+        self._start()
         with trio.CancelScope(shield=True):
-            await self._stop(worker)
+            await self._stop_one(worker)
 
-    async def _stop(self, worker: _Worker) -> None:
+    async def _stop_one(self, worker: _Worker) -> None:
         worker.stopping = True
         proc = worker.proc
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -397,12 +327,8 @@ class _Pool:
         await _kill(proc)
         self.workers.discard(worker)
 
-    async def stop_all(self) -> None:
-        """Stop every worker (each runs teardown()); kill those that take too long."""
-        self.closing = True
-        async with trio.open_nursery() as nursery:
-            for worker in list(self.workers):
-                nursery.start_soon(self._stop, worker)
+    def _members(self) -> list[_Worker]:
+        return list(self.workers)
 
     # -- calls -------------------------------------------------------------------------
 
@@ -443,8 +369,7 @@ class _Pool:
             self.workers.discard(worker)
             with trio.CancelScope(shield=True):
                 await _kill(proc)
-            if not self.closing:
-                self.nursery.start_soon(self._replace, 0.0)
+            self._start()
             raise
         if answer is None:  # the worker died while serving this call
             with trio.CancelScope(shield=True):
@@ -473,10 +398,6 @@ async def _relay(notice: object, ctx: CallContext | None) -> None:
     elif isinstance(notice, LogRecord):
         with contextlib.suppress(ValueError):
             await ctx.log(notice.level, notice.message, **notice.data)
-
-
-class WorkerStartFailed(Exception):
-    """A worker did not get ready (it died, or its tool's setup() raised)."""
 
 
 def _worker_lost(pid: int, cause: str) -> BaseException:

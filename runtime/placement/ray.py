@@ -24,10 +24,10 @@ callback that wakes the trio task through the trio token.
                                             `cancel_grace` (a sync tool: a thread cannot be stopped)
                                             has its replica killed and re-created
 
-How the pool schedules, scales and hedges is in `_ray_pool`; the autoscaling decision in
-`_autoscale`; hedging in `_hedge`. Ray workers do not see this process's `sys.path` edits: a
-replica adds them itself on a local Ray; on a cluster ship the code with `runtime_env`
-(`py_modules` / `working_dir`).
+How the pool schedules, scales and hedges is in `_ray_pool` (how it starts, replaces and stops
+replicas in `_pool`, shared with Subprocess); the autoscaling decision in `_autoscale`; hedging
+in `_hedge`. Ray workers do not see this process's `sys.path` edits: a replica adds them itself
+on a local Ray; on a cluster ship the code with `runtime_env` (`py_modules` / `working_dir`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ from ..exceptions import ToolDefinitionError
 from ..tools import PlacedTool, Placement, PlacementHost, ToolBase
 from ._autoscale import Autoscaling
 from ._hedge import Hedge
+from ._pool import open_pool
 from ._ray_link import ensure_ray, ray_module
 from ._ray_options import NodeAffinity, RayOptions, Scheduling, build_options
-from ._ray_pool import WHERE, open_replicas
+from ._ray_pool import WHERE, RayReplicas
 from ._reference import reference
 
 __all__ = ["Autoscaling", "Hedge", "NodeAffinity", "Ray", "ensure_ray"]
@@ -166,4 +167,4 @@ class Ray(Placement):
     def open(
         self, tool: ToolBase[Any, Any], host: PlacementHost
     ) -> contextlib.AbstractAsyncContextManager[PlacedTool]:
-        return open_replicas(self, tool, host)
+        return open_pool(RayReplicas, self.options, tool, host)
