@@ -31,8 +31,10 @@ class Batch:
         self.waiter: trio.CancelScope | None = None
 
     def settled(self, call: Call) -> None:
-        self.done.append(call)
-        self._wakeup.set()
+        done = self.done
+        done.append(call)
+        if len(done) == 1:  # the waiter parks only with none done: the first one wakes it
+            self._wakeup.set()
 
     def expire_at(self, when: float) -> None:
         if when < self.expires:

@@ -53,6 +53,8 @@ CANCELLED_MESSAGE = "the call was cancelled by its caller"
 
 _copy_context = contextvars.copy_context
 _INF = math.inf
+_Task = trio.lowlevel.Task
+_reschedule = trio.lowlevel.reschedule
 
 
 class CallState(enum.Enum):
@@ -261,9 +263,9 @@ class Call:
         reply = self.reply
         if reply is None:
             return
-        if type(reply) is trio.lowlevel.Task:
+        if type(reply) is _Task:
             self.reply = None
-            trio.lowlevel.reschedule(reply)
+            _reschedule(reply)
         else:
             reply.settled(self)
 
@@ -355,8 +357,13 @@ class Call:
                 self.result = result
                 if self.passed:
                     self._leave_gates(result)
-                if self.reply is not None:
-                    self._notify()
+                reply = self.reply
+                if reply is not None:  # `_notify`, on the hot path
+                    if type(reply) is _Task:
+                        self.reply = None
+                        _reschedule(reply)
+                    else:
+                        reply.settled(self)
         else:
             self._late(result)
         if plan.draining and not plan.running:
