@@ -23,8 +23,9 @@ from ..exceptions import InvalidArguments, SchemaError, ToolRejected
 from ..schema import ToolDescriptor, descriptor_from_json_schema
 from ..schema._notes import json_type
 from ..tools import CallContext, ToolBase, check_tool_name
+from ._quick_schema import quick_check
 
-__all__ = ["JsonSchemaTool", "schema_descriptor", "schema_validator"]
+__all__ = ["JsonSchemaTool", "SchemaCheck", "schema_descriptor", "schema_validator"]
 
 # What the IR is made from when the whole schema does not parse (e.g. `allOf` over non-objects).
 _IR_KEYS = ("type", "properties", "required", "$defs", "definitions", "description", "title")
@@ -39,7 +40,18 @@ def schema_validator(schema: Mapping[str, Any]) -> Any:
     fails the call that meets it, naming the schema's problem (`decode_checked`).
     """
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
+    return SchemaCheck(cls(schema), quick_check(schema))
+
+
+class SchemaCheck:
+    """A schema's validator, and its quick yes for plain instances (`_quick_schema`), if any."""
+
+    __slots__ = ("quick", "schema", "validator")
+
+    def __init__(self, validator: Any, quick: Callable[[Any], bool] | None) -> None:
+        self.validator = validator
+        self.schema = validator.schema
+        self.quick = quick
 
 
 def schema_descriptor(name: str, description: str, schema: Mapping[str, Any], **extra: Any) -> ToolDescriptor:
@@ -61,8 +73,8 @@ def schema_descriptor(name: str, description: str, schema: Mapping[str, Any], **
     return msgspec.structs.replace(descriptor, input_schema=dict(schema))
 
 
-def decode_checked(validator: Any, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
-    """JSON text or a mapping -> a dict that `validator` accepts.
+def decode_checked(check: SchemaCheck, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+    """JSON text or a mapping -> a dict that `check`'s schema accepts.
 
     Raises:
         InvalidArguments: not JSON, not an object, or the schema refuses it (with the JSON path).
@@ -85,7 +97,11 @@ def decode_checked(validator: Any, raw: str | bytes | Mapping[str, Any]) -> dict
         raise InvalidArguments(
             f"Expected `object`, got `{type(value).__name__}`; the arguments must be one JSON object"
         )
-    checked: dict[str, Any] = _drop_null_defaults(validator.schema, value)
+    checked: dict[str, Any] = _drop_null_defaults(check.schema, value)
+    quick = check.quick
+    if quick is not None and quick(checked):
+        return checked
+    validator = check.validator
     try:
         error = best_match(validator.iter_errors(checked))
     except (
