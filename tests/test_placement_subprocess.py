@@ -19,6 +19,8 @@ from typing import Any
 import placement_tools as pt
 import pytest
 import trio
+import trio.lowlevel
+import trio.testing
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,6 +32,7 @@ from runtime import (
     ToolCall,
     ToolDefinitionError,
     ToolSet,
+    ToolSuccess,
     open_runtime,
     reporting,
     tool,
@@ -621,6 +624,53 @@ class _InterruptedPool:
 def interrupted() -> int:
     """Never runs: its placement is interrupted first."""
     return 1
+
+
+class _AnsweringPool(_InterruptedPool):
+    """Answers in its caller's task, waiting (`waits`) for the other process or not (a reply
+    already there)."""
+
+    def __init__(self, waits: bool) -> None:
+        self.waits = waits
+
+    async def call(self, call: ToolCall, arguments: bytes, ctx: Any, timeout: float | None) -> Any:
+        if self.waits:
+            await trio.lowlevel.checkpoint()
+        return ToolSuccess(call_id=call.id, tool=call.name, content="1", value=1)
+
+
+@tool(placement=_InCallerPlacement(_AnsweringPool(waits=False)))
+def answers_at_once() -> int:
+    """Never runs here: its placement answers."""
+    return 1
+
+
+@tool(placement=_InCallerPlacement(_AnsweringPool(waits=True)))
+def answers_after_waiting() -> int:
+    """Never runs here: its placement answers."""
+    return 1
+
+
+@pytest.mark.parametrize("name", ["answers_at_once", "answers_after_waiting"])
+async def test_a_call_run_in_its_callers_task_is_a_checkpoint_whether_or_not_it_waited(name: str) -> None:
+    """trio's rule for `rt.call` holds on the in-caller path: a cancel point and a schedule point,
+    the extra one kept only when the call's own code did not yield (other tasks run either way)."""
+    async with open_runtime([answers_at_once, answers_after_waiting], tracing=False) as rt:
+        for _ in range(3):
+            with trio.testing.assert_checkpoints():
+                result = await rt.call(call(name))
+            assert isinstance(result, ToolSuccess)
+            assert result.value == 1
+        ran_meanwhile = []
+
+        async def other() -> None:
+            ran_meanwhile.append(1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            for _ in range(10):  # a loop of calls never starves another task
+                await rt.call(call(name))
+            assert ran_meanwhile == [1]
 
 
 async def test_a_keyboard_interrupt_in_the_callers_task_is_the_callers_not_the_tools() -> None:

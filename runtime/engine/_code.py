@@ -53,14 +53,16 @@ class InContext(Generator[Any, Any, Any]):
     A call's code runs in a copy of its caller's contextvars on every path: the caller's
     OpenTelemetry context, request ids and the like reach the tool, and what the tool sets
     stays in its call. An object with `send`/`throw` rather than a generator: a parked call
-    keeps this (56 bytes) instead of a generator frame.
+    keeps this (64 bytes) instead of a generator frame. `suspended`: the coroutine has yielded
+    to trio at least once (it passed a schedule point).
     """
 
-    __slots__ = ("_context", "_coro")
+    __slots__ = ("_context", "_coro", "suspended")
 
     def __init__(self, context: contextvars.Context, coro: Any) -> None:
         self._context = context
         self._coro = coro
+        self.suspended = False
 
     def __await__(self) -> Generator[Any, Any, Any]:
         return self
@@ -69,10 +71,14 @@ class InContext(Generator[Any, Any, Any]):
         return self
 
     def __next__(self) -> Any:
-        return self._context.run(self._coro.send, None)
+        trap = self._context.run(self._coro.send, None)
+        self.suspended = True  # it yielded: a trap goes to trio
+        return trap
 
     def send(self, value: Any) -> Any:
-        return self._context.run(self._coro.send, value)
+        trap = self._context.run(self._coro.send, value)
+        self.suspended = True
+        return trap
 
     def throw(self, typ: Any, value: Any = None, tb: Any = None) -> Any:
         # Trio's answer to a trap (Cancelled, ...) goes into the tool, in its context.

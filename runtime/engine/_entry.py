@@ -85,6 +85,7 @@ class Entry(Steps):
         deadline = _INF if timeout is None else trio.current_time() + timeout
         c = self.prepare(call, metadata, deadline, timeout, None, 0, principal, scope)
         pipeline = self.pipeline
+        suspended = False
         try:
             plan = c.plan
             if pipeline is not None or (plan is not None and plan.policies):
@@ -105,10 +106,11 @@ class Entry(Steps):
                 ):
                     await self._wait_room(c)
                 elif c.state is RUNNING and (runner := plan.in_caller) is not None and c.executor is runner:
-                    await runner.run(c)  # here, in this task: no hop to a worker and back
+                    suspended = await runner.run(c)  # here, in this task: no hop to a worker and back
             state = c.state
             if state is DONE:
-                await _cancel_shielded_checkpoint()
+                if not suspended:  # trio's rule: a schedule point, unless the tool's code gave one
+                    await _cancel_shielded_checkpoint()
             elif c.expires == _INF and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope
                 await c.wait()
             else:

@@ -185,23 +185,26 @@ class InCaller(_Outside):
             return
         self.running.add(call)
 
-    async def run(self, call: Call) -> None:
-        """Run the started `call` here, to its report. Raises only what is the caller's: its
+    async def run(self, call: Call) -> bool:
+        """Run the started `call` here, to its report; True if its code yielded to trio on the
+        way (the caller has had its schedule point then). Raises only what is the caller's: its
         own cancellation, or a KeyboardInterrupt / SystemExit delivered to its task."""
         raised: BaseException | None = None
+        body = self._body(call)
         with trio.CancelScope(deadline=call.deadline) as scope:
             call.job = scope
             if self._killed:
                 scope.cancel()
             try:
-                value = await self._body(call)
+                value = await body
             except BaseException as exc:  # sorted out below, outside this call's own scope
                 raised = exc
         self.running.discard(call)
+        suspended: bool = getattr(body, "suspended", False)
         if raised is None:
             call.returned(value)
             self._plan.mailbox.release()
-            return
+            return suspended
         try:
             if isinstance(raised, KeyboardInterrupt | SystemExit):
                 raise raised  # delivered to this (the caller's) task: the caller's, not the tool's
@@ -219,3 +222,4 @@ class InCaller(_Outside):
         else:  # the tool's own failure (a worker that died, a Cancelled that is not its own)
             call.raised(raised)
         self._plan.mailbox.release()
+        return suspended
