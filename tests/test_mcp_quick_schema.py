@@ -169,8 +169,29 @@ def test_common_schemas_get_a_quick_check_and_what_it_cannot_know_does_not() -> 
         {"type": "number", "exclusiveMinimum": True},
         {"enum": [1, 2]},
         {"type": "strng"},
+        # a keyword present with a null value: the validator applies it (or refuses the schema)
+        {"type": "object", "additionalProperties": None, "properties": {"a": {"type": "string"}}},
+        {"type": "object", "properties": {"a": {"type": None}}},
+        {"type": "array", "items": None},
+        {"properties": None},
+        {"required": None},
+        {"$schema": None, "type": "object"},
     ):
         assert quick_check(unknown) is None, unknown
+    assert quick_check({"type": "integer", "default": None, "description": None}) is not None  # annotations
+
+
+def test_a_null_keyword_is_the_validators_to_judge_end_to_end() -> None:
+    """`"additionalProperties": null` refuses extra keys in the validator; the quick check never
+    says yes to them (a review found it taking the null for an absent keyword)."""
+    from runtime.exceptions import InvalidArguments
+    from runtime.mcp._schema_tool import decode_checked, schema_validator
+
+    check = schema_validator(
+        {"type": "object", "additionalProperties": None, "properties": {"a": {"type": "string"}}}
+    )
+    with pytest.raises(InvalidArguments):
+        decode_checked(check, {"a": "x", "zzz": 1})
 
 
 class _Decimalish(dict):  # type: ignore[type-arg]

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import placement_tools as pt
 import pytest
 import trio
@@ -31,6 +32,7 @@ from runtime import (
     RestartPolicy,
     ToolCall,
     ToolDefinitionError,
+    ToolFailure,
     ToolSet,
     ToolSuccess,
     open_runtime,
@@ -39,7 +41,7 @@ from runtime import (
 )
 from runtime.embed import RuntimeThread
 from runtime.placement import InProcess, Placement, Subprocess
-from runtime.tools import PlacementStatistics
+from runtime.tools import PlacementStatistics, Tool
 from runtime.tracing import Tracing
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc: Linux")
@@ -626,6 +628,10 @@ def interrupted() -> int:
     return 1
 
 
+class _NoArgs(msgspec.Struct):
+    pass
+
+
 class _AnsweringPool(_InterruptedPool):
     """Answers in its caller's task, waiting (`waits`) for the other process or not (a reply
     already there)."""
@@ -671,6 +677,36 @@ async def test_a_call_run_in_its_callers_task_is_a_checkpoint_whether_or_not_it_
             for _ in range(10):  # a loop of calls never starves another task
                 await rt.call(call(name))
             assert ran_meanwhile == [1]
+
+
+class _RaisesAtOnce(Tool[_NoArgs, int]):
+    """An in-caller tool whose code fails before its coroutine exists (`dispatch` raises)."""
+
+    name = "raises_at_once"
+    description = "Raises before its coroutine exists."
+    in_caller = True
+
+    async def execute(self, args: _NoArgs) -> int:  # pragma: no cover - dispatch raises first
+        return 1
+
+    def dispatch(self, args: Any, ctx: Any) -> Any:
+        raise ValueError("failed before it began")
+
+
+async def test_a_call_in_its_callers_task_that_fails_before_it_begins_is_an_error_and_frees_its_slot() -> (
+    None
+):
+    """The tool's own failure, however early, is its ERROR result: it never escapes `rt.call`,
+    and the call's slot and count are given back (a review found it escaping, the slot held)."""
+    async with open_runtime([_RaisesAtOnce()], tracing=False) as rt:
+        for i in range(3):
+            result = await rt.call(ToolCall(id=str(i), name="raises_at_once", arguments="{}"))
+            assert isinstance(result, ToolFailure)
+            assert result.kind is FailureKind.ERROR
+            assert "failed before it began" in result.message
+        stats = rt.statistics().tools["raises_at_once"]
+        assert stats.in_flight == 0
+        assert stats.failures == {"error": 3}
 
 
 async def test_a_keyboard_interrupt_in_the_callers_task_is_the_callers_not_the_tools() -> None:

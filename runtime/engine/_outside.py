@@ -190,12 +190,13 @@ class InCaller(_Outside):
         way (the caller has had its schedule point then). Raises only what is the caller's: its
         own cancellation, or a KeyboardInterrupt / SystemExit delivered to its task."""
         raised: BaseException | None = None
-        body = self._body(call)
+        body: Any = None
         with trio.CancelScope(deadline=call.deadline) as scope:
             call.job = scope
             if self._killed:
                 scope.cancel()
             try:
+                body = self._body(call)  # may raise at once: the tool's code starts here
                 value = await body
             except BaseException as exc:  # sorted out below, outside this call's own scope
                 raised = exc

@@ -81,7 +81,7 @@ def quick_check(schema: Mapping[str, Any]) -> Check | None:
     """A test that says True only for instances `schema` accepts, or None when the schema uses
     anything it does not know (then every call goes to the validator)."""
     draft = schema.get("$schema")
-    if draft is not None and not (isinstance(draft, str) and any(d in draft for d in _DRAFTS)):
+    if "$schema" in schema and not (isinstance(draft, str) and any(d in draft for d in _DRAFTS)):
         return None
     if _refers(schema):
         return None  # references are the validator's to resolve
@@ -115,6 +115,8 @@ def _compile(schema: Any) -> Check:
         return lambda x: True
     if not isinstance(schema, dict) or not set(schema) <= _KNOWN:
         raise _Unknown
+    if any(value is None and key not in _ANNOTATIONS for key, value in schema.items()):
+        raise _Unknown  # `"additionalProperties": null` and the like: the validator's to judge
     tests: list[Check] = []
     kind = schema.get("type")
     if kind is not None:
