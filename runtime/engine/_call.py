@@ -20,36 +20,54 @@ deadline, its caller's cancellation, a crash, shutdown), and a result that comes
 is late: dropped, and counted as abandoned work when its code ran on past a grace.
 
 The caller enforces every deadline itself: it waits until `expires`, and a call whose code
-ignores its cancellation is answered TIMEOUT a grace after its deadline (`lapse`).
+ignores its cancellation is answered TIMEOUT a grace after its deadline (`lapse`): the waiter's
+side, engine/_waiting.py. The states and the executor and reply protocols: engine/_states.py.
 """
 
 from __future__ import annotations
 
 import contextvars
-import enum
 import logging
 import math
 import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext
 from ._outcome import failure
+from ._states import (
+    ABANDON_GRACE,
+    CANCELLED_MESSAGE,
+    DONE,
+    QUEUED,
+    REPORTED,
+    RUNNING,
+    CallState,
+    Executor,
+    Reply,
+)
+from ._waiting import Waiting
 
 if TYPE_CHECKING:
     from ._plan import ToolPlan
 
-__all__ = ["ABANDON_GRACE", "CANCELLED_MESSAGE", "Call", "CallState", "Executor", "Reply"]
+__all__ = [
+    "ABANDON_GRACE",
+    "CANCELLED_MESSAGE",
+    "DONE",
+    "QUEUED",
+    "REPORTED",
+    "RUNNING",
+    "Call",
+    "CallState",
+    "Executor",
+    "Reply",
+]
 
 log = logging.getLogger("runtime.engine")
-
-ABANDON_GRACE = 0.05
-"""Seconds a running call gets to end after its cancellation before its caller answers it."""
-
-CANCELLED_MESSAGE = "the call was cancelled by its caller"
 
 _copy_context = contextvars.copy_context
 _INF = math.inf
@@ -57,49 +75,7 @@ _Task = trio.lowlevel.Task
 _reschedule = trio.lowlevel.reschedule
 
 
-class CallState(enum.Enum):
-    """Where a call is: QUEUED (not running yet), RUNNING, DONE (answered), REPORTED (counted)."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    REPORTED = "reported"
-
-
-QUEUED = CallState.QUEUED
-RUNNING = CallState.RUNNING
-DONE = CallState.DONE
-REPORTED = CallState.REPORTED
-
-
-class Executor(Protocol):
-    """Where a tool's calls run. It starts a call, cancels it on request, and reports its end
-    through the call (`returned`, `raised`, `stopped`, `lost`); it knows nothing of failure
-    kinds, features, spans, policies or supervision. Each frees its mailbox slot itself, when
-    what the call held (a worker task, a thread, a process) is free again."""
-
-    def start(self, call: Call) -> None:
-        """Run `call` (already admitted); `call.start()` says whether it still should."""
-
-    def cancel(self, call: Call) -> None:
-        """Stop a running `call` (its deadline, its caller); it reports `stopped` when it has."""
-
-    stuck: int
-    """Slots held by work that was answered but could not be stopped (blocked threads)."""
-
-    holds: bool
-    """A started call holds a slot until the executor frees it (False: it ends within `start`)."""
-
-
-class Reply(Protocol):
-    """Who waits for a call other than one trio task: a batch, an asyncio future."""
-
-    def settled(self, call: Call) -> None: ...
-
-    def expire_at(self, when: float) -> None: ...
-
-
-class Call:
+class Call(Waiting):
     """One tool call on its way (see the module docstring for its states).
 
     Attributes:
@@ -433,102 +409,6 @@ class Call:
                 now - self.settled_at,
                 "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
             )
-
-    # -- the waiter's side ---------------------------------------------------------------
-
-    def expire_at(self, when: float) -> None:
-        """The waiter must look again by `when` at the latest."""
-        if when < self.expires:
-            self.expires = when
-            waiter = self.waiter
-            if waiter is not None:
-                if when < waiter.deadline:
-                    waiter.deadline = when
-            else:
-                reply = self.reply
-                if reply is not None and type(reply) is not trio.lowlevel.Task:
-                    reply.expire_at(when)
-
-    async def wait(self) -> None:
-        """Park the calling trio task until the call is settled (a checkpoint either way)."""
-        if self.state is DONE:
-            await trio.lowlevel.checkpoint()
-            return
-        self.reply = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
-
-    def _abort(self, _: object) -> trio.lowlevel.Abort:
-        self.reply = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    def lapse(self) -> None:
-        """`expires` passed and the call is not answered: a queued call times out; a running one
-        is cancelled, and answered a grace later if it ignores that (abandoned)."""
-        state = self.state
-        if state is QUEUED:
-            self.fail(FailureKind.TIMEOUT, self.timeout_message())
-        elif state is RUNNING:
-            if not self.interrupted:
-                self.interrupted = True
-                self.expires = trio.current_time() + ABANDON_GRACE  # the waiter reads it again
-                executor = self.executor
-                assert executor is not None
-                executor.cancel(self)
-            else:
-                self.give_up(
-                    FailureKind.TIMEOUT,
-                    f"{self.timeout_message()}; it did not stop when cancelled and was abandoned",
-                )
-
-    def abandon(self, kind: FailureKind, message: str) -> None:
-        """The caller stops waiting (its cancellation, shutdown): a queued call is answered now,
-        a running one cancelled (its later result is dropped)."""
-        state = self.state
-        if state is QUEUED:
-            self.fail(kind, message)
-        elif state is RUNNING:
-            self.cancelled = cancelled = kind is FailureKind.CANCELLED
-            if cancelled and self.passed and any(gate.keeps(self) for gate in self.gates[: self.passed]):  # type: ignore[index]  # passed > 0: it has gates
-                self.handed = True  # identical calls wait for this work: it runs on for them,
-                self.fail(kind, message)  # and its caller, who left, is answered now
-                return
-            self.interrupted = True
-            executor = self.executor
-            assert executor is not None
-            executor.cancel(self)
-
-    def stop_handed(self) -> None:
-        """The calls its work ran on for have all ended too: cancel it now (as `abandon` would
-        have), its late result dropped."""
-        if self.handed and not self.interrupted:
-            self.handed = False
-            self.interrupted = True
-            plan = self.plan
-            if plan is not None:  # an orphan now: counted as abandoned if it runs on past a grace
-                plan.counters.orphans[self] = trio.current_time() + ABANDON_GRACE
-            executor = self.executor
-            assert executor is not None
-            executor.cancel(self)
-
-    def give_up(self, kind: FailureKind, message: str) -> None:
-        """Answer a running call whose code did not stop when cancelled: abandoned (counted)."""
-        if self.ctx is not None:
-            self.ctx.abandoned = True
-        plan = self.plan
-        if self.handed:  # answered already; the calls its work went on for hear this now
-            self.handed = False
-            if plan is not None:
-                plan.counters.orphans[self] = self.settled_at
-            result = failure(self.call, kind, message)
-            for gate in self.gates[: self.passed]:  # type: ignore[index]  # handed: it has gates
-                gate.given_up(self, result)
-            return
-        if self.fail(kind, message) and plan is not None and self in plan.counters.orphans:
-            plan.counters.orphans[self] = self.settled_at  # known to ignore cancellation already
-
-    def timeout_message(self) -> str:
-        limit = f"{self.limit:g}s" if self.limit is not None else "its deadline"
-        return f"tool {self.call.name!r} did not finish within {limit}"
 
     # -- the end ------------------------------------------------------------------------
 
