@@ -77,12 +77,10 @@ class Executors:
         threads: its kept threads (a sync tool), if any.
         host: its host-loop tasks, if any.
         placement: where it runs, if in other processes.
-        asks: its calls need approval (requires_approval).
         needs_context: its calls need a CallContext.
     """
 
     __slots__ = (
-        "asks",
         "capacity",
         "executor",
         "host",
@@ -100,7 +98,7 @@ class Executors:
         self.placement: Placement | None = (
             placement if placement is not None and not placement.in_process else None
         )
-        asks = self.asks = options.requires_approval is not False
+        asks = options.requires_approval is not False
         # a policy's is made when it asks; a stream's chunks reach its caller's handler with it
         self.needs_context = tool.takes_context or asks or tool.streams
         self.threads: Threads | None = None

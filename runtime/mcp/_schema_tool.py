@@ -46,11 +46,10 @@ def schema_validator(schema: Mapping[str, Any]) -> Any:
 class SchemaCheck:
     """A schema's validator, and its quick yes for plain instances (`_quick_schema`), if any."""
 
-    __slots__ = ("quick", "schema", "validator")
+    __slots__ = ("quick", "validator")
 
     def __init__(self, validator: Any, quick: Callable[[Any], bool] | None) -> None:
         self.validator = validator
-        self.schema = validator.schema
         self.quick = quick
 
 
@@ -97,7 +96,7 @@ def decode_checked(check: SchemaCheck, raw: str | bytes | Mapping[str, Any]) -> 
         raise InvalidArguments(
             f"Expected `object`, got `{type(value).__name__}`; the arguments must be one JSON object"
         )
-    checked: dict[str, Any] = _drop_null_defaults(check.schema, value)
+    checked: dict[str, Any] = _drop_null_defaults(check.validator.schema, value)
     quick = check.quick
     if quick is not None and quick(checked):
         return checked
