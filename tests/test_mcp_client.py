@@ -25,6 +25,7 @@ import mcp_types as types
 import msgspec
 import pytest
 import trio
+import trio.testing
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -422,6 +423,36 @@ async def test_calls_in_flight_when_the_server_dies_fail_unavailable_and_none_ha
                 await all_running.wait()  # the five calls are running on the server
                 failed(await rt.call(call("crash", {"after": 0.0})), FailureKind.UNAVAILABLE)
             assert [r.kind for r in results] == [FailureKind.UNAVAILABLE] * 5
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_connection_given_up_while_its_server_runs_ends_the_calls_waiting_on_it(mode: str) -> None:
+    """The client gives a connection up without its stream ending (here: a call answered with
+    the SDK's connection-closed error): calls still waiting on it fail UNAVAILABLE at once,
+    from rt.call (the caller's task) and from call_many (the worker tasks), and it reconnects."""
+    spec = mcp.stdio(sys.executable, [RAW, "--lose"], mode=mode, name="raw")
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[spec]) as rt:
+            waiting: list[Any] = []
+            async with trio.open_nursery() as nursery:
+
+                async def one() -> None:
+                    waiting.append(await rt.call(call("hang", id="alone")))
+
+                async def batch() -> None:
+                    waiting.extend(await rt.call_many([call("hang", id=f"b{i}") for i in range(3)]))
+
+                nursery.start_soon(one)
+                nursery.start_soon(batch)
+                await trio.testing.wait_all_tasks_blocked()  # the four requests are with the server
+                lost = failed(await rt.call(call("lose")), FailureKind.UNAVAILABLE)
+                assert "was lost during the call (Connection closed)" in lost.message
+            assert sorted(r.call_id for r in waiting) == ["alone", "b0", "b1", "b2"]
+            for result in waiting:
+                assert failed(result, FailureKind.UNAVAILABLE)
+                assert "was lost during the call" in result.message
+            sent = json.loads(ok(await until_ok(rt, call("good", {"x": 1}))).content)  # reconnected
+            assert sent == {"tool": "good", "arguments": {"x": 1}}
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -96,11 +96,10 @@ _CLIENT_INFO = Implementation(name="tool-runtime", version="0.1.0")
 class _Link:
     """One session with the server; replaced at every reconnect."""
 
-    __slots__ = ("calls", "client", "dirty", "lost", "wake")
+    __slots__ = ("client", "dirty", "lost", "wake")
 
     def __init__(self) -> None:
         self.client: Client | None = None
-        self.calls: set[trio.CancelScope] = set()
         self.dirty = False
         self.lost: str | None = None
         self.wake = trio.Event()
@@ -113,10 +112,6 @@ class _Link:
         if self.lost is None:
             self.lost = reason
         self.wake.set()
-
-    def close(self) -> None:
-        for scope in self.calls:
-            scope.cancel()
 
     async def on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -276,7 +271,6 @@ class RemoteServer:
                     self.link = None
                     link.mark_lost("the connection was closed")  # unless it already had a reason
                     self.last_error = link.lost or "the connection was closed"  # what calls are told now
-                    link.close()
                     nursery.cancel_scope.cancel()
         if connecting.cancelled_caught:
             return f"no answer within {spec.connect_timeout:g}s"
@@ -307,7 +301,6 @@ class RemoteServer:
                     await held.serve(link)
                 finally:
                     link.mark_lost("the principal's session was closed")
-                    link.close()
         if connecting.cancelled_caught:
             raise ToolUnavailable(f"no answer within {spec.connect_timeout:g}s")
 
@@ -439,42 +432,41 @@ class RemoteServer:
                 with trace.use_span(span, end_on_exit=False):
                     await ctx.report_progress(progress, total, message)
 
-        with trio.CancelScope() as scope:
-            link.calls.add(scope)
-            serving = (tool.name, ctx.call_id if ctx is not None else None)
-            self._in_flight[id(scope)] = serving
-            token = _serving.set(serving)
-            try:
-                # Progress is asked for only when someone hears it (no token, no notifications).
-                wanted = on_progress if ctx is not None and ctx.hears_progress else None
-                result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
-                if self.spec.max_links and any(isinstance(b, types.ResourceLink) for b in result.content):
-                    result = await self._read_links(client, result)
-                return result
-            except MCPError as exc:
-                if exc.code == MISSING_REQUIRED_CLIENT_CAPABILITY:  # 2026-07-28: -32021
-                    raise CannotAsk(_missing_capability(self.name, exc)) from None
-                if _connection_gone(exc, link) or _session_gone(exc):
-                    link.mark_lost(f"the connection was lost during a call ({exc.error.message})")
-                    raise ToolUnavailable(
-                        f"the connection to MCP server {self.name!r} was lost during the call "
-                        f"({exc.error.message}); reconnecting"
-                    ) from None
-                if exc.code == INVALID_PARAMS:
-                    raise ToolRejected(exc.error.message) from None
-                raise
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                link.mark_lost(f"the connection broke during a call ({exc!r})")
+        serving = (tool.name, ctx.call_id if ctx is not None else None)
+        key = id(serving)  # unique while the call runs: it holds `serving`
+        self._in_flight[key] = serving
+        token = _serving.set(serving)
+        try:
+            # Progress is asked for only when someone hears it (no token, no notifications).
+            wanted = on_progress if ctx is not None and ctx.hears_progress else None
+            result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
+            if self.spec.max_links and any(isinstance(b, types.ResourceLink) for b in result.content):
+                result = await self._read_links(client, result)
+            return result
+        except MCPError as exc:
+            if exc.code == MISSING_REQUIRED_CLIENT_CAPABILITY:  # 2026-07-28: -32021
+                raise CannotAsk(_missing_capability(self.name, exc)) from None
+            if _connection_gone(exc, link) or _session_gone(exc):
+                # A link that ends (its server exited, another call lost it, the runtime
+                # closes) wakes the calls still waiting on it as its Client closes: the SDK
+                # answers them CONNECTION_CLOSED (no cancel scope of our own per call).
+                reason = link.lost or exc.error.message
+                link.mark_lost(f"the connection was lost during a call ({exc.error.message})")
                 raise ToolUnavailable(
-                    f"the connection to MCP server {self.name!r} broke during the call; reconnecting"
+                    f"the connection to MCP server {self.name!r} was lost during the call "
+                    f"({reason}); reconnecting"
                 ) from None
-            finally:
-                _serving.reset(token)
-                del self._in_flight[id(scope)]
-                link.calls.discard(scope)
-        raise ToolUnavailable(
-            f"MCP server {self.name!r} was lost during the call ({link.lost}); reconnecting"
-        )
+            if exc.code == INVALID_PARAMS:
+                raise ToolRejected(exc.error.message) from None
+            raise
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            link.mark_lost(f"the connection broke during a call ({exc!r})")
+            raise ToolUnavailable(
+                f"the connection to MCP server {self.name!r} broke during the call; reconnecting"
+            ) from None
+        finally:
+            _serving.reset(token)
+            del self._in_flight[key]
 
     async def _read_links(self, client: Client, result: types.CallToolResult) -> types.CallToolResult:
         """The result with its `resource_link`s read (`resources/read`), within `max_links` and
