@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Coroutine
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -398,17 +399,23 @@ class RemoteServer:
             return next(iter(self._in_flight.values()))
         return None, None
 
-    async def call(self, tool: McpTool, args: Any, ctx: CallContext | None) -> types.CallToolResult:
-        """Send one `tools/call` for `tool` with its checked `args`.
+    def call(
+        self, tool: McpTool, args: Any, ctx: CallContext | None
+    ) -> Coroutine[Any, Any, types.CallToolResult]:
+        """Send one `tools/call` for `tool` with its checked `args` (a coroutine to await).
 
         Raises:
             ToolUnavailable: not connected, or the connection dropped during the call.
             ToolRejected: the server refused the arguments (JSON-RPC invalid params).
             MCPError: any other error the server answered with (reported as ERROR).
         """
-        pool = self.pool
-        if pool is None:
-            return await self._call_over(self.link, tool, args, ctx)
+        if self.pool is None:  # the one session: no coroutine of ours in between
+            return self._call_over(self.link, tool, args, ctx)
+        return self._call_pooled(self.pool, tool, args, ctx)
+
+    async def _call_pooled(
+        self, pool: SessionPool, tool: McpTool, args: Any, ctx: CallContext | None
+    ) -> types.CallToolResult:
         held = await pool.acquire(ctx.principal if ctx is not None else None)
         try:
             return await self._call_over(held.link, tool, args, ctx)

@@ -141,10 +141,10 @@ def _drop_null_defaults(schema: Any, value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _has_null(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(v is None or _has_null(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_null(v) for v in value)
+    """A null anywhere in decoded JSON (a plain loop: every MCP call's arguments pass here)."""
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        if item is None or ((type(item) is dict or type(item) is list) and _has_null(item)):
+            return True
     return False
 
 
