@@ -52,6 +52,7 @@ import msgspec
 import trio
 from mcp import Client, MCPError
 from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import (
     CONNECTION_CLOSED,
@@ -432,20 +433,13 @@ class RemoteServer:
             )
         arguments = msgspec.to_builtins(args)
 
-        span = trace.get_current_span()  # the call's span; the SDK calls back from its own task
-
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            if ctx is not None:  # our caller hears of it as of a local tool's (span event, handler)
-                with trace.use_span(span, end_on_exit=False):
-                    await ctx.report_progress(progress, total, message)
-
         serving = (tool.name, ctx.call_id if ctx is not None else None)
         key = id(serving)  # unique while the call runs: it holds `serving`
         self._in_flight[key] = serving
         token = _serving.set(serving)
         try:
             # Progress is asked for only when someone hears it (no token, no notifications).
-            wanted = on_progress if ctx is not None and ctx.hears_progress else None
+            wanted = _progress_to(ctx) if ctx is not None and ctx.hears_progress else None
             result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
             if self.spec.max_links and any(isinstance(b, types.ResourceLink) for b in result.content):
                 result = await self._read_links(client, result)
@@ -541,6 +535,19 @@ async def _ask_info_logs(client: Client) -> None:
             await client.set_logging_level("info")
     except MCPError as exc:
         log.debug("logging/setLevel refused: %s", exc.error.message)
+
+
+def _progress_to(ctx: CallContext) -> ProgressFnT:
+    """The SDK's progress callback for a call whose caller hears progress: reported through the
+    call's context (span event, handler), with the call's span current (the SDK calls back
+    from its own task)."""
+    span = trace.get_current_span()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        with trace.use_span(span, end_on_exit=False):
+            await ctx.report_progress(progress, total, message)
+
+    return on_progress
 
 
 def _connection_gone(exc: MCPError, link: _Link) -> bool:
