@@ -95,6 +95,13 @@ class FdFrames:
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(self._out)
 
+    async def reply(self) -> bytes | bytearray | None:
+        """`read` right after a request was written: with nothing buffered, the answer can only
+        come later, so it waits for the pipe first (no read that fails EAGAIN, no exception)."""
+        if not self._buffer:
+            await trio.lowlevel.wait_readable(self._in)
+        return await self.read()
+
     async def read(self) -> bytes | bytearray | None:
         """The next frame's body, or None at the end of the stream (the child is gone).
 

@@ -253,7 +253,8 @@ class _Pool(ReplicaPool[_Worker]):
 
     def _release(self, worker: _Worker) -> None:
         self._idle.append(worker)
-        self._idle_lot.unpark()
+        if self._idle_lot:  # a call waits for a worker
+            self._idle_lot.unpark()
 
     async def _acquire(self) -> _Worker:
         """An idle worker: the one that answered last (a stack, not a queue: its caches and its
@@ -355,7 +356,7 @@ class _Pool(ReplicaPool[_Worker]):
         try:
             try:
                 await worker.frames.write(data)
-                answer = await worker.frames.read()
+                answer = await worker.frames.reply()
                 while answer is not None:
                     reply = decode_reply(answer)
                     if isinstance(reply, Piece):  # a large result: the loop runs between its pieces
