@@ -316,6 +316,14 @@ def write() -> Path:
         lines += ["## MCP (benchmarks/bench_mcp.py)", "", f"Run {mcp['when']}.", ""]
         lines += _ratio_table(mcp["rows"])
         lines.append("")
+        if mcp.get("instructions"):
+            lines += [
+                "The calling process's own work, in instructions (callgrind; wall-clock above moves "
+                "5-10% between runs):",
+                "",
+            ]
+            lines += _ratio_table(mcp["instructions"], "instructions")
+            lines.append("")
     placement = _load("placement")
     if placement and placement.get("cluster"):
         lines += _cluster_section(placement["cluster"])

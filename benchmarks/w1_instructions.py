@@ -100,8 +100,8 @@ def _no_aslr() -> list[str]:
     return [setarch, os.uname().machine, "-R"] if setarch else []
 
 
-def instructions(tree: Path, n: int, subject: str = "w1") -> int:
-    """Instructions of one process that makes `n` calls (start-up included)."""
+def callgrind(args: list[str], cwd: Path) -> tuple[int, str]:
+    """(instructions, stderr) of one process `python *args` run under callgrind (start-up included)."""
     with tempfile.TemporaryDirectory(prefix="callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
         env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -113,25 +113,28 @@ def instructions(tree: Path, n: int, subject: str = "w1") -> int:
                 "--tool=callgrind",
                 f"--callgrind-out-file={out}",
                 sys.executable,
-                "-c",
-                CHILD,
-                str(n),
-                subject,
+                *args,
             ],
-            cwd=tree,
+            cwd=cwd,
             env=env,
             capture_output=True,
             check=False,
         )
-        imported = next((line for line in done.stderr.decode().splitlines() if line.endswith(".py")), "")
         if done.returncode != 0 or not out.exists():
-            raise RuntimeError(f"callgrind run failed in {tree}:\n{done.stderr.decode()[-2000:]}")
-        if not Path(imported).resolve().is_relative_to(tree.resolve()):
-            raise RuntimeError(f"the child in {tree} imported runtime from {imported!r}, not its tree")
+            raise RuntimeError(f"callgrind run failed in {cwd}:\n{done.stderr.decode()[-2000:]}")
         found = _TOTAL.search(out.read_bytes())
         if found is None:
             raise RuntimeError(f"no instruction total in {out}")
-        return int(found.group(1))
+        return int(found.group(1)), done.stderr.decode()
+
+
+def instructions(tree: Path, n: int, subject: str = "w1") -> int:
+    """Instructions of one process that makes `n` calls (start-up included)."""
+    total, stderr = callgrind(["-c", CHILD, str(n), subject], tree)
+    imported = next((line for line in stderr.splitlines() if line.endswith(".py")), "")
+    if not Path(imported).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"the child in {tree} imported runtime from {imported!r}, not its tree")
+    return total
 
 
 def per_call(tree: Path, n: int, subject: str = "w1") -> float:
