@@ -18,7 +18,8 @@ Life of a connection (each turn of the loop is one session with the server)::
   so a server that never starts delays nothing: its tools are absent, one log line says why,
   and the connection keeps trying in the background.
 - While disconnected the tools stay registered and fail UNAVAILABLE at once; calls in flight
-  when the connection drops fail UNAVAILABLE too (none hang).
+  when the connection drops fail UNAVAILABLE too (none hang): the session's SDK `Client` is
+  closed, and it answers every request still waiting CONNECTION_CLOSED.
 - Tools are listed when the connection opens and when the server says they changed, never
   per call. A name another tool already has is not taken over: that tool is skipped and logged.
 - A cancelled call cancels its MCP request (the SDK sends `notifications/cancelled`).
