@@ -140,6 +140,13 @@ def host_instructions(subject: str, era: str, n: int) -> float:
     return (total(3 * n) - total(n)) / (2 * n)
 
 
+def _row(workload: str, subject: float, floor: float, note: str) -> Row:
+    """The runtime's figure against the SDK client's."""
+    return Row(
+        workload=workload, subject="runtime", floor="sdk", subject_us=subject, floor_us=floor, note=note
+    )
+
+
 def instruction_rows(quick: bool) -> list[dict[str, object]]:
     if w1_instructions.valgrind() is None:
         print("no valgrind: MCP calls are not counted in instructions")
@@ -148,13 +155,11 @@ def instruction_rows(quick: bool) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for era in ERAS:
         subject, floor = host_instructions("runtime", era, n), host_instructions("sdk", era, n)
-        row = Row(
-            workload=f"mcp call stdio {era}, calling process",
-            subject="runtime",
-            floor="sdk",
-            subject_us=subject,
-            floor_us=floor,
-            note=f"{subject - floor:+,.0f} instructions a call (callgrind, N={n})",
+        row = _row(
+            f"mcp call stdio {era}, calling process",
+            subject,
+            floor,
+            f"{subject - floor:+,.0f} instructions a call (callgrind, N={n})",
         )
         print(f"{row.workload}: {subject:,.0f} vs {floor:,.0f} instructions, {row.ratio:.3f}x")
         rows.append({**dataclasses.asdict(row), "ratio": round(row.ratio, 3)})
@@ -169,16 +174,8 @@ def main(quick: bool = False) -> Report:
         for transport in ("stdio", "http"):
             for era in ERAS:
                 subject, floor = trio.run(_measure, transport, era, url, n)
-                report.add(
-                    Row(
-                        workload=f"mcp call {transport} {era}",
-                        subject="runtime",
-                        floor="sdk",
-                        subject_us=subject,
-                        floor_us=floor,
-                        note=f"{subject - floor:+.0f} us per call; rt.call vs mcp.Client.call_tool",
-                    )
-                )
+                note = f"{subject - floor:+.0f} us per call; rt.call vs mcp.Client.call_tool"
+                report.add(_row(f"mcp call {transport} {era}", subject, floor, note))
     return report
 
 
