@@ -43,11 +43,12 @@ import trio
 
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
 from ..engine._batch import lapse_due
-from ..engine._call import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED, Call
+from ..engine._call import Call
 from ..engine._entry import STREAM_BUFFER, Entry
 from ..engine._open import open_engine
 from ..engine._scope import Prepare, Scope, View
 from ..engine._scoped import collect, completed
+from ..engine._states import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED
 from ..exceptions import RuntimeClosed
 from ..features import Feature
 from ..messages import FailureKind, ToolCall, ToolResult

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import trio
 
-from ._call import DONE, REPORTED, Call
+from ._call import Call
+from ._states import DONE, REPORTED
 
 __all__ = ["Batch", "lapse_due"]
 

@@ -26,7 +26,8 @@ import trio
 
 from ..messages import FailureKind, ToolSuccess
 from ..tools import CallContext, PlacedTool, ToolBase, ToolOptions, chunk_handler, result_encoder, run_to_end
-from ._call import ABANDON_GRACE, Call
+from ._call import Call
+from ._states import ABANDON_GRACE
 from ._stats import ToolCounters
 from ._threads import KeptThreads
 

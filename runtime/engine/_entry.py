@@ -22,8 +22,9 @@ import trio
 
 from ..messages import FailureKind, ToolCall, ToolResult
 from ._batch import Batch, lapse_due
-from ._call import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, RUNNING, Call
+from ._call import Call
 from ._scope import Scope
+from ._states import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, RUNNING
 from ._steps import Steps
 
 __all__ = ["STREAM_BUFFER", "Entry"]

@@ -22,9 +22,10 @@ from typing import Any
 import trio
 
 from ..tools import reraise_own_cancellation
-from ._call import QUEUED, Call
+from ._call import Call
 from ._code import InContext
 from ._plan import ToolPlan
+from ._states import QUEUED
 
 __all__ = ["KEEP_IDLE", "Inline", "WorkerTasks", "awaiting"]
 

@@ -18,8 +18,8 @@ import trio
 
 from ..messages import FailureKind
 from ..tools import Placement, PlacementHost, ToolBase, ToolOptions, is_cancellation
-from ._call import ABANDON_GRACE
 from ._outcome import describe_error
+from ._states import ABANDON_GRACE
 
 if TYPE_CHECKING:
     from ._mailbox import Mailbox

@@ -25,8 +25,9 @@ from typing import Any
 import trio
 
 from ..messages import FailureKind
-from ._call import QUEUED, Call, Executor
+from ._call import Call
 from ._fair import FairQueue
+from ._states import QUEUED, Executor
 
 __all__ = ["Mailbox"]
 

@@ -26,12 +26,13 @@ from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSucces
 from ..tools import Asker, CallContext
 from . import _chain as chain
 from . import _policy as policy
-from ._call import QUEUED, REPORTED, Call
+from ._call import Call
 from ._code import call_chain
 from ._options import Settings
 from ._resilience import Gate, Resilience
 from ._routing import RegistryActor
 from ._scope import Scope
+from ._states import QUEUED, REPORTED
 
 __all__ = ["Steps"]
 
