@@ -86,3 +86,11 @@ async def test_a_hundred_thousand_calls_run_in_bounded_memory_without_leaking() 
     assert kept < KEPT_BOUND, f"the last {TRACED} waves left {kept / 1024:.0f} KiB behind"
     growth = blocks_after_wave_100 - blocks_after_wave_10
     assert growth < BLOCKS_TOLERANCE, f"{growth} more memory blocks after wave 100 than after wave 10"
+
+
+def test_a_call_has_no_dict_of_its_own() -> None:
+    """A parked call is one `Call` object: its halves (`Waiting`, `Attempts`) add no slots, so it
+    keeps no `__dict__` or weak-reference slot beside its own (W4 counts bytes per parked call)."""
+    from runtime.engine._call import Call
+
+    assert (Call.__dictoffset__, Call.__weakrefoffset__) == (0, 0)

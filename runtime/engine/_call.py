@@ -14,14 +14,17 @@
        ▼
     the caller         `report()`: counted, finishing hooks             REPORTED
 
-Every transition is a method here, and only these methods change `state`. A call is settled
+Every transition is a method of `Call`, and only these change `state`: here, and a failed
+attempt's way back to QUEUED (`_again`, engine/_attempts.py). A call is settled
 (DONE) exactly once: the first `settle` wins, whoever makes it (its executor, its caller's
 deadline, its caller's cancellation, a crash, shutdown), and a result that comes after that
 is late: dropped, and counted as abandoned work when its code ran on past a grace.
 
 The caller enforces every deadline itself: it waits until `expires`, and a call whose code
 ignores its cancellation is answered TIMEOUT a grace after its deadline (`lapse`): the waiter's
-side, engine/_waiting.py. The states and the executor and reply protocols: engine/_states.py.
+side, with what becomes of a result that comes late, is engine/_waiting.py; a failed attempt's
+way back to QUEUED under a `Retry` is engine/_attempts.py (`Call`'s other two halves). The states
+and the executor and reply protocols: engine/_states.py.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,7 @@ import trio
 
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext
+from ._attempts import Attempts
 from ._outcome import failure
 from ._states import (
     ABANDON_GRACE,
@@ -45,27 +48,14 @@ from ._states import (
     QUEUED,
     REPORTED,
     RUNNING,
-    CallState,
     Executor,
-    Reply,
 )
 from ._waiting import Waiting
 
 if TYPE_CHECKING:
     from ._plan import ToolPlan
 
-__all__ = [
-    "ABANDON_GRACE",
-    "CANCELLED_MESSAGE",
-    "DONE",
-    "QUEUED",
-    "REPORTED",
-    "RUNNING",
-    "Call",
-    "CallState",
-    "Executor",
-    "Reply",
-]
+__all__ = ["Call"]
 
 log = logging.getLogger("runtime.engine")
 
@@ -75,7 +65,7 @@ _Task = trio.lowlevel.Task
 _reschedule = trio.lowlevel.reschedule
 
 
-class Call(Waiting):
+class Call(Waiting, Attempts):
     """One tool call on its way (see the module docstring for its states).
 
     Attributes:
@@ -345,71 +335,6 @@ class Call(Waiting):
         if plan.draining and not plan.running:
             plan.drained()
 
-    def retried(self, result: ToolFailure) -> bool:
-        """Its `Retry` tries a failure of this kind again, and attempts remain."""
-        retry = self.plan.retry if self.plan is not None else None
-        return retry is not None and result.kind in retry.on and self.attempt < retry.attempts
-
-    def _again(self, result: ToolFailure) -> bool:
-        """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
-        remain and the backoff ends within the caller's deadline. The span hears of each."""
-        plan = self.plan
-        assert plan is not None
-        retry = plan.retry
-        if retry is None or self.cancelled or not self.retried(result):
-            return False
-        if plan.breaker is not None and not plan.breaker.allows_retry():
-            return False  # its circuit opened: the model reads this failure, not a storm of attempts
-        delay = retry.delay(self.attempt + 1, random.random())
-        until = self.until
-        deadline, limit = until if until is not None else (self.deadline, self.limit)
-        now = trio.current_time()
-        if now + delay >= deadline or (self.interrupted and until is None):
-            return False  # no time left (or the caller's own deadline stopped it)
-        ctx = self.ctx
-        if ctx is not None and ctx._observer is not None:
-            ctx._observer.event(
-                ctx,
-                "tool.retry",
-                {"tool.retry.attempt": self.attempt, "tool.retry.outcome": result.kind.value},
-            )
-        plan.counters.retries += 1
-        self.attempt += 1
-        self.state = QUEUED
-        self.interrupted = False
-        self.deadline = self.expires = deadline
-        self.limit = limit
-        waiter = self.waiter
-        if waiter is not None:
-            waiter.deadline = deadline  # its waiter looks again at the caller's deadline, no sooner
-        plan.retry_later(delay, self)
-        return True
-
-    def _late(self, result: ToolResult) -> None:
-        """A result for a call answered already (its caller gave up, a deadline lapsed): dropped.
-        Its work is over now: the places it held in its gates are given back."""
-        plan = self.plan
-        assert plan is not None
-        self.handed = False  # its work is over: nothing left to stop
-        if self.passed:
-            self._leave_gates(result)
-        since = plan.counters.orphans.pop(self, None)
-        if since is None:
-            return
-        if type(result) is ToolFailure and result.kind in _STOPPED:
-            return  # it ended through its cancellation (however late the loop let it): not abandoned
-        now = trio.current_time()
-        if now >= since:
-            plan.counters.abandoned_late += 1
-            log.warning(
-                "tool %r: call %s ended %.3gs after it was answered (it ignored cancellation); "
-                "its result (%s) is dropped",
-                plan.name,
-                self.call.id,
-                now - self.settled_at,
-                "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
-            )
-
     # -- the end ------------------------------------------------------------------------
 
     def transform(self, result: ToolResult) -> None:
@@ -435,6 +360,3 @@ class Call(Waiting):
 
     def __repr__(self) -> str:
         return f"<Call {self.call.id!r} {self.call.name!r} {self.state.value}>"
-
-
-_STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)

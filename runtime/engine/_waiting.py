@@ -8,17 +8,20 @@ deadline and gives up.
     abandon     the caller stops waiting (its cancellation, shutdown); identical calls waiting
                 for its work keep it running (`handed`) until they leave too (`stop_handed`)
     give_up     answer a running call whose code did not stop when cancelled
+    _late       a result for a call answered already: dropped, its gates left, and counted as
+                abandoned work if it came more than a grace after the answer
 
 Every change of state goes through `Call.fail` / `settle` and the executor's `cancel`.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..messages import FailureKind, ToolCall
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
 from ..tools import CallContext
 from ._outcome import failure
 from ._states import ABANDON_GRACE, DONE, QUEUED, RUNNING, CallState
@@ -28,9 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Waiting"]
 
+log = logging.getLogger("runtime.engine")
+
 
 class Waiting:
     """The waiter's half of `Call` (its state is the call's)."""
+
+    if not TYPE_CHECKING:  # no slots of its own, so `Call`'s stay the only ones (no __dict__ per
+        __slots__ = ()  # call); mypy reads the attributes below as the call's
 
     call: ToolCall
     ctx: CallContext | None
@@ -51,6 +59,9 @@ class Waiting:
 
     def fail(self, kind: FailureKind, message: str, error_type: str | None = None) -> bool:
         raise NotImplementedError  # the call's (`Call.fail`)
+
+    def _leave_gates(self, result: ToolResult) -> None:
+        raise NotImplementedError  # the call's (`Call._leave_gates`)
 
     def expire_at(self, when: float) -> None:
         """The waiter must look again by `when` at the latest."""
@@ -145,3 +156,31 @@ class Waiting:
     def timeout_message(self) -> str:
         limit = f"{self.limit:g}s" if self.limit is not None else "its deadline"
         return f"tool {self.call.name!r} did not finish within {limit}"
+
+    def _late(self, result: ToolResult) -> None:
+        """A result for a call answered already (its caller gave up, a deadline lapsed): dropped.
+        Its work is over now: the places it held in its gates are given back."""
+        plan = self.plan
+        assert plan is not None
+        self.handed = False  # its work is over: nothing left to stop
+        if self.passed:
+            self._leave_gates(result)
+        since = plan.counters.orphans.pop(self, None)
+        if since is None:
+            return
+        if type(result) is ToolFailure and result.kind in _STOPPED:
+            return  # it ended through its cancellation (however late the loop let it): not abandoned
+        now = trio.current_time()
+        if now >= since:
+            plan.counters.abandoned_late += 1
+            log.warning(
+                "tool %r: call %s ended %.3gs after it was answered (it ignored cancellation); "
+                "its result (%s) is dropped",
+                plan.name,
+                self.call.id,
+                now - self.settled_at,
+                "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
+            )
+
+
+_STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)

@@ -1,0 +1,82 @@
+"""A call's attempts under its tool's `Retry` (`Call`'s third half, engine/_call.py).
+
+retried   a failure of a kind the Retry takes, with attempts left
+_again    RUNNING -> QUEUED for the next attempt, after its backoff, if that ends within the
+          caller's deadline (the caller's own deadline and timeout come back: `until`)
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, cast
+
+import trio
+
+from ..messages import ToolFailure
+from ..tools import CallContext
+from ._states import QUEUED, CallState
+
+if TYPE_CHECKING:
+    from ._call import Call
+    from ._plan import ToolPlan
+
+__all__ = ["Attempts"]
+
+
+class Attempts:
+    """The retrying half of `Call` (its state is the call's)."""
+
+    if not TYPE_CHECKING:  # no slots of its own, so `Call`'s stay the only ones (no __dict__ per
+        __slots__ = ()  # call); mypy reads the attributes below as the call's
+
+    ctx: CallContext | None
+    plan: ToolPlan | None
+    state: CallState
+    deadline: float
+    expires: float
+    limit: float | None
+    waiter: trio.CancelScope | None
+    cancelled: bool
+    interrupted: bool
+    attempt: int
+    until: tuple[float, float | None] | None
+
+    def retried(self, result: ToolFailure) -> bool:
+        """Its `Retry` tries a failure of this kind again, and attempts remain."""
+        retry = self.plan.retry if self.plan is not None else None
+        return retry is not None and result.kind in retry.on and self.attempt < retry.attempts
+
+    def _again(self, result: ToolFailure) -> bool:
+        """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
+        remain and the backoff ends within the caller's deadline. The span hears of each."""
+        plan = self.plan
+        assert plan is not None
+        retry = plan.retry
+        if retry is None or self.cancelled or not self.retried(result):
+            return False
+        if plan.breaker is not None and not plan.breaker.allows_retry():
+            return False  # its circuit opened: the model reads this failure, not a storm of attempts
+        delay = retry.delay(self.attempt + 1, random.random())
+        until = self.until
+        deadline, limit = until if until is not None else (self.deadline, self.limit)
+        now = trio.current_time()
+        if now + delay >= deadline or (self.interrupted and until is None):
+            return False  # no time left (or the caller's own deadline stopped it)
+        ctx = self.ctx
+        if ctx is not None and ctx._observer is not None:
+            ctx._observer.event(
+                ctx,
+                "tool.retry",
+                {"tool.retry.attempt": self.attempt, "tool.retry.outcome": result.kind.value},
+            )
+        plan.counters.retries += 1
+        self.attempt += 1
+        self.state = QUEUED
+        self.interrupted = False
+        self.deadline = self.expires = deadline
+        self.limit = limit
+        waiter = self.waiter
+        if waiter is not None:
+            waiter.deadline = deadline  # its waiter looks again at the caller's deadline, no sooner
+        plan.retry_later(delay, cast("Call", self))
+        return True
