@@ -7,7 +7,8 @@ Hierarchy::
     ├── ToolRejected                    a tool refused its input (raised by tools: validate / fail)
     │   └── ArtifactMissing             an artifact handle is not the caller's, or it expired
     ├── ToolUnavailable                 a tool's backend is gone (an MCP server, a worker process)
-    │   └── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
+    │   ├── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
+    │   └── CallStopped                 a placement stopped a call because the engine asked it to
     ├── ToolOverloaded                  a tool (or where it runs) has more waiting than it takes
     ├── RemoteToolError                 a tool raised in another process (boxed: type name and message)
     ├── WorkerLost                      the process serving a call died (a signal, an exit, the OOM killer)
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArtifactMissing",
+    "CallStopped",
     "CannotAsk",
     "InvalidArguments",
     "RemoteToolError",
@@ -94,6 +96,14 @@ class CannotAsk(ToolUnavailable):
     """A tool asked back (`ctx.elicit`, `ctx.sample`, `ctx.list_roots`, an approval) and no one
     can answer: no handler was given, or the MCP client did not announce the capability.
     Reported as UNAVAILABLE with the reason; a tool may catch it and go on without the answer.
+    """
+
+
+class CallStopped(ToolUnavailable):
+    """A placement stopped a call's work because the engine asked it to (`PlacedTool.stop`):
+    raised from that call's `PlacedTool.call`. The engine answers the call for the reason it
+    stopped it (its caller left, shutdown, the tool's incarnation ended); should it reach a
+    caller anyway, it reads as UNAVAILABLE.
     """
 
 

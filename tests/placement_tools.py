@@ -252,3 +252,13 @@ if Ray is not None:
                 (Path(notes) / "cancelled").write_text(str(os.getpid()))
             raise
         return os.getpid()
+
+
+@tool(placement=Subprocess(workers=2), restart_on=(Flaky,))
+def restless(pid_file: str = "", fail_now: bool = False) -> int:
+    """Sleep a minute after saying which process it is, or raise a restart_on exception."""
+    if fail_now:
+        raise Flaky("connection poisoned")
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(60)
+    return os.getpid()

@@ -40,6 +40,7 @@ from runtime import (
     tool,
 )
 from runtime.embed import RuntimeThread
+from runtime.exceptions import CallStopped
 from runtime.placement import InProcess, Placement, Subprocess
 from runtime.tools import PlacementStatistics, Tool
 from runtime.tracing import Tracing
@@ -760,3 +761,116 @@ async def test_the_callers_cancellation_meeting_the_calls_deadline_in_its_cleanu
             await rt.call(call("cleans_up"), timeout=1.005)
         assert outer.cancelled_caught
         assert rt.statistics().tools["cleans_up"].failures == {"cancelled": 1}
+
+
+async def test_a_call_run_in_its_callers_task_with_no_deadline_ends_with_its_incarnation(
+    tmp_path: Path,
+) -> None:
+    """A call with no timeout runs in its caller's task without a cancel scope of its own; when
+    another call's restart_on exception ends the incarnation under it, the pool stops it (its
+    worker killed): UNAVAILABLE at once, not after the minute its tool sleeps."""
+    pid_file = tmp_path / "pid"
+    async with open_runtime([pt.restless], tracing=False) as rt, trio.open_nursery() as nursery:
+        results: list[Any] = []
+
+        async def caller() -> None:
+            results.append(await rt.call(call("restless", json.dumps({"pid_file": str(pid_file)}))))
+
+        nursery.start_soon(caller)
+        pid = await wait_for_file(pid_file)
+        with trio.fail_after(10):
+            crashed = await rt.call(call("restless", '{"fail_now": true}', id="c2"))
+            assert crashed.kind is FailureKind.ERROR, crashed
+            while not results:  # noqa: ASYNC110 - the first call's caller is woken by another process
+                await trio.sleep(0.01)
+        assert results[0].kind is FailureKind.UNAVAILABLE, results[0]
+        assert not alive(pid)
+        stats = rt.statistics().tools["restless"]
+        assert stats.in_flight == 0
+        assert stats.failures == {"error": 1, "unavailable": 1}
+
+
+async def test_closing_the_runtime_under_a_call_waiting_for_a_replacement_worker_answers_it_at_once() -> None:
+    """The one worker died and its replacement waits out a long backoff: a call with no deadline
+    waits for a worker in its caller's task; closing the runtime stops that wait (UNAVAILABLE),
+    it does not last the backoff."""
+    results: list[Any] = []
+    with trio.fail_after(20):
+        async with (
+            trio.open_nursery() as nursery,
+            open_runtime(
+                [pt.crashy], tracing=False, restart=RestartPolicy(backoff=30.0), shutdown_timeout=0.2
+            ) as rt,
+        ):
+            assert (await rt.call(call("crashy", '{"how": "exit"}'))).kind is FailureKind.ERROR
+
+            async def caller() -> None:
+                results.append(await rt.call(call("crashy", id="c2")))
+
+            nursery.start_soon(caller)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not results
+    assert len(results) == 1
+    assert results[0].kind is FailureKind.UNAVAILABLE, results[0]
+
+
+class _StoppablePool(_InterruptedPool):
+    """Calls that wait until they are stopped, by `stop(task)` or by their cancel scope."""
+
+    def __init__(self) -> None:
+        self.stopped: list[trio.lowlevel.Task] = []
+        self._waiting: dict[trio.lowlevel.Task, trio.Event] = {}
+
+    async def call(self, call: ToolCall, arguments: bytes, ctx: Any, timeout: float | None) -> Any:
+        task = trio.lowlevel.current_task()
+        event = self._waiting[task] = trio.Event()
+        try:
+            await event.wait()
+        finally:
+            del self._waiting[task]
+        raise CallStopped("stopped")
+
+    def stop(self, task: trio.lowlevel.Task) -> None:
+        self.stopped.append(task)
+        self._waiting[task].set()
+
+
+class _StoppingPlacement(_InCallerPlacement):
+    stops_calls = True
+
+
+_stoppable_pool = _StoppablePool()
+
+
+@tool(placement=_StoppingPlacement(_stoppable_pool))
+def stoppable() -> int:
+    """Never answers: its placement waits until stopped."""
+    return 1
+
+
+async def test_a_call_with_no_deadline_is_stopped_by_its_placement_and_one_with_a_deadline_by_its_scope(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """In its caller's task a call with a deadline has a cancel scope of its own, which its
+    deadline cancels (TIMEOUT, the placement's `stop` unused); one with none has no scope, and
+    the runtime's close ends it through the placement's `stop`, given the caller's own task."""
+    _stoppable_pool.stopped.clear()
+    results: list[Any] = []
+    callers: list[trio.lowlevel.Task] = []
+    async with (
+        trio.open_nursery() as nursery,
+        open_runtime([stoppable], tracing=False, shutdown_timeout=0.5) as rt,
+    ):
+        timed = await rt.call(call("stoppable"), timeout=1)
+        assert timed.kind is FailureKind.TIMEOUT, timed
+        assert _stoppable_pool.stopped == []
+
+        async def caller() -> None:
+            callers.append(trio.lowlevel.current_task())
+            results.append(await rt.call(call("stoppable", id="c2")))
+
+        nursery.start_soon(caller)
+        await trio.testing.wait_all_tasks_blocked()
+    assert _stoppable_pool.stopped == callers
+    assert len(results) == 1
+    assert results[0].kind is FailureKind.UNAVAILABLE, results[0]

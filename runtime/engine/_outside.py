@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
 import outcome
 import trio
 
+from ..exceptions import CallStopped
 from ..tools import is_cancellation
 from ._call import Call
 from ._plan import ToolPlan
@@ -171,13 +173,20 @@ class InCaller(_Outside):
     caller awaits `run` right after, with nothing in between. Chosen at admission for a trio
     caller's `rt.call` (`Steps.admit(here=True)`) only when the call has no gates and the tool's
     mailbox has a free slot and nobody waits (else the call takes the worker tasks), for
-    code that stops at once when cancelled (the caller waits for it to stop). Its deadline is a
-    cancel scope around the code; its caller's own cancellation passes through, the call
-    answered CANCELLED first; the incarnation's end cancels it (`kill`: UNAVAILABLE)."""
+    code that stops at once when cancelled (the caller waits for it to stop). Its caller's own
+    cancellation passes through, the call answered CANCELLED first.
 
-    def __init__(self, plan: ToolPlan, body: Callable[[Call], Any]) -> None:
+    A call with a deadline runs in a cancel scope of its own, which its deadline, an abandon
+    and the incarnation's end (`kill`: UNAVAILABLE) cancel. One with none, of a placement that
+    `stops_calls`, runs without: trio's scope costs as much as a whole in-process call, and
+    only an abandon or the incarnation's end can stop such a call, which the placement then
+    does itself (`placed.stop(task)`: the worker killed, `CallStopped` raised in the task).
+    """
+
+    def __init__(self, plan: ToolPlan, body: Callable[[Call], Any], stops: bool = False) -> None:
         super().__init__(plan)
         self._body = body
+        self._stops = stops
 
     def start(self, call: Call) -> None:
         if not call.start(self):
@@ -185,21 +194,48 @@ class InCaller(_Outside):
             return
         self.running.add(call)
 
+    def cancel(self, call: Call) -> None:
+        job = call.job
+        if type(job) is trio.lowlevel.Task:  # run without a scope: its placement stops it
+            placed = self._plan.placed
+            if placed is not None:
+                placed.stop(job)  # type: ignore[attr-defined]  # `stops_calls`: it has one
+        elif job is not None:
+            job.cancel()
+
+    def kill(self) -> None:
+        self._killed = True
+        for call in list(self.running):
+            self.cancel(call)
+
     async def run(self, call: Call) -> bool:
         """Run the started `call` here, to its report; True if its code yielded to trio on the
         way (the caller has had its schedule point then). Raises only what is the caller's: its
         own cancellation, or a KeyboardInterrupt / SystemExit delivered to its task."""
         raised: BaseException | None = None
         body: Any = None
-        with trio.CancelScope(deadline=call.deadline) as scope:
-            call.job = scope
+        if self._stops and call.deadline == math.inf:
             if self._killed:
-                scope.cancel()
-            try:
-                body = self._body(call)  # may raise at once: the tool's code starts here
-                value = await body
-            except BaseException as exc:  # sorted out below, outside this call's own scope
-                raised = exc
+                raised = CallStopped("the incarnation ended before the call ran")
+            else:
+                call.job = trio.lowlevel.current_task()
+                try:
+                    body = self._body(call)  # may raise at once: the tool's code starts here
+                    value = await body
+                except BaseException as exc:  # sorted out below
+                    raised = exc
+            stop_asked = call.interrupted  # an abandon (the incarnation's end: `_killed`)
+        else:
+            with trio.CancelScope(deadline=call.deadline) as scope:
+                call.job = scope
+                if self._killed:
+                    scope.cancel()
+                try:
+                    body = self._body(call)  # may raise at once: the tool's code starts here
+                    value = await body
+                except BaseException as exc:  # sorted out below, outside this call's own scope
+                    raised = exc
+            stop_asked = scope.cancel_called  # its deadline, an abandon, or the incarnation's end
         self.running.discard(call)
         suspended: bool = getattr(body, "suspended", False)
         if raised is None:
@@ -216,9 +252,9 @@ class InCaller(_Outside):
             self._plan.mailbox.release()
             raise
         killed = self._killed and not call.interrupted  # the incarnation ended under it
-        if killed and is_cancellation(raised):
+        if killed and (is_cancellation(raised) or type(raised) is CallStopped):
             call.lost()
-        elif scope.cancel_called and not killed:  # its deadline, or its caller's abandon
+        elif stop_asked and not killed:  # its deadline, or its caller's abandon
             call.stopped()
         else:  # the tool's own failure (a worker that died, a Cancelled that is not its own)
             call.raised(raised)

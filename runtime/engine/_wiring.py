@@ -139,7 +139,8 @@ class Executors:
         in_caller = tool.in_caller if self.placement is None else self.placement.in_caller
         if in_caller and (tool.is_async or self.placement is not None) and not asks and not tool.streams:
             body = awaiting(plan) if self.placement is not None else plan.coroutine
-            plan.in_caller = InCaller(plan, body)
+            stops = self.placement is not None and self.placement.stops_calls
+            plan.in_caller = InCaller(plan, body, stops)
         self.executor = executor
         self.capacity = capacity
 

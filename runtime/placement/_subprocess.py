@@ -33,6 +33,7 @@ import trio
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..exceptions import (
+    CallStopped,
     InvalidArguments,
     RemoteToolError,
     ToolDefinitionError,
@@ -121,6 +122,7 @@ class Subprocess(Placement):
     """
 
     in_caller = True  # a call writes to its worker and waits; cancelled, it kills the worker
+    stops_calls = True  # `stop(task)` kills the worker serving the task's call
 
     def __init__(
         self,
@@ -164,7 +166,7 @@ class WorkerStartFailed(Exception):
 
 
 class _Worker:
-    __slots__ = ("busy", "dead", "frames", "pid", "proc", "ready", "stopping")
+    __slots__ = ("busy", "dead", "frames", "pid", "proc", "ready", "stopping", "task")
 
     def __init__(self, proc: trio.Process) -> None:
         self.proc = proc
@@ -176,6 +178,7 @@ class _Worker:
         self.busy = False
         self.dead = False
         self.stopping = False  # killed or retired on purpose: its exit is not a loss
+        self.task: trio.lowlevel.Task | None = None  # the task whose call it serves
 
 
 class _Pool(ReplicaPool[_Worker]):
@@ -198,6 +201,8 @@ class _Pool(ReplicaPool[_Worker]):
         self._load_frame = frame(self.load)
         self._idle: collections.deque[_Worker] = collections.deque()
         self._idle_lot = trio.lowlevel.ParkingLot()  # calls waiting for an idle worker
+        self._parked: set[trio.lowlevel.Task] = set()  # the tasks whose calls wait in it
+        self._unparked: set[trio.lowlevel.Task] = set()  # of those, the ones `stop` ended
         self.workers: set[_Worker] = set()
 
     def statistics(self) -> PlacementStatistics:
@@ -258,14 +263,41 @@ class _Pool(ReplicaPool[_Worker]):
 
     async def _acquire(self) -> _Worker:
         """An idle worker: the one that answered last (a stack, not a queue: its caches and its
-        core are warm; handing calls round the pool made a warm call a third slower)."""
+        core are warm; handing calls round the pool made a warm call a third slower).
+
+        Raises:
+            CallStopped: `stop` ended the call while it waited for one.
+        """
         idle = self._idle
         while True:
             while idle:
                 worker = idle.pop()
                 if not worker.dead:
                     return worker
-            await self._idle_lot.park()
+            task = trio.lowlevel.current_task()
+            self._parked.add(task)
+            try:
+                await self._idle_lot.park()
+            finally:
+                self._parked.discard(task)
+            if task in self._unparked:
+                self._unparked.discard(task)
+                raise CallStopped("the call was stopped while it waited for a worker")
+
+    def stop(self, task: trio.lowlevel.Task) -> None:
+        """End the call `task` runs here now: the worker serving it is killed (its pipes close,
+        so the call's read or write ends at once), or the call stops waiting for one; either way
+        its `call` raises `CallStopped`. A worker stopped so is replaced, not counted as lost."""
+        for worker in self.workers:
+            if worker.task is task and worker.busy:
+                worker.stopping = True
+                if worker.proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError, OSError):
+                        worker.proc.kill()
+                return
+        if task in self._parked:
+            self._unparked.add(task)
+            self._idle_lot.unpark_all()  # the others look again and park once more
 
     def _gone(self, worker: _Worker) -> bool:
         worker.dead = True
@@ -352,6 +384,7 @@ class _Pool(ReplicaPool[_Worker]):
         data = len(body).to_bytes(4, "big") + body
         worker = await self._acquire()
         worker.busy = True
+        worker.task = trio.lowlevel.current_task()
         proc = worker.proc
         try:
             try:
@@ -374,14 +407,24 @@ class _Pool(ReplicaPool[_Worker]):
                 await _kill(proc)
             self._start()
             raise
-        if answer is None:  # the worker died while serving this call
+        if worker.stopping:  # `stop` killed it (perhaps after it answered): replaced, not lost
+            self.workers.discard(worker)
+            with trio.CancelScope(shield=True):
+                await _kill(proc)
+            self._start()
+            if answer is None:
+                raise CallStopped(f"its worker process (pid {worker.pid}) was stopped")
+        elif answer is None:  # the worker died while serving this call
             with trio.CancelScope(shield=True):
                 code = await _reap(proc, 1.0)
             cause = death_cause(code)
             self._lost(worker, cause)
             raise _worker_lost(worker.pid, cause)
         worker.busy = False
-        if getattr(reply, "retire", False):
+        worker.task = None
+        if worker.stopping:
+            pass  # gone (above)
+        elif getattr(reply, "retire", False):
             self.nursery.start_soon(self._retire, worker)
         else:
             self._release(worker)

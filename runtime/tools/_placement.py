@@ -12,6 +12,8 @@ engine knows placements only through this protocol (it never imports an edge):
                  ToolUnavailable, RemoteToolError; a dead worker is WorkerLost; a worker lost
                  with its machine is ToolUnavailable; a full queue is ToolOverloaded)
     statistics  placed.statistics() -> PlacementStatistics (in the tool's `ToolStatistics`)
+    stop        placed.stop(task)                  only where `stops_calls`: end the call `task` runs
+                                                   now (its `call` raises CallStopped)
 
 Everything else (decoding and bounding the arguments, deadlines, features and spans, the
 failure mapping, statistics, restarts) stays in the engine, the same for every placement.
@@ -126,6 +128,13 @@ class PlacedTool(Protocol):
         """What its workers are doing now."""
         ...
 
+    # A placement whose `stops_calls` is True also has:
+    #
+    #     def stop(self, task: trio.lowlevel.Task) -> None:
+    #         """End the call that `task` is running in this placed tool now: its work stops
+    #         for real (a worker killed) and its `call` raises `CallStopped` (nothing if `task`
+    #         runs no call here)."""
+
 
 class Placement:
     """Where a tool's calls run; subclass it to add a placement. See the module docstring.
@@ -135,10 +144,14 @@ class Placement:
         in_caller: a call's code only awaits the worker and stops at once when cancelled, so
             a trio caller's `rt.call` may run it in the caller's own task (no hop to a worker
             task and back).
+        stops_calls: its placed tools have `stop(task)`, which ends a call without cancelling
+            the task that runs it; a call with no deadline, run in its caller's task, then
+            needs no cancel scope of its own (one costs as much as a whole in-process call).
     """
 
     in_process: bool = False
     in_caller: bool = False
+    stops_calls: bool = False
 
     def check(self, tool: PlacedToolT) -> None:
         """Raise `ToolDefinitionError` (naming the tool) if this placement cannot run `tool`."""
