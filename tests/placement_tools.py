@@ -262,3 +262,9 @@ def restless(pid_file: str = "", fail_now: bool = False) -> int:
     Path(pid_file).write_text(str(os.getpid()))
     time.sleep(60)
     return os.getpid()
+
+
+@tool(placement=Subprocess(workers=1))
+def huge(bits: int) -> int:
+    """2 ** bits: past 64 bits MessagePack cannot carry it as a number."""
+    return 1 << bits

@@ -874,3 +874,15 @@ async def test_a_call_with_no_deadline_is_stopped_by_its_placement_and_one_with_
     assert _stoppable_pool.stopped == callers
     assert len(results) == 1
     assert results[0].kind is FailureKind.UNAVAILABLE, results[0]
+
+
+async def test_a_number_messagepack_cannot_carry_travels_as_its_text() -> None:
+    """A result of 2 ** 70 comes back with its text whole and no value (MessagePack's integers
+    end at 64 bits), not as an error; 2 ** 60 comes back as both."""
+    async with open_runtime([pt.huge], tracing=False) as rt:
+        small = await rt.call(call("huge", '{"bits": 60}'))
+        assert isinstance(small, ToolSuccess), small
+        assert (small.content, small.value) == (str(1 << 60), 1 << 60)
+        big = await rt.call(call("huge", '{"bits": 70}'))
+        assert isinstance(big, ToolSuccess), big
+        assert (big.content, big.value) == (str(1 << 70), None)

@@ -98,8 +98,18 @@ class FdFrames:
     async def reply(self) -> bytes | bytearray | None:
         """`read` right after a request was written: with nothing buffered, the answer can only
         come later, so it waits for the pipe first (no read that fails EAGAIN, no exception)."""
-        if not self._buffer:
-            await trio.lowlevel.wait_readable(self._in)
+        if self._buffer:
+            return await self.read()
+        await trio.lowlevel.wait_readable(self._in)
+        try:
+            chunk = os.read(self._in, 1 << 16)
+        except BlockingIOError:
+            return await self.read()
+        if len(chunk) >= 4 and len(chunk) == 4 + int.from_bytes(chunk[:4], "big"):
+            return chunk[4:]  # the one frame that came, whole (a small reply, nearly always)
+        if not chunk:
+            return None
+        self._buffer += chunk
         return await self.read()
 
     async def read(self) -> bytes | bytearray | None:

@@ -52,6 +52,7 @@ _MAX_DEPTH = 32  # containers nested deeper than this travel whole
 _KEEP = (bytes, bytearray, memoryview, datetime.datetime)  # what MessagePack carries as it is
 
 _encoder = msgspec.msgpack.Encoder()
+_SCALARS = frozenset({int, float, bool, type(None)})  # a value that needs no look before it travels
 
 
 # -- where the tool ran ------------------------------------------------------------------
@@ -66,6 +67,14 @@ def reply_bodies(reply: Reply) -> Iterator[bytes]:
         yield encode(reply)
         return
     result = reply.result
+    if type(result.value) in _SCALARS and len(result.content) <= TEXT_CHUNK:  # as it is, at once
+        try:
+            body = encode(reply)
+        except OverflowError:  # an int MessagePack cannot carry: only its text travels (below)
+            pass
+        else:
+            yield body
+            return
     same = result.value is result.content  # a text result: its value is its text
     streamed: list[Any] = []
     content = result.content

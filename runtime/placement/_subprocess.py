@@ -280,8 +280,9 @@ class _Pool(ReplicaPool[_Worker]):
                 await self._idle_lot.park()
             finally:
                 self._parked.discard(task)
-            if task in self._unparked:
+                stopped = task in self._unparked
                 self._unparked.discard(task)
+            if stopped:
                 raise CallStopped("the call was stopped while it waited for a worker")
 
     def stop(self, task: trio.lowlevel.Task) -> None:

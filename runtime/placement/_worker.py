@@ -138,7 +138,7 @@ async def _serve(protocol_in: int, protocol_out: int) -> None:
                 break
             if not isinstance(message, Request):
                 raise SystemExit(f"unexpected message {type(message).__name__}")
-            reply = await host.serve(message)
+            reply = await host.serve(message) if host.is_async else host.serve_sync(message)
             for body in reply_bodies(reply):  # one, or a large result's pieces then its Done
                 await _send(out, body)
     finally:
