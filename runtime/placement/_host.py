@@ -31,6 +31,7 @@ __all__ = ["RemoteContext", "ToolHost", "box", "rss_mb"]
 log = logging.getLogger("runtime.placement")
 
 _W3C = TraceContextTextMapPropagator()
+_PLAIN = frozenset({int, float, str, bool, type(None), dict, list, tuple, bytes})  # never awaitable
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -208,7 +209,7 @@ class ToolHost:
             return self.raised(exc)
         try:
             value = self.tool.dispatch(args, ctx)
-            if inspect.isawaitable(value):  # an async tool reached the sync path: a bug of ours
+            if type(value) not in _PLAIN and inspect.isawaitable(value):  # an async tool here: a bug of ours
                 raise TypeError(f"tool {self.name!r} returned an awaitable on the sync path")
         except BaseException as exc:
             return self.raised(exc)
