@@ -87,3 +87,20 @@ async def test_a_length_past_the_limit_is_a_corrupt_stream(pipe: tuple[int, int]
     os.write(w, (1 << 31).to_bytes(4, "big") + b"junk")
     with pytest.raises(ValueError, match="corrupt"):
         await frames.reply()
+
+
+async def test_a_frame_larger_than_the_pipe_waits_for_room_and_arrives_whole() -> None:
+    """The first write takes what the pipe holds (64 KiB here); the rest waits until the other
+    side reads, and the frame arrives whole and in order."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    try:
+        writer, reader = FdFrames(r, w), FdFrames(r, w)
+        body = bytes(range(256)) * 4096  # 1 MiB
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.write, _frame(body))
+            assert await reader.read() == body
+    finally:
+        os.close(r)
+        os.close(w)

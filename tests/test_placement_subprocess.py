@@ -886,3 +886,16 @@ async def test_a_number_messagepack_cannot_carry_travels_as_its_text() -> None:
         big = await rt.call(call("huge", '{"bits": 70}'))
         assert isinstance(big, ToolSuccess), big
         assert (big.content, big.value) == (str(1 << 70), None)
+
+
+async def test_arguments_and_results_larger_than_a_pipe_travel_whole_both_ways() -> None:
+    """A 300 KB argument (more than a pipe holds: the request is written in parts, read in
+    several) and its 300 KB answer come through whole, and the next small call still works."""
+    text = "".join(chr(ord("a") + i % 26) for i in range(300_000))
+    async with open_runtime([pt.chatty], tracing=False) as rt:
+        result = await rt.call(call("chatty", json.dumps({"text": text})))
+        assert isinstance(result, ToolSuccess), result
+        assert result.value == text.upper()
+        small = await rt.call(call("chatty", '{"text": "ok"}', id="c2"))
+        assert isinstance(small, ToolSuccess)
+        assert small.value == "OK"

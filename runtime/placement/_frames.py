@@ -88,7 +88,13 @@ class FdFrames:
 
     async def write(self, data: bytes) -> None:
         """Write all of `data` (waits for room when the pipe is full)."""
-        view = memoryview(data)
+        try:
+            written = os.write(self._out, data)
+        except BlockingIOError:
+            written = 0
+        if written == len(data):
+            return  # the pipe took it at once (a call's request, nearly always)
+        view = memoryview(data)[written:]
         while view:
             try:
                 view = view[os.write(self._out, view) :]

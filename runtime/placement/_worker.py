@@ -78,6 +78,13 @@ class _BlockingPipes:
 
     async def read(self) -> bytes | None:
         buffer = self._buffer
+        if not buffer:
+            chunk = os.read(self._in, 1 << 16)
+            if len(chunk) >= 4 and len(chunk) == 4 + int.from_bytes(chunk[:4], "big"):
+                return chunk[4:]  # the one frame that came, whole (a call's request, nearly always)
+            if not chunk:
+                return None
+            buffer += chunk
         while True:
             if len(buffer) >= 4:
                 end = 4 + int.from_bytes(buffer[:4], "big")
@@ -91,7 +98,10 @@ class _BlockingPipes:
             buffer += chunk
 
     async def send_all(self, data: bytes) -> None:
-        view = memoryview(data)
+        written = os.write(self._out, data)
+        if written == len(data):
+            return
+        view = memoryview(data)[written:]
         while view:
             view = view[os.write(self._out, view) :]
 
