@@ -832,7 +832,9 @@ class _StoppablePool(_InterruptedPool):
 
     def stop(self, task: trio.lowlevel.Task) -> None:
         self.stopped.append(task)
-        self._waiting[task].set()
+        event = self._waiting.get(task)
+        if event is not None:  # nothing if the task runs no call here (any more)
+            event.set()
 
 
 class _StoppingPlacement(_InCallerPlacement):
