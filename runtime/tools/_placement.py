@@ -94,7 +94,16 @@ class PlacementHost(Protocol):
 
 
 class PlacedTool(Protocol):
-    """One tool, opened in its placement for one incarnation of its actor."""
+    """One tool, opened in its placement for one incarnation of its actor.
+
+    A placement whose `stops_calls` is True gives its placed tools one more method,
+    `stop(task: trio.lowlevel.Task) -> None`: end the call that `task` is running in this
+    placed tool now, for real (Subprocess kills the worker serving it), so that its `call`
+    raises `CallStopped`; nothing if `task` runs no call there. The engine then runs a call
+    that has no deadline in its caller's task without a cancel scope of its own, and asks
+    `stop` when the call must end early (its caller abandoned it at shutdown, or the
+    incarnation ended under it).
+    """
 
     async def start(self) -> None:
         """Start the workers; each loads the tool and runs its `setup()` (the engine bounds this).
@@ -127,13 +136,6 @@ class PlacedTool(Protocol):
     def statistics(self) -> PlacementStatistics:
         """What its workers are doing now."""
         ...
-
-    # A placement whose `stops_calls` is True also has:
-    #
-    #     def stop(self, task: trio.lowlevel.Task) -> None:
-    #         """End the call that `task` is running in this placed tool now: its work stops
-    #         for real (a worker killed) and its `call` raises `CallStopped` (nothing if `task`
-    #         runs no call here)."""
 
 
 class Placement:
