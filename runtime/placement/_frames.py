@@ -73,10 +73,10 @@ class FrameReader:
 
 
 class FdFrames:
-    """Frames over a child's pipes by their file descriptors (non-blocking, as trio set them).
-
-    The hot path of a Subprocess call: a write that a pipe takes at once and a wait for the
-    reply, without the two extra scheduler passes per operation of trio's streams.
+    """Frames over two pipes by their file descriptors: a child's, non-blocking as trio set
+    them (the hot path of a Subprocess call: a write that a pipe takes at once and a wait for
+    the reply, without the two extra scheduler passes per operation of trio's streams), or a
+    worker's own, blocking (it has nothing else to do while it waits for the next call).
     """
 
     __slots__ = ("_buffer", "_in", "_out")
@@ -104,27 +104,28 @@ class FdFrames:
     async def reply(self) -> bytes | bytearray | None:
         """`read` right after a request was written: with nothing buffered, the answer can only
         come later, so it waits for the pipe first (no read that fails EAGAIN, no exception)."""
-        if self._buffer:
-            return await self.read()
-        await trio.lowlevel.wait_readable(self._in)
-        try:
-            chunk = os.read(self._in, 1 << 16)
-        except BlockingIOError:
-            return await self.read()
-        if len(chunk) >= 4 and len(chunk) == 4 + int.from_bytes(chunk[:4], "big"):
-            return chunk[4:]  # the one frame that came, whole (a small reply, nearly always)
-        if not chunk:
-            return None
-        self._buffer += chunk
+        if not self._buffer:
+            await trio.lowlevel.wait_readable(self._in)
         return await self.read()
 
     async def read(self) -> bytes | bytearray | None:
-        """The next frame's body, or None at the end of the stream (the child is gone).
+        """The next frame's body, or None at the end of the stream (the other side is gone).
 
         Raises:
             ValueError: the stream is corrupt.
         """
         buffer = self._buffer
+        if not buffer:
+            try:
+                chunk = os.read(self._in, 1 << 16)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self._in)
+            else:
+                if len(chunk) >= 4 and len(chunk) == 4 + int.from_bytes(chunk[:4], "big"):
+                    return chunk[4:]  # the one frame that came, whole (a call's message, nearly always)
+                if not chunk:
+                    return None
+                buffer += chunk
         unyielded = 0
         while True:
             body = _take_frame(buffer)
