@@ -236,7 +236,7 @@ class _Pool(ReplicaPool[_Worker]):
             await worker.frames.write(self._load_frame)
             body = await worker.frames.read()
             if body is None:
-                code = await _reap(proc, 1.0)
+                code = await _reap(worker.proc, 1.0)
                 raise WorkerStartFailed(
                     f"its worker process (pid {worker.pid}) {death_cause(code)} before it was ready"
                 )
@@ -363,6 +363,15 @@ class _Pool(ReplicaPool[_Worker]):
         await _kill(proc)
         self.workers.discard(worker)
 
+    async def _replace(self, worker: _Worker) -> None:
+        """Kill (and reap) a worker stopped on purpose in the middle of a call, and start
+        another in its place: not a loss."""
+        worker.stopping = True
+        self.workers.discard(worker)
+        with trio.CancelScope(shield=True):
+            await _kill(worker.proc)
+        self._start()
+
     def _members(self) -> list[_Worker]:
         return list(self.workers)
 
@@ -386,7 +395,6 @@ class _Pool(ReplicaPool[_Worker]):
         worker = await self._acquire()
         worker.busy = True
         worker.task = trio.lowlevel.current_task()
-        proc = worker.proc
         try:
             try:
                 await worker.frames.write(data)
@@ -402,33 +410,25 @@ class _Pool(ReplicaPool[_Worker]):
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError):
                 answer = None
         except BaseException:  # cancelled (deadline, caller, shutdown): stop the work for real
-            worker.stopping = True
-            self.workers.discard(worker)
-            with trio.CancelScope(shield=True):
-                await _kill(proc)
-            self._start()
+            await self._replace(worker)
             raise
         if worker.stopping:  # `stop` killed it (perhaps after it answered): replaced, not lost
-            self.workers.discard(worker)
-            with trio.CancelScope(shield=True):
-                await _kill(proc)
-            self._start()
+            await self._replace(worker)
             if answer is None:
                 raise CallStopped(f"its worker process (pid {worker.pid}) was stopped")
         elif answer is None:  # the worker died while serving this call
             with trio.CancelScope(shield=True):
-                code = await _reap(proc, 1.0)
+                code = await _reap(worker.proc, 1.0)
             cause = death_cause(code)
             self._lost(worker, cause)
             raise _worker_lost(worker.pid, cause)
-        worker.busy = False
-        worker.task = None
-        if worker.stopping:
-            pass  # gone (above)
-        elif getattr(reply, "retire", False):
-            self.nursery.start_soon(self._retire, worker)
         else:
-            self._release(worker)
+            worker.busy = False
+            worker.task = None
+            if getattr(reply, "retire", False):
+                self.nursery.start_soon(self._retire, worker)
+            else:
+                self._release(worker)
         if isinstance(reply, Done):
             return reply.result
         if isinstance(reply, Raised):
