@@ -13,31 +13,20 @@ from typing import TYPE_CHECKING, cast
 import trio
 
 from ..messages import ToolFailure
-from ..tools import CallContext
-from ._states import QUEUED, CallState
+from ._states import QUEUED, CallPart
 
 if TYPE_CHECKING:
     from ._call import Call
-    from ._plan import ToolPlan
 
 __all__ = ["Attempts"]
 
 
-class Attempts:
+class Attempts(CallPart):
     """The retrying half of `Call` (its state is the call's)."""
 
-    if not TYPE_CHECKING:  # no slots of its own, so `Call`'s stay the only ones (no __dict__ per
-        __slots__ = ()  # call); mypy reads the attributes below as the call's
+    if not TYPE_CHECKING:
+        __slots__ = ()  # the slots are Call's (`CallPart`)
 
-    ctx: CallContext | None
-    plan: ToolPlan | None
-    state: CallState
-    deadline: float
-    expires: float
-    limit: float | None
-    waiter: trio.CancelScope | None
-    cancelled: bool
-    interrupted: bool
     attempt: int
     until: tuple[float, float | None] | None
 

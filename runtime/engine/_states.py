@@ -7,7 +7,11 @@ import enum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import trio
+
+    from ..tools import CallContext
     from ._call import Call
+    from ._plan import ToolPlan
 
 __all__ = [
     "ABANDON_GRACE",
@@ -16,6 +20,7 @@ __all__ = [
     "QUEUED",
     "REPORTED",
     "RUNNING",
+    "CallPart",
     "CallState",
     "Executor",
     "Reply",
@@ -67,3 +72,21 @@ class Reply(Protocol):
     def settled(self, call: Call) -> None: ...
 
     def expire_at(self, when: float) -> None: ...
+
+
+class CallPart:
+    """What each half of `Call` (`Waiting`, `Attempts`) reads of the call's own state, declared
+    once for mypy; the slots are `Call`'s alone, so no call has a `__dict__`."""
+
+    if not TYPE_CHECKING:
+        __slots__ = ()
+
+    ctx: CallContext | None
+    plan: ToolPlan | None
+    state: CallState
+    deadline: float
+    expires: float
+    limit: float | None
+    waiter: trio.CancelScope | None
+    cancelled: bool
+    interrupted: bool

@@ -22,36 +22,26 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
-from ..tools import CallContext
 from ._outcome import failure
-from ._states import ABANDON_GRACE, DONE, QUEUED, RUNNING, CallState
+from ._states import ABANDON_GRACE, DONE, QUEUED, RUNNING, CallPart
 
 if TYPE_CHECKING:
-    from ._plan import ToolPlan
+    pass
 
 __all__ = ["Waiting"]
 
 log = logging.getLogger("runtime.engine")
 
 
-class Waiting:
+class Waiting(CallPart):
     """The waiter's half of `Call` (its state is the call's)."""
 
-    if not TYPE_CHECKING:  # no slots of its own, so `Call`'s stay the only ones (no __dict__ per
-        __slots__ = ()  # call); mypy reads the attributes below as the call's
+    if not TYPE_CHECKING:
+        __slots__ = ()  # the slots are Call's (`CallPart`)
 
     call: ToolCall
-    ctx: CallContext | None
-    plan: ToolPlan | None
-    state: CallState
-    deadline: float
-    expires: float
-    limit: float | None
     executor: Any  # its Executor, which takes the Call this is part of
     reply: Any
-    waiter: trio.CancelScope | None
-    cancelled: bool
-    interrupted: bool
     handed: bool
     passed: int
     gates: tuple[Any, ...] | None
