@@ -4,11 +4,11 @@ caller's waiting to them).
     prepare   route (a lookup in the registry actor's snapshot), the call's context (merged
               metadata), its deadline, and begin: bounds + decode, the call chain; what is wrong
               with the call itself settles it here (unknown tool, bad id, bad arguments)
-    starting  the policies' before-halves and the features' `on_call_starting` hooks (driven
-              here, or awaited if they may suspend)
+    starting  the policies' before-halves and the features' `on_call_starting` hooks (`Hooks`,
+              engine/_hooks.py: driven here, or awaited if they may suspend)
     admit     its gates, then its tool's mailbox starts it (eager calls run right here), queues
               it, or refuses it
-    finish    the policies' after-halves, counted once, the features' finishing hooks
+    finish    the policies' after-halves, counted once, the features' finishing hooks (`Hooks`)
 
 A cache hit of a tool whose first policy is its cache is answered before all of them
 (`_cached`). Nothing here knows where a tool runs, nor how a caller waits.
@@ -21,18 +21,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..exceptions import RuntimeClosed
-from ..features import drive, drive_now
 from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSuccess, echo
 from ..tools import Asker, CallContext
-from . import _chain as chain
-from . import _policy as policy
 from ._call import Call
 from ._code import call_chain
+from ._hooks import Hooks
 from ._options import Settings
 from ._resilience import Gate, Resilience
 from ._routing import RegistryActor
 from ._scope import Scope
-from ._states import QUEUED, REPORTED
+from ._states import QUEUED
 
 __all__ = ["Steps"]
 
@@ -41,7 +39,7 @@ log = logging.getLogger("runtime.engine")
 _Problem = tuple[FailureKind, str]
 
 
-class Steps:
+class Steps(Hooks):
     """The engine's way in, without the waiting (an internal port: `Entry` is the whole of it)."""
 
     def __init__(self, routing: RegistryActor, settings: Settings, asking: Asker | None) -> None:
@@ -220,104 +218,6 @@ class Steps:
         for c in cs:
             if c.state is QUEUED:
                 c.gates = (gate,) if c.gates is None else (gate, *c.gates)
-
-    def finish_now(self, c: Call) -> None:
-        """End's steps on the caller's side, none of which may suspend, once: the policies'
-        after-halves, the count, the features' finishing hooks."""
-        if c.state is REPORTED:
-            return
-        if c.flows is not None:
-            c.transform(chain.after_now(c))
-        if not c.reported():
-            return
-        pipeline = self.pipeline
-        if pipeline is not None:
-            drive_now(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
-
-    async def finish(self, c: Call) -> None:
-        """`finish_now`, awaiting what may suspend (all callers)."""
-        if c.state is REPORTED:
-            return
-        if c.flows is not None:
-            plan = c.plan
-            c.transform(
-                await chain.drive(chain.after(c))
-                if plan is not None and plan.suspends
-                else chain.after_now(c)
-            )
-        if not c.reported():
-            return
-        pipeline = self.pipeline
-        if pipeline is not None:
-            await drive(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
-
-    def starting_now(self, c: Call) -> None:
-        """Begin's steps that come after `prepare`, none of which may suspend: the policies'
-        before-halves, then the features' starting hooks."""
-        plan = c.plan
-        if plan is not None and plan.policies and c.state is QUEUED:
-            self._let_through(c, chain.before_now(c, plan.policies, self.context_of))
-        pipeline = self.pipeline
-        if pipeline is not None and pipeline.has_starting:
-            drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
-        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
-            self._tell(c)
-
-    async def starting(self, c: Call) -> None:
-        """`starting_now`, awaiting what may suspend."""
-        plan = c.plan
-        if plan is not None and plan.policies and c.state is QUEUED:
-            if plan.suspends:
-                request = await chain.drive(chain.before(c, plan.policies, self.context_of))
-            else:
-                request = chain.before_now(c, plan.policies, self.context_of)
-            self._let_through(c, request)
-        pipeline = self.pipeline
-        if pipeline is not None and pipeline.has_starting:
-            if pipeline.hooks_cannot_suspend:
-                drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
-            else:
-                await drive(pipeline.starting(c.shown or c.call, c.ctx), finish=False)  # type: ignore[arg-type]
-        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
-            self._tell(c)
-
-    def _tell(self, c: Call) -> None:
-        """The policies' decisions, on the call's span now that it has one."""
-        notes, c.notes = c.notes or (), None
-        if notes and self._observer is not None and c.ctx is not None:
-            for name, attributes in notes:
-                self._observer.event(c.ctx, name, attributes)
-
-    def _let_through(self, c: Call, request: policy.CallRequest | None) -> None:
-        """The call as its policies let it through: rewritten (decoded again), sent to another
-        tool, or redacted for observers. None: a policy answered it."""
-        if request is None:
-            return
-        call = c.call
-        if request.tool_name != call.name or request.arguments is not call.arguments:
-            if request.tool_name != call.name:
-                actor = self._routing.routes.get(request.tool_name)
-                if actor is None:
-                    c.fail(
-                        FailureKind.UNKNOWN_TOOL,
-                        f"a policy sent the call to tool {echo(request.tool_name)!r}, which does not exist",
-                    )
-                    return
-                c.plan = actor.plan
-                c.asked = call.name  # its result still answers the call the model made
-                if c.ctx is not None:
-                    c.ctx.tool = actor.tool
-                    c.ctx.tool_name = actor.name
-                c.call = policy.call_of(request)
-                if c.ctx is None and actor.needs_context:
-                    self.context_of(c)  # the tool it was sent to takes one
-            else:
-                c.call = policy.call_of(request)
-            c.plan.decode(c)  # type: ignore[union-attr]  # routed
-        if request._redacted:
-            c.shown = ToolCall(
-                id=c.call.id, name=c.call.name, arguments=policy.redacted(c.call.arguments, request._redacted)
-            )
 
     def _cached(self, call: ToolCall, principal: str | None) -> ToolResult | None:
         """A cache hit answered at the entry: a call of a tool whose first policy is its `Cache`
