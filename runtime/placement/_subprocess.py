@@ -201,8 +201,7 @@ class _Pool(ReplicaPool[_Worker]):
         self._load_frame = frame(self.load)
         self._idle: collections.deque[_Worker] = collections.deque()
         self._idle_lot = trio.lowlevel.ParkingLot()  # calls waiting for an idle worker
-        self._parked: set[trio.lowlevel.Task] = set()  # the tasks whose calls wait in it
-        self._unparked: set[trio.lowlevel.Task] = set()  # of those, the ones `stop` ended
+        self._parked: dict[trio.lowlevel.Task, bool] = {}  # tasks whose calls wait in it: stopped?
         self.workers: set[_Worker] = set()
 
     def statistics(self) -> PlacementStatistics:
@@ -275,13 +274,11 @@ class _Pool(ReplicaPool[_Worker]):
                 if not worker.dead:
                     return worker
             task = trio.lowlevel.current_task()
-            self._parked.add(task)
+            self._parked[task] = False
             try:
                 await self._idle_lot.park()
             finally:
-                self._parked.discard(task)
-                stopped = task in self._unparked
-                self._unparked.discard(task)
+                stopped = self._parked.pop(task)
             if stopped:
                 raise CallStopped("the call was stopped while it waited for a worker")
 
@@ -297,7 +294,7 @@ class _Pool(ReplicaPool[_Worker]):
                         worker.proc.kill()
                 return
         if task in self._parked:
-            self._unparked.add(task)
+            self._parked[task] = True
             self._idle_lot.unpark_all()  # the others look again and park once more
 
     def _gone(self, worker: _Worker) -> bool:
