@@ -7,10 +7,13 @@ run and the same runtime; subjects: the same function placed in `Subprocess(work
 - warm call: sequential `rt.call`, one in flight, alternating rounds with the floor, medians;
   the note gives the overhead in us over in-process.
 - pipe round trip: what crossing to another process costs at the least, without the runtime: a
-  child Python process that reads a length-prefixed MessagePack frame from its stdin (blocking),
-  adds the two numbers and writes the answer back, the parent writing and waiting for it on trio
-  (`FdFrames`, as Subprocess does), interleaved with Subprocess's warm call. Subprocess's warm
-  call over in-process is this floor plus what the runtime adds.
+  child Python process that reads a length-prefixed MessagePack frame from its stdin (blocking,
+  after polling for it 50 us as a worker does: `Spin`), adds the two numbers and writes the
+  answer back, the parent writing and waiting for it on trio (`FdFrames`, as Subprocess does),
+  interleaved with Subprocess's warm call. Subprocess's warm call over in-process is this floor
+  plus what the runtime adds.
+- workers that sleep: the same warm call with `Subprocess(workers=2, spin_us=0)`, a worker that
+  sleeps in its read as soon as it has answered: what the poll buys (a wake-up a call).
 - fan-out: one `rt.call_many` of 1,000 calls (the placement's workers serve them in parallel).
 - crash detection: a call whose worker segfaults, from `rt.call` to its ERROR (the worker's
   start, the segfault, the kernel's teardown, EOF and reaping: an upper bound of detection).
@@ -60,6 +63,11 @@ def add_thread(a: int, b: int) -> int:
 
 @tool(placement=Subprocess(workers=2))
 def add_subprocess(a: int, b: int) -> int:
+    return a + b
+
+
+@tool(placement=Subprocess(workers=2, spin_us=0))
+def add_asleep(a: int, b: int) -> int:
     return a + b
 
 
@@ -158,7 +166,7 @@ async def _interleaved(
 async def _measure(
     names: list[str], n: int, fan: int, rounds: int
 ) -> dict[str, tuple[float, float, float, float]]:
-    tools = [add_local, add_thread, add_subprocess]
+    tools = [add_local, add_thread, add_subprocess, add_asleep]
     if HAVE_RAY:
         tools += [add_ray1, add_ray2]
     out: dict[str, tuple[float, float, float, float]] = {}
@@ -184,10 +192,13 @@ async def _measure(
 
 _ECHO = """
 import os, msgspec
+from runtime.placement._worker import Spin
+spin = Spin(0, 50)
 decode, encode = msgspec.msgpack.Decoder().decode, msgspec.msgpack.Encoder().encode
 buffer = b""
 while True:
     while len(buffer) < 4 or len(buffer) < 4 + int.from_bytes(buffer[:4], "big"):
+        spin.wait()
         chunk = os.read(0, 1 << 16)
         if not chunk:
             raise SystemExit(0)
@@ -385,7 +396,7 @@ def main(quick: bool = False) -> Report:
     fan = 1000
     rounds = 3 if quick else 7
     report = Report("placement")
-    names = ["add_thread", "add_subprocess"]
+    names = ["add_thread", "add_subprocess", "add_asleep"]
     if HAVE_RAY:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -395,6 +406,7 @@ def main(quick: bool = False) -> Report:
     label = {
         "add_thread": "InProcess sync",
         "add_subprocess": "Subprocess(2)",
+        "add_asleep": "Subprocess(2, spin_us=0)",
         "add_ray1": "Ray(1)",
         "add_ray2": "Ray(2)",
     }
@@ -405,6 +417,8 @@ def main(quick: bool = False) -> Report:
             note = f"{warm - warm_floor:+.1f} us: a sync tool in a worker thread (for comparison)"
         elif name == "add_subprocess":
             note = f"{warm - warm_floor:+.1f} us over in-process (goal < 60)"
+        elif name == "add_asleep":
+            note = f"{warm - warm_floor:+.1f} us over in-process: workers that sleep at once"
         else:
             note = f"{warm / 1000:.2f} ms a warm call (goal < 2 ms)"
         report.add(Row(f"warm call {label[name]}", label[name], "inproc", warm, warm_floor, target, note))

@@ -268,3 +268,23 @@ def restless(pid_file: str = "", fail_now: bool = False) -> int:
 def huge(bits: int) -> int:
     """2 ** bits: past 64 bits MessagePack cannot carry it as a number."""
     return 1 << bits
+
+
+@tool(placement=Subprocess(workers=1, spin_us=0))
+def drowsy(a: int) -> dict[str, float]:
+    """A worker that sleeps in its read as soon as it has answered (no poll for the next call);
+    `cpu` is the worker's CPU time so far."""
+    return {"a": a, "cpu": time.process_time()}
+
+
+@tool(placement=Subprocess(workers=1, spin_us=10_000))
+def eager(a: int) -> dict[str, float]:
+    """A worker that polls for the next call the longest a Subprocess allows (10 ms)."""
+    return {"a": a, "cpu": time.process_time()}
+
+
+@tool(placement=Subprocess(workers=1, spin_us=10_000))
+async def eager_async(a: int) -> dict[str, float]:
+    """`eager`, async: the worker polls between its trio loop's passes."""
+    await trio.lowlevel.checkpoint()
+    return {"a": a, "cpu": time.process_time()}

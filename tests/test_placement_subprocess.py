@@ -8,6 +8,7 @@ tenth of a second); speed is measured in benchmarks/bench_placement.py.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from runtime import (
 from runtime.embed import RuntimeThread
 from runtime.exceptions import CallStopped
 from runtime.placement import InProcess, Placement, Subprocess
+from runtime.placement._worker import Spin
 from runtime.tools import PlacementStatistics, Tool
 from runtime.tracing import Tracing
 
@@ -356,6 +358,11 @@ async def test_a_replacement_waiting_for_its_backoff_is_counted_as_starting_not_
 def test_placement_options_are_checked_at_definition() -> None:
     with pytest.raises(ToolDefinitionError, match="workers must be a positive int"):
         Subprocess(workers=0)
+    for spin in (-1, 10_001, 1.5, True, None):
+        with pytest.raises(ToolDefinitionError, match=r"spin_us must be an int from 0 to 10,000"):
+            Subprocess(spin_us=spin)  # type: ignore[arg-type]
+    assert Subprocess(spin_us=0).spin_us == 0
+    assert Subprocess().spin_us == 50
     with pytest.raises(ToolDefinitionError, match="placement must be"):
 
         @tool(placement="subprocess")  # type: ignore[arg-type]
@@ -901,3 +908,88 @@ async def test_arguments_and_results_larger_than_a_pipe_travel_whole_both_ways()
         small = await rt.call(call("chatty", '{"text": "ok"}', id="c2"))
         assert isinstance(small, ToolSuccess)
         assert small.value == "OK"
+
+
+class SteppedClock:
+    """A clock that moves `step` seconds each time it is read (the spin's own clock, counted)."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.step
+        return self.now
+
+
+def test_a_worker_polls_for_the_next_request_until_its_window_passes_and_no_longer() -> None:
+    read, write = os.pipe()
+    try:
+        idle = SteppedClock(10e-6)
+        Spin(read, 50, idle).wait()  # nothing comes: it gives up once 50 us have passed
+        assert 6 <= idle.reads <= 7
+        os.write(write, b"\0\0\0\0")
+        ready = SteppedClock(10e-6)
+        Spin(read, 10_000, ready).wait()  # a request is there: the first poll sees it
+        assert ready.reads == 1
+        os.read(read, 4)
+        os.close(write)
+        write = -1
+        ended = SteppedClock(10e-6)
+        Spin(read, 10_000, ended).wait()  # the runtime is gone (the pipe's end): no polling on
+        assert ended.reads == 1
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+
+
+async def test_an_async_workers_poll_lets_its_own_tasks_run() -> None:
+    read, write = os.pipe()
+    ran = 0
+
+    async def background() -> None:
+        nonlocal ran
+        while True:
+            ran += 1
+            await trio.lowlevel.checkpoint()
+
+    try:
+        clock = SteppedClock(10e-6)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(background)
+            await Spin(read, 100, clock).wait_async()
+            nursery.cancel_scope.cancel()
+        assert 11 <= clock.reads <= 12
+        assert ran >= 5  # its loop ran between the polls (about once for each)
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+@pytest.mark.parametrize("name", ["eager", "eager_async"])
+async def test_a_worker_polls_for_its_next_call_only_spin_us_and_one_with_none_not_at_all(name: str) -> None:
+    """The worker's own CPU time (`time.process_time()` there) between calls 0.2 s apart: one
+    that polls 10 ms spends about that much each time, one with spin_us=0 next to nothing; a
+    poll that did not end would spend the whole 0.2 s."""
+
+    async def cpu_between_calls(tool: str) -> list[float]:
+        seen = []
+        for i in range(4):
+            result = await rt.call(call(tool, json.dumps({"a": i}), id=f"{tool}{i}"))
+            assert result.ok, result
+            assert result.value["a"] == i
+            seen.append(result.value["cpu"])
+            await trio.sleep(0.2)
+        return [later - earlier for earlier, later in itertools.pairwise(seen)]
+
+    async with open_runtime([getattr(pt, name), pt.drowsy], tracing=False) as rt:
+        polling = await cpu_between_calls(name)
+        sleeping = await cpu_between_calls("drowsy")
+    assert all(spent < 0.1 for spent in polling), polling  # the window ends
+    assert sum(polling) > 0.003, (
+        polling
+    )  # ~0.03 s: it did poll (it yields its core, so less on a busy machine)
+    assert all(spent < 0.003 for spent in sleeping), sleeping

@@ -45,14 +45,28 @@ def _ended(buffer: bytearray) -> None:
         raise ValueError("the stream ended in the middle of a frame")
 
 
-class FrameReader:
+class _Buffered:
+    """What both readers share: the bytes read past the last whole frame."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> bool:
+        """Whether bytes already read wait in the buffer (the next frame may be whole there)."""
+        return bool(self._buffer)
+
+
+class FrameReader(_Buffered):
     """Reads whole frames from a trio receive stream."""
 
-    __slots__ = ("_buffer", "_stream")
+    __slots__ = ("_stream",)
 
     def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        super().__init__()
         self._stream = stream
-        self._buffer = bytearray()
 
     async def read(self) -> bytes | None:
         """The next frame's body, or None at the end of the stream (the other side is gone).
@@ -72,19 +86,19 @@ class FrameReader:
             buffer += chunk
 
 
-class FdFrames:
+class FdFrames(_Buffered):
     """Frames over two pipes by their file descriptors: a child's, non-blocking as trio set
     them (the hot path of a Subprocess call: a write that a pipe takes at once and a wait for
     the reply, without the two extra scheduler passes per operation of trio's streams), or a
     worker's own, blocking (it has nothing else to do while it waits for the next call).
     """
 
-    __slots__ = ("_buffer", "_in", "_out")
+    __slots__ = ("_in", "_out")
 
     def __init__(self, fd_in: int, fd_out: int) -> None:
+        super().__init__()
         self._in = fd_in
         self._out = fd_out
-        self._buffer = bytearray()
 
     async def write(self, data: bytes) -> None:
         """Write all of `data` (waits for room when the pipe is full)."""

@@ -55,6 +55,7 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load", tag_field="typ
         main: the runtime's `__main__` script, for tools defined there.
         max_memory_mb: the hard cap on the worker's address space (RLIMIT_AS), once loaded.
         max_rss_mb: after a call that leaves the worker above this, it asks to be retired.
+        spin_us: microseconds the worker polls for the next request before it sleeps (0: none).
     """
 
     ref: str
@@ -63,6 +64,7 @@ class Load(msgspec.Struct, frozen=True, kw_only=True, tag="load", tag_field="typ
     main: str | None = None
     max_memory_mb: int | None = None
     max_rss_mb: int | None = None
+    spin_us: int = 0
 
 
 class Request(msgspec.Struct, frozen=True, kw_only=True, tag="request", tag_field="type"):
