@@ -218,10 +218,11 @@ class RemoteServer:
         spec = self.spec
         link = _Link()
         self._transport = transport = spec.transport()
+        watched = WatchedTransport(
+            transport, lambda: link.mark_lost("the server closed the connection"), self.name
+        )
         client = Client(
-            WatchedTransport(
-                transport, lambda: link.mark_lost("the server closed the connection"), self.name
-            ),
+            watched,
             mode=spec.mode,
             cache=None,  # the listing is re-read on change; a cached page would be stale
             message_handler=link.on_message,
@@ -234,6 +235,7 @@ class RemoteServer:
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client, trio.open_nursery() as nursery:
+                watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
                 capabilities = client.server_capabilities
                 # A version adopted without asking (mode="2026-07-28") learned no capabilities:
                 # listening is tried, and a refusal is taken as the answer.
@@ -284,12 +286,13 @@ class RemoteServer:
         kept while `held.serve` says so."""
         spec = self.spec
         link = _Link()
+        watched = WatchedTransport(
+            spec.transport(held.headers),  # type: ignore[call-arg]  # the HTTP specs take headers
+            lambda: link.mark_lost("the server closed the connection"),
+            self.name,
+        )
         client = Client(
-            WatchedTransport(
-                spec.transport(held.headers),  # type: ignore[call-arg]  # the HTTP specs take headers
-                lambda: link.mark_lost("the server closed the connection"),
-                self.name,
-            ),
+            watched,
             mode=spec.mode,
             cache=None,
             message_handler=link.on_message,
@@ -298,6 +301,7 @@ class RemoteServer:
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client:
+                watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
                 connecting.deadline = math.inf
                 link.client = client
                 try:
@@ -442,8 +446,10 @@ class RemoteServer:
             # Progress is asked for only when someone hears it (no token, no notifications).
             wanted = _progress_to(ctx) if ctx is not None and ctx.hears_progress else None
             result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
-            if self.spec.max_links and any(isinstance(b, types.ResourceLink) for b in result.content):
-                result = await self._read_links(client, result)
+            if self.spec.max_links:
+                for block in result.content:  # a loop: no generator a call
+                    if isinstance(block, types.ResourceLink):
+                        return await self._read_links(client, result)
             return result
         except MCPError as exc:
             if exc.code == MISSING_REQUIRED_CLIENT_CAPABILITY:  # 2026-07-28: -32021

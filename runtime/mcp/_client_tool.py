@@ -152,6 +152,11 @@ def read_result(
     Raises:
         ToolRejected: the server reported `isError`; its text, verbatim.
     """
+    content = result.content
+    if len(content) == 1 and type(block := content[0]) is types.TextContent and not result.is_error:
+        text = block.text  # one text block (nearly every result): nothing else to look at
+        structured = result.structured_content
+        return (text if structured is None else _value(structured, wrapped)), text, ()
     texts: list[str] = []
     parts: list[ContentPart] = []
     media = False
@@ -230,11 +235,16 @@ def read_result(
         if not texts:
             text = _json.encode(structured).decode()
             parts.insert(0, TextPart(text=text))
-        value: Any = structured
-        if wrapped and isinstance(structured, dict) and set(structured) == {"result"}:
-            value = structured["result"]
-        return value, text, tuple(parts) if media else ()
+        return _value(structured, wrapped), text, tuple(parts) if media else ()
     return text, text, tuple(parts) if media else ()
+
+
+def _value(structured: Any, wrapped: bool) -> Any:
+    """A result's value: its structured content, unwrapped when the tool's outputSchema says
+    results are `{"result": value}`."""
+    if wrapped and isinstance(structured, dict) and set(structured) == {"result"}:
+        return structured["result"]
+    return structured
 
 
 def _media_size(part: ContentPart) -> int:

@@ -105,10 +105,18 @@ class WatchedTransport:
         self._transport = transport
         self._on_end = on_end
         self._server = server
+        self._read: _WatchedRead | None = None
 
     async def __aenter__(self) -> TransportStreams:
         read, write = await self._transport.__aenter__()
-        return _WatchedRead(read, self._on_end, self._server), write
+        self._read = _WatchedRead(read, self._on_end, self._server)
+        return self._read, write
+
+    def negotiated(self, modern: bool) -> None:
+        """The session's protocol era is known: a pre-2026 one needs no `resultType` (the SDK
+        would only take it out again)."""
+        if self._read is not None:
+            self._read.modern = modern
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -119,12 +127,13 @@ class WatchedTransport:
 class _WatchedRead:
     """A read stream (the SDK's `ReadStream` protocol) that reports its own end."""
 
-    __slots__ = ("_inner", "_on_end", "_server")
+    __slots__ = ("_inner", "_on_end", "_server", "modern")
 
     def __init__(self, inner: Any, on_end: Callable[[], None], server: str = "?") -> None:
         self._inner = inner
         self._on_end = on_end
         self._server = server
+        self.modern = True  # until the handshake says otherwise: responses get `resultType`
 
     @property
     def last_context(self) -> Any:
@@ -138,7 +147,7 @@ class _WatchedRead:
             self._on_end()
             raise
         if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCResponse):
-            readable(item.message.result, self._server)
+            readable(item.message.result, self._server, self.modern)
         return item
 
     async def aclose(self) -> None:
@@ -167,11 +176,12 @@ class _WatchedRead:
         await self.aclose()
 
 
-def readable(result: dict[str, Any], server: str) -> None:
+def readable(result: dict[str, Any], server: str, modern: bool = True) -> None:
     """Make a response's result what the SDK accepts, in place (see the module's docstring)."""
-    if not isinstance(result, dict):
+    if type(result) is not dict:
         return
-    result.setdefault("resultType", "complete")
+    if modern:
+        result.setdefault("resultType", "complete")
     listed = result.get("tools")
     if isinstance(listed, list):
         result.setdefault("ttlMs", 0)

@@ -119,7 +119,8 @@ def _compile(schema: Any) -> Check:
         raise _Unknown  # `"additionalProperties": null` and the like: the validator's to judge
     tests: list[Check] = []
     kind = schema.get("type")
-    if kind is not None:
+    strict = kind == "object" or kind == ["object"]  # the object test says no to anything else
+    if kind is not None and not strict:
         kinds = [kind] if isinstance(kind, str) else kind
         if not isinstance(kinds, list) or not kinds or any(k not in _TYPES for k in kinds):
             raise _Unknown
@@ -128,59 +129,76 @@ def _compile(schema: Any) -> Check:
         else:
             each = [_TYPES[k] for k in kinds]
             tests.append(lambda x: any(t(x) for t in each))
-    tests.extend(_object_tests(schema))
+    whole = _object_test(schema, strict)
+    if whole is not None:
+        tests.append(whole)
+    tests.extend(_array_tests(schema))
     tests.extend(_value_tests(schema))
     if not tests:
         return lambda x: True
     if len(tests) == 1:
         return tests[0]
-    return lambda x: all(t(x) for t in tests)
+
+    def every(x: Any) -> bool:
+        for test in tests:  # noqa: SIM110  # a loop: no generator a call
+            if not test(x):
+                return False
+        return True
+
+    return every
 
 
-def _object_tests(schema: dict[str, Any]) -> list[Check]:
-    tests: list[Check] = []
+def _object_test(schema: dict[str, Any], strict: bool) -> Check | None:
+    """One test for the object keywords (`properties`, `required`, `additionalProperties`), and
+    for `type: object` itself when `strict`; None when there is nothing to test. A most MCP
+    tools' schema is this alone, so it is one function of plain loops (no generator a call)."""
     properties = schema.get("properties")
-    if properties is not None:
-        if not isinstance(properties, dict):
-            raise _Unknown
-        checks = {name: _compile(sub) for name, sub in properties.items()}
-
-        def has_properties(x: Any) -> bool:
-            if type(x) is not dict:
-                return type(x) in _PLAIN
-            for name, check in checks.items():  # noqa: SIM110  # a loop: no generator a call
-                if name in x and not check(x[name]):
-                    return False
-            return True
-
-        tests.append(has_properties)
+    if properties is not None and not isinstance(properties, dict):
+        raise _Unknown
+    checks = tuple((name, _compile(sub)) for name, sub in (properties or {}).items())
     required = schema.get("required")
-    if required is not None:
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise _Unknown
-        needed = tuple(required)
-        tests.append(lambda x: all(r in x for r in needed) if type(x) is dict else type(x) in _PLAIN)
+    if required is not None and (
+        not isinstance(required, list) or not all(isinstance(r, str) for r in required)
+    ):
+        raise _Unknown
+    needed = tuple(required or ())
     additional = schema.get("additionalProperties")
-    if additional is not None and additional is not True:
-        known = frozenset(properties or ())
-        if additional is False:
-            tests.append(lambda x: all(k in known for k in x) if type(x) is dict else type(x) in _PLAIN)
-        else:
-            extra = _compile(additional)
-            tests.append(
-                lambda x: (
-                    all(k in known or extra(v) for k, v in x.items())
-                    if type(x) is dict
-                    else type(x) in _PLAIN
-                )
-            )
+    closed = additional is False
+    extra = None if additional is None or additional is True or closed else _compile(additional)
+    known = frozenset(properties or ())
+    if not (strict or checks or needed or closed or extra is not None):
+        return None
+
+    def test(x: Any) -> bool:
+        if type(x) is not dict:
+            return not strict and type(x) in _PLAIN  # the keywords pass what is not an object
+        for name in needed:
+            if name not in x:
+                return False
+        for name, check in checks:
+            if name in x and not check(x[name]):
+                return False
+        if closed:
+            for key in x:
+                if key not in known:
+                    return False
+        elif extra is not None:
+            for key, value in x.items():
+                if key not in known and not extra(value):
+                    return False
+        return True
+
+    return test
+
+
+def _array_tests(schema: dict[str, Any]) -> list[Check]:
     items = schema.get("items")
-    if items is not None:
-        if not isinstance(items, dict | bool):
-            raise _Unknown  # an array of schemas: tuple validation, another draft's
-        item = _compile(items) if items is not False else (lambda x: False)
-        tests.append(lambda x: all(item(v) for v in x) if type(x) is list else type(x) in _PLAIN)
-    return tests
+    if items is None:
+        return []
+    if not isinstance(items, dict | bool):
+        raise _Unknown  # an array of schemas: tuple validation, another draft's
+    item = _compile(items) if items is not False else (lambda x: False)
+    return [lambda x: all(item(v) for v in x) if type(x) is list else type(x) in _PLAIN]
 
 
 def _value_tests(schema: dict[str, Any]) -> list[Check]:

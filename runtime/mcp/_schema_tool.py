@@ -78,25 +78,30 @@ def decode_checked(check: SchemaCheck, raw: str | bytes | Mapping[str, Any]) -> 
     Raises:
         InvalidArguments: not JSON, not an object, or the schema refuses it (with the JSON path).
     """
-    if isinstance(raw, str | bytes):
-        if not raw.strip():
-            value: Any = {}
-        else:
-            try:
-                value = msgspec.json.decode(raw)
-            except msgspec.DecodeError as exc:
+    kind = type(raw)
+    if kind is str or kind is bytes or isinstance(raw, str | bytes):
+        try:
+            value: Any = msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            if not raw.strip():
+                value = {}
+            else:
                 raise InvalidArguments(
                     f"arguments are not valid JSON ({exc}); send one JSON object"
                 ) from None
+        # JSON text without "null" in it has no null anywhere (a string with the word in it
+        # is looked through, as a mapping's values always are)
+        nulls = "null" in raw if kind is str else b"null" in raw if kind is bytes else True
     elif isinstance(raw, Mapping):
         value = dict(raw)
+        nulls = True
     else:
         raise InvalidArguments(f"arguments must be a JSON object, got {type(raw).__name__}")
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise InvalidArguments(
             f"Expected `object`, got `{type(value).__name__}`; the arguments must be one JSON object"
         )
-    checked: dict[str, Any] = _drop_null_defaults(check.validator.schema, value)
+    checked: dict[str, Any] = _drop_null_defaults(check.validator.schema, value) if nulls else value
     quick = check.quick
     if quick is not None and quick(checked):
         return checked
