@@ -154,9 +154,9 @@ def read_result(
     """
     content = result.content
     if len(content) == 1 and type(block := content[0]) is types.TextContent and not result.is_error:
-        text = block.text  # one text block (nearly every result): nothing else to look at
+        only = block.text  # one text block (nearly every result): nothing else to look at
         structured = result.structured_content
-        return (text if structured is None else _value(structured, wrapped)), text, ()
+        return (only if structured is None else _value(structured, wrapped)), only, ()
     texts: list[str] = []
     parts: list[ContentPart] = []
     media = False

@@ -78,8 +78,8 @@ def decode_checked(check: SchemaCheck, raw: str | bytes | Mapping[str, Any]) -> 
     Raises:
         InvalidArguments: not JSON, not an object, or the schema refuses it (with the JSON path).
     """
-    kind = type(raw)
-    if kind is str or kind is bytes or isinstance(raw, str | bytes):
+    if isinstance(raw, str | bytes):
+        kind = type(raw)
         try:
             value: Any = msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:
