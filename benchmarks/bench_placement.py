@@ -200,6 +200,7 @@ while True:
     while len(buffer) < 4 or len(buffer) < 4 + int.from_bytes(buffer[:4], "big"):
         spin.wait()
         chunk = os.read(0, 1 << 16)
+        spin.came()
         if not chunk:
             raise SystemExit(0)
         buffer += chunk

@@ -8,7 +8,6 @@ tenth of a second); speed is measured in benchmarks/bench_placement.py.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -946,6 +945,27 @@ def test_a_worker_polls_for_the_next_request_until_its_window_passes_and_no_long
             os.close(write)
 
 
+def test_a_worker_polls_only_while_its_requests_come_within_the_window() -> None:
+    read, write = os.pipe()
+    try:
+        clock = SteppedClock(10e-6)
+        spin = Spin(read, 50, clock)
+        spin.wait()  # the first wait polls its window out
+        assert 6 <= clock.reads <= 7
+        clock.now += 1.0  # the request comes a second later: calls are sparse
+        spin.came()
+        clock.reads = 0
+        spin.wait()  # so it does not poll after this reply: a look at the clock and no more
+        assert clock.reads == 1
+        spin.came()  # this one came 10 us after the reply
+        clock.reads = 0
+        spin.wait()  # so it polls again
+        assert 6 <= clock.reads <= 7
+    finally:
+        os.close(read)
+        os.close(write)
+
+
 async def test_an_async_workers_poll_lets_its_own_tasks_run() -> None:
     read, write = os.pipe()
     ran = 0
@@ -970,26 +990,34 @@ async def test_an_async_workers_poll_lets_its_own_tasks_run() -> None:
 
 
 @pytest.mark.parametrize("name", ["eager", "eager_async"])
-async def test_a_worker_polls_for_its_next_call_only_spin_us_and_one_with_none_not_at_all(name: str) -> None:
-    """The worker's own CPU time (`time.process_time()` there) between calls 0.2 s apart: one
-    that polls 10 ms spends about that much each time, one with spin_us=0 next to nothing; a
-    poll that did not end would spend the whole 0.2 s."""
+async def test_a_worker_polls_after_a_burst_of_calls_and_not_once_they_are_sparse(name: str) -> None:
+    """The worker's own CPU time (`time.process_time()` there) across 0.2 s between calls: one
+    that polls 10 ms spends about that much after a burst of calls back to back, nothing after
+    a call that came late (calls are sparse: it sleeps at once), and one with spin_us=0 nothing
+    at all. A poll that did not end would spend the whole 0.2 s."""
 
-    async def cpu_between_calls(tool: str) -> list[float]:
-        seen = []
-        for i in range(4):
-            result = await rt.call(call(tool, json.dumps({"a": i}), id=f"{tool}{i}"))
-            assert result.ok, result
-            assert result.value["a"] == i
-            seen.append(result.value["cpu"])
+    async def cpu(tool: str, i: int) -> float:
+        result = await rt.call(call(tool, json.dumps({"a": i}), id=f"{tool}{i}"))
+        assert result.ok, result
+        assert result.value["a"] == i
+        return float(result.value["cpu"])
+
+    async def rounds(tool: str) -> tuple[list[float], list[float]]:
+        after_burst, after_sparse = [], []
+        for _ in range(3):
+            for i in range(5):
+                last = await cpu(tool, i)  # back to back: each came within the window
             await trio.sleep(0.2)
-        return [later - earlier for earlier, later in itertools.pairwise(seen)]
+            late = await cpu(tool, 5)  # came 0.2 s after the reply: the poll before it ran out
+            after_burst.append(late - last)
+            await trio.sleep(0.2)
+            after_sparse.append(await cpu(tool, 6) - late)
+        return after_burst, after_sparse
 
     async with open_runtime([getattr(pt, name), pt.drowsy], tracing=False) as rt:
-        polling = await cpu_between_calls(name)
-        sleeping = await cpu_between_calls("drowsy")
-    assert all(spent < 0.1 for spent in polling), polling  # the window ends
-    assert sum(polling) > 0.003, (
-        polling
-    )  # ~0.03 s: it did poll (it yields its core, so less on a busy machine)
-    assert all(spent < 0.003 for spent in sleeping), sleeping
+        burst, sparse = await rounds(name)
+        asleep_burst, asleep_sparse = await rounds("drowsy")
+    assert all(spent < 0.1 for spent in burst), burst  # the window ends
+    assert sum(burst) > 0.006, burst  # ~0.03 s: it polled (it yields its core: less on a busy machine)
+    assert all(spent < 0.003 for spent in sparse), sparse
+    assert all(spent < 0.003 for spent in asleep_burst + asleep_sparse), (asleep_burst, asleep_sparse)

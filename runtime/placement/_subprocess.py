@@ -126,10 +126,11 @@ class Subprocess(Placement):
         spin_us: microseconds a worker keeps polling for the next call after it answers one,
             before it goes to sleep (0: it sleeps at once). Waking a sleeping process costs
             tens of microseconds a call, more on a virtual machine (a warm call here went from
-            +60-75 us over an in-process call to +10-15 us); the price is up to this much CPU
-            after a call that no other call follows soon. The worker yields its core to any
-            other runnable process while it polls (`sched_yield`), so it does not crowd the
-            caller out on a busy machine.
+            +60-75 us over an in-process call to +10-20 us). It polls only while calls come
+            within the window (after one that came later, it sleeps at once until one comes
+            soon after its reply again), and yields its core to any other runnable process
+            between polls (`sched_yield`), so sparse calls cost no CPU and a busy machine's
+            caller is not crowded out.
     """
 
     in_caller = True  # a call writes to its worker and waits; cancelled, it kills the worker

@@ -73,10 +73,13 @@ class Spin:
     that is still polling when the next request comes sees it at once. A sequential caller's
     next request comes a few microseconds after its reply, so a short window catches it. The
     worker yields its core between polls (`sched_yield`), so that on a busy machine the caller
-    and other workers run first: the window is spent only on a core nobody else wants.
+    and other workers run first: the window is spent only on a core nobody else wants. And it
+    polls only while requests keep coming within the window: once one came later (calls are
+    sparse), it sleeps at once after the next reply, and polls again after a request that came
+    soon after the last reply.
     """
 
-    __slots__ = ("_clock", "_poll", "_window")
+    __slots__ = ("_clock", "_keen", "_poll", "_since", "_window")
 
     def __init__(self, fd: int, spin_us: int, clock: Callable[[], float] = time.perf_counter) -> None:
         poller = select.poll()
@@ -84,23 +87,36 @@ class Spin:
         self._poll = poller.poll
         self._window = spin_us / 1e6
         self._clock = clock
+        self._keen = True  # the last request came within the window: poll for the next
+        self._since = 0.0  # when the worker began to wait for the next request
+
+    def _start(self) -> float | None:
+        """Mark the start of a wait; the end of its window if it is to poll at all."""
+        now = self._since = self._clock()
+        return now + self._window if self._keen else None
 
     def pending(self, end: float) -> bool:
         """True while no request has come and the window (until `end`) is still open."""
         return not self._poll(0) and self._clock() < end
 
+    def came(self) -> None:
+        """A request has been read: poll after this call's reply only if it came in the window."""
+        self._keen = self._clock() - self._since < self._window
+
     def wait(self) -> None:
         """Return once a request is there or the window has passed (sync tools: nothing else runs)."""
-        end = self._clock() + self._window
-        while self.pending(end):
-            os.sched_yield()
+        end = self._start()
+        if end is not None:
+            while self.pending(end):
+                os.sched_yield()
 
     async def wait_async(self) -> None:
         """`wait` for a worker with an async tool: its own tasks run between the polls too."""
-        end = self._clock() + self._window
-        while self.pending(end):
-            os.sched_yield()
-            await trio.lowlevel.checkpoint()
+        end = self._start()
+        if end is not None:
+            while self.pending(end):
+                os.sched_yield()
+                await trio.lowlevel.checkpoint()
 
 
 async def _send(send: Callable[[bytes], Awaitable[None]], body: bytes) -> None:
@@ -150,6 +166,8 @@ async def _serve(protocol_in: int, protocol_out: int) -> None:
             data = await reader.read()
             if data is None:  # the runtime is gone
                 break
+            if spin is not None:
+                spin.came()
             message = decode_to_worker(data)
             if isinstance(message, Stop):
                 break
