@@ -241,3 +241,33 @@ def test_the_quick_check_sees_what_the_validator_would_after_nulls_are_dropped(v
     )
     assert check.quick is not None
     assert decode_checked(check, value) == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ('{"a": 1, "b": null}', {"a": 1}),  # the null an OpenAI strict model sends for a left-out property
+        (b'{"a": 1, "b": null}', {"a": 1}),
+        ('{"a": 1, "s": "null and void"}', {"a": 1, "s": "null and void"}),  # the word in a string
+        ('{"a": 1, "s": "x"}', {"a": 1, "s": "x"}),  # no "null" in the text: nothing to look for
+        ('{"a": 1, "o": {"b": null}}', {"a": 1, "o": {}}),  # nested: dropped at every depth
+        ("   ", {}),  # empty arguments: an empty object
+    ],
+)
+def test_json_arguments_have_their_null_defaults_dropped_only_where_a_null_is(
+    raw: str | bytes, expected: dict[str, Any]
+) -> None:
+    from runtime.mcp._schema_tool import decode_checked, schema_validator
+
+    check = schema_validator(
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"},
+                "b": {"type": "integer"},
+                "s": {"type": "string"},
+                "o": {"type": "object", "properties": {"b": {"type": "integer"}}},
+            },
+        }
+    )
+    assert decode_checked(check, raw) == expected
