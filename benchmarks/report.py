@@ -325,6 +325,24 @@ def write() -> Path:
             lines += _ratio_table(mcp["instructions"], "instructions")
             lines.append("")
     placement = _load("placement")
+    if placement and placement.get("rows"):
+        lines += [
+            "## Placement (benchmarks/bench_placement.py)",
+            "",
+            f"Run {placement['when']}. The same function in-process (the floor: an async tool), in "
+            "`Subprocess` workers and on local Ray replicas, in one runtime; warm calls sequential, "
+            "interleaved with the floor, medians. The note says what each row's goal is about "
+            "(docs/ARCHITECTURE.md 4); rows with no floor of their own show their figure in us.",
+            "",
+            "| workload | subject | us | against | us | note |",
+            "|---|---|---:|---|---:|---|",
+        ]
+        for r in placement["rows"]:
+            lines.append(
+                f"| {r['workload']} | {r['subject']} | {r['subject_us']:,.1f} | {r['floor']} | "
+                f"{r['floor_us']:,.1f} | {r['note']} |"
+            )
+        lines.append("")
     if placement and placement.get("cluster"):
         lines += _cluster_section(placement["cluster"])
     resilience = _load("resilience")
