@@ -25,9 +25,6 @@ from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
 from ._outcome import failure
 from ._states import ABANDON_GRACE, DONE, QUEUED, RUNNING, CallPart
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["Waiting"]
 
 log = logging.getLogger("runtime.engine")
