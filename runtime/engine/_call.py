@@ -14,17 +14,18 @@
        ▼
     the caller         `report()`: counted, finishing hooks             REPORTED
 
-Every transition is a method of `Call`, and only these change `state`: here, and a failed
-attempt's way back to QUEUED (`_again`, engine/_attempts.py). A call is settled
-(DONE) exactly once: the first `settle` wins, whoever makes it (its executor, its caller's
+Every transition is a method of `Call`, and only these change `state`: here, the executor's
+side (engine/_running.py), and a failed attempt's way back to QUEUED (`_again`,
+engine/_attempts.py). A call is settled (DONE) exactly once: the first `settle` wins, whoever makes it (its executor, its caller's
 deadline, its caller's cancellation, a crash, shutdown), and a result that comes after that
 is late: dropped, and counted as abandoned work when its code ran on past a grace.
 
 The caller enforces every deadline itself: it waits until `expires`, and a call whose code
 ignores its cancellation is answered TIMEOUT a grace after its deadline (`lapse`): the waiter's
 side, with what becomes of a result that comes late, is engine/_waiting.py; a failed attempt's
-way back to QUEUED under a `Retry` is engine/_attempts.py (`Call`'s other two halves). The states
-and the executor and reply protocols: engine/_states.py.
+way back to QUEUED under a `Retry` is engine/_attempts.py; the executor's side (its start and
+the executor's report, through the one outcome mapping to DONE) is engine/_running.py (`Call`'s
+other three halves). The states and the executor and reply protocols: engine/_states.py.
 """
 
 from __future__ import annotations
@@ -37,19 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
+from ..messages import FailureKind, ToolCall, ToolResult, ToolSuccess
 from ..tools import CallContext
 from ._attempts import Attempts
 from ._outcome import failure
-from ._states import (
-    ABANDON_GRACE,
-    CANCELLED_MESSAGE,
-    DONE,
-    QUEUED,
-    REPORTED,
-    RUNNING,
-    Executor,
-)
+from ._running import Running
+from ._states import ABANDON_GRACE, DONE, QUEUED, REPORTED, RUNNING, Executor
 from ._waiting import Waiting
 
 if TYPE_CHECKING:
@@ -65,7 +59,7 @@ _Task = trio.lowlevel.Task
 _reschedule = trio.lowlevel.reschedule
 
 
-class Call(Waiting, Attempts):
+class Call(Waiting, Attempts, Running):
     """One tool call on its way (see the module docstring for its states).
 
     Attributes:
@@ -234,106 +228,6 @@ class Call(Waiting, Attempts):
             _reschedule(reply)
         else:
             reply.settled(self)
-
-    # -- the executor's side -------------------------------------------------------------
-
-    def start(self, executor: Executor) -> bool:
-        """QUEUED -> RUNNING, on `executor`: arm the deadline. False: do not run it (it was
-        answered while it waited, or its deadline passed before it could start: TIMEOUT)."""
-        if self.state is not QUEUED:
-            return False
-        plan = self.plan
-        assert plan is not None
-        breaker = plan.breaker
-        if breaker is not None and breaker.state == "open":  # it opened while this call waited
-            refused = breaker.refusal(trio.current_time(), self)
-            if refused is not None:
-                self.fail(FailureKind.UNAVAILABLE, refused)
-                return False
-        deadline = self.deadline
-        if deadline != _INF or not plan.untimed:  # a deadline to arm
-            own = plan.timeout
-            if own is None and deadline == _INF:
-                own = plan.default_timeout
-            now = trio.current_time()
-            if deadline <= now:
-                self.fail(FailureKind.TIMEOUT, self.timeout_message())
-                return False
-            if own is not None and now + own < deadline:
-                if plan.retry is not None:
-                    self.until = (deadline, self.limit)
-                deadline = self.deadline = now + own
-                self.limit = own
-            self.expire_at(deadline)  # the waiter looks again then, should the tool ignore its cancel
-            if self.ctx is not None:
-                self.ctx.deadline = deadline
-        self.state = RUNNING
-        self.executor = executor
-        plan.counters.in_flight += 1
-        plan.running.add(self)
-        return True
-
-    def returned(self, value: Any) -> None:
-        """The tool returned `value`."""
-        plan = self.plan
-        assert plan is not None
-        result = plan.shape(self, value)
-        if result is not None:  # None: its result is being kept whole (`kept` ends it)
-            self._end(result)
-
-    def kept(self, result: ToolResult) -> None:
-        """Its result was kept as artifacts (a keeping that had to wait: `_artifacts.Keeper`)."""
-        self._end(result)
-
-    def raised(self, exc: BaseException) -> None:
-        """The tool raised `exc` (not a cancellation of this call)."""
-        plan = self.plan
-        assert plan is not None
-        self._end(plan.failure(self, exc))
-
-    def stopped(self) -> None:
-        """The call stopped because it was asked to (its deadline, its caller)."""
-        self._end(self.stop_result())
-
-    def lost(self) -> None:
-        """The executor went away under the call (its tool crashed, shutdown, a dead worker)."""
-        plan = self.plan
-        assert plan is not None
-        self._end(failure(self.call, FailureKind.UNAVAILABLE, plan.unavailable_message()))
-
-    def stop_result(self) -> ToolFailure:
-        if self.cancelled and not self.handed:  # a handed-over run that stops met its deadline
-            return failure(self.call, FailureKind.CANCELLED, CANCELLED_MESSAGE)
-        return failure(self.call, FailureKind.TIMEOUT, self.timeout_message())
-
-    def _end(self, result: ToolResult) -> None:
-        """RUNNING -> DONE by the executor's report (or a late result, if answered already)."""
-        plan = self.plan
-        assert plan is not None
-        plan.counters.in_flight -= 1
-        plan.running.discard(self)
-        self.job = None
-        if self.state is RUNNING:
-            if plan.breaker is not None:
-                plan.breaker.heard(self, result)  # every attempt's outcome, retries included
-            if plan.retry is not None and type(result) is ToolFailure and self._again(result):
-                pass  # it waits for its next attempt
-            else:
-                self.state = DONE
-                self.result = result
-                if self.passed:
-                    self._leave_gates(result)
-                reply = self.reply
-                if reply is not None:  # `_notify`, on the hot path
-                    if type(reply) is _Task:
-                        self.reply = None
-                        _reschedule(reply)
-                    else:
-                        reply.settled(self)
-        else:
-            self._late(result)
-        if plan.draining and not plan.running:
-            plan.drained()
 
     # -- the end ------------------------------------------------------------------------
 
