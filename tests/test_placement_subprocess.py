@@ -961,6 +961,15 @@ def test_a_worker_polls_only_while_its_requests_come_within_the_window() -> None
         clock.reads = 0
         spin.wait()  # so it polls again
         assert 6 <= clock.reads <= 7
+        os.write(write, b"\0")
+        spin.wait()  # a request is there at once
+        spin.came()
+        os.read(read, 1)
+        clock.now += 1.0
+        spin.came()  # a request that was in the reader's buffer, read with no wait: no say
+        clock.reads = 0
+        spin.wait()  # so it still polls
+        assert 6 <= clock.reads <= 7
     finally:
         os.close(read)
         os.close(write)

@@ -88,7 +88,7 @@ class Spin:
         self._window = spin_us / 1e6
         self._clock = clock
         self._keen = True  # the last request came within the window: poll for the next
-        self._since = 0.0  # when the worker began to wait for the next request
+        self._since: float | None = None  # when the worker began to wait for the next request
 
     def _start(self) -> float | None:
         """Mark the start of a wait; the end of its window if it is to poll at all."""
@@ -100,8 +100,11 @@ class Spin:
         return not self._poll(0) and self._clock() < end
 
     def came(self) -> None:
-        """A request has been read: poll after this call's reply only if it came in the window."""
-        self._keen = self._clock() - self._since < self._window
+        """A request has been read: poll after this call's reply only if it came in the window
+        (one that was in the reader's buffer already, with no wait, says nothing of that)."""
+        since, self._since = self._since, None
+        if since is not None:
+            self._keen = self._clock() - since < self._window
 
     def wait(self) -> None:
         """Return once a request is there or the window has passed (sync tools: nothing else runs)."""
