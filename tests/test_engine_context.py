@@ -13,7 +13,7 @@ import contextvars
 import pytest
 import trio
 
-from runtime import ToolCall, ToolSuccess, open_runtime, tool
+from runtime import CallContext, ToolCall, ToolSuccess, open_runtime, tool
 from runtime.embed import RuntimeThread, open_asyncio_runtime
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
@@ -129,3 +129,26 @@ def test_from_asyncio_code_on_the_guest_runtime() -> None:
             return _values(results)
 
     assert asyncio.run(main()) == ["asyncio request"] * (len(NAMES) + 1)
+
+
+@tool
+async def doubled(x: int) -> int:
+    """Double x."""
+    return 2 * x
+
+
+@tool
+async def through_ctx(x: int, ctx: CallContext) -> str:
+    """Call `doubled` through the caller's view of the runtime."""
+    result = await ctx.runtime.call(ToolCall(id=f"{ctx.call_id}-inner", name="doubled", arguments={"x": x}))
+    outcome = result.content if result.ok else result.kind.value
+    return f"{ctx.runtime.principal}:{outcome}"
+
+
+async def test_a_tool_calls_other_tools_through_its_callers_view() -> None:
+    async with open_runtime([doubled, through_ctx], tracing=False) as rt:
+        plain = await rt.call(ToolCall(id="a", name="through_ctx", arguments='{"x": 3}'), principal="bob")
+        with rt.scoped(principal="eve", exclude=["doubled"]) as view:
+            hidden = await view.call(ToolCall(id="b", name="through_ctx", arguments='{"x": 3}'))
+    assert plain.content == "bob:6"
+    assert hidden.content == "eve:unknown_tool"  # the view's rules hold for the tool's own calls

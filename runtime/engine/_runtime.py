@@ -48,6 +48,7 @@ class Runtime(metaclass=_NoPublicConstructor):
         self._ids = itertools.count(1)
         # The hot path: `rt.call` is the entry's own (same signature, one coroutine frame less).
         self.call = entry.call  # type: ignore[method-assign]
+        entry.views = lambda scope: ScopedRuntime(self, scope)
 
     # -- introspection ---------------------------------------------------------------
 

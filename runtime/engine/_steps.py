@@ -123,7 +123,7 @@ class Steps(Hooks):
                 actor = None  # hidden from this view: as if it did not exist
         ctx = None
         if self.pipeline is not None or (actor is not None and actor.needs_context):
-            ctx = self.context(call, actor.tool if actor is not None else None, metadata, principal)
+            ctx = self.context(call, actor.tool if actor is not None else None, metadata, principal, scope)
         if actor is None:
             c = Call(call, ctx, None, deadline, limit, reply, index, principal)
             if problem is None:
@@ -153,7 +153,12 @@ class Steps(Hooks):
         return c
 
     def context(
-        self, call: ToolCall, tool: Any, metadata: Mapping[str, Any] | None, principal: str | None
+        self,
+        call: ToolCall,
+        tool: Any,
+        metadata: Mapping[str, Any] | None,
+        principal: str | None,
+        scope: Scope | None = None,
     ) -> CallContext:
         """A call's CallContext: its merged metadata, the runtime's asking handlers and observer."""
         merged = self._settings.pipeline.merge_metadata(call, tool, metadata, principal)
@@ -166,7 +171,17 @@ class Steps(Hooks):
             asking=self.asking,
             observer=self._observer,
             principal=principal,
+            views=self,
+            scope=scope,
         )
+
+    def view_of(self, scope: Scope | None, principal: str | None) -> Any:
+        """The view a call's tool calls other tools through (`CallContext.runtime`): the one
+        its call came through, or the runtime's for its principal."""
+        return self.views(scope if scope is not None else Scope(principal))
+
+    views: Any = None
+    """Makes a scoped view of the runtime from a `Scope` (set by `Runtime`)."""
 
     def context_of(self, c: Call) -> CallContext:
         """`c`'s context, made the first time a policy asks for it (`CallRequest.ctx`)."""

@@ -195,6 +195,8 @@ class CallContext:
         "_observer",
         "_progress_bucket",
         "_reporter",
+        "_scope",
+        "_views",
         "abandoned",
         "call_id",
         "deadline",
@@ -216,6 +218,8 @@ class CallContext:
         asking: Asker | None = None,
         observer: CallObserver | None = None,
         principal: str | None = None,
+        views: Any = None,
+        scope: Any = None,
     ) -> None:
         self.call_id = call_id
         self.tool = tool
@@ -231,6 +235,18 @@ class CallContext:
         self._log_bucket: _Bucket | None = None
         own = current_asker()  # the caller's `asking(...)` block first, then the runtime's handlers
         self._asking = own.over(asking) if own is not None else asking
+        self._views = views
+        self._scope = scope
+
+    @property
+    def runtime(self) -> Any:
+        """The runtime this call runs in, as its caller sees it: the view the call was made
+        through (its principal, the tools it may see), for a tool that calls other tools
+        (`await ctx.runtime.call(ToolCall(...))`, `ctx.runtime.descriptors()`); None when the
+        call runs outside a runtime. Calls made through it are calls like any other: policies,
+        budgets, deadlines and spans apply (their spans are children of this call's)."""
+        views = self._views
+        return views.view_of(self._scope, self.principal) if views is not None else None
 
     @property
     def hears_progress(self) -> bool:
