@@ -42,13 +42,12 @@ import outcome
 import trio
 
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
-from ..engine._batch import lapse_due
-from ..engine._call import Call
-from ..engine._entry import STREAM_BUFFER, Entry
+from ..engine._call import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED, Call
+from ..engine._entry import STREAM_BUFFER, Entry, lapse_due
 from ..engine._open import open_engine
-from ..engine._scope import Prepare, Scope, View
-from ..engine._scoped import collect, completed
-from ..engine._states import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED
+from ..engine._plan import ToolPlan
+from ..engine._runtime import View, collect, completed
+from ..engine._scope import Prepare, Scope
 from ..exceptions import RuntimeClosed
 from ..features import Feature
 from ..messages import FailureKind, ToolCall, ToolResult
@@ -75,10 +74,10 @@ class _Waiter:
         self._future: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._when = math.inf
-        self.calls: Sequence[Call] = ()
-        self.done: collections.deque[Call] = collections.deque()
+        self.calls: Sequence[Call[ToolPlan]] = ()
+        self.done: collections.deque[Call[ToolPlan]] = collections.deque()
 
-    def settled(self, call: Call) -> None:
+    def settled(self, call: Call[ToolPlan]) -> None:
         self.done.append(call)
         future = self._future
         if future is not None and not future.done():
@@ -330,7 +329,7 @@ class AsyncioRuntime:
         timeout: float | None,
         principal: str | None,
         scope: Scope | None,
-    ) -> tuple[_Waiter, list[Call]]:
+    ) -> tuple[_Waiter, list[Call[ToolPlan]]]:
         """Prepare, begin and admit every call from this task (the engine's entry, run here)."""
         entry = self._entry
         entry.check_open()
@@ -356,7 +355,7 @@ class AsyncioRuntime:
             raise
         return waiter, cs
 
-    async def _wait_room(self, c: Call, waiter: _Waiter) -> None:
+    async def _wait_room(self, c: Call[ToolPlan], waiter: _Waiter) -> None:
         """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
         mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
         while c.state is QUEUED and not self._entry.admit(c, host=True):
@@ -368,7 +367,7 @@ class AsyncioRuntime:
                 withdraw()
                 room.cancel()
 
-    async def _cancelled(self, cs: Sequence[Call], waiter: _Waiter) -> None:
+    async def _cancelled(self, cs: Sequence[Call[ToolPlan]], waiter: _Waiter) -> None:
         """The caller stopped waiting: every call not answered ends CANCELLED once its code has
         stopped, or a grace later if it ignores its cancellation (abandoned); hooks included."""
         for c in cs:

@@ -31,8 +31,8 @@ import trio
 
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics, open_runtime
 from ..engine._entry import STREAM_BUFFER
-from ..engine._scope import Prepare, Scope, View
-from ..engine._scoped import collect
+from ..engine._runtime import View, collect
+from ..engine._scope import Prepare, Scope
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry

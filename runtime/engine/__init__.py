@@ -4,16 +4,16 @@ behind their mailboxes, a registry actor, a supervisor.
 The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
 """
 
+from ._actor import ActorState as ActorState
 from ._artifacts import Artifacts as Artifacts
-from ._incarnation import ActorState as ActorState
 from ._open import open_runtime as open_runtime
 from ._options import RestartPolicy as RestartPolicy
 from ._options import RuntimeOptions as RuntimeOptions
 from ._options import RuntimeOptionsKw as RuntimeOptionsKw
-from ._policy import CallRequest as CallRequest
-from ._policy import Policy as Policy
+from ._policies import CallRequest as CallRequest
+from ._policies import Policy as Policy
 from ._runtime import Runtime as Runtime
-from ._scoped import ScopedRuntime as ScopedRuntime
+from ._runtime import ScopedRuntime as ScopedRuntime
 from ._source import ToolRegistrar as ToolRegistrar
 from ._source import ToolSource as ToolSource
 from ._stats import RuntimeStatistics as RuntimeStatistics

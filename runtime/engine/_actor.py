@@ -17,38 +17,157 @@ rejections, timeouts and cancellations never do. A tool placed in other processe
 `Ray`) runs `setup()` there, in each worker: an incarnation opens the placement (bounded by
 `setup_timeout`) and closes it at the end; a worker that dies on its own is replaced by the
 placement and counts in the same restart window (`worker_lost`), without failing the calls of
-the other workers. This module decides what comes after each incarnation (restart, down, rest,
-stop); one incarnation's own steps are engine/_incarnation.py.
+the other workers. An incarnation runs the tool's `setup()` (or opens its placement and starts its workers) within
+`setup_timeout`, then serves: its executors run in its nursery until it is stopped (once no call
+runs), crashes (a `restart_on` exception: `_crash_now`) or goes down; then what still runs
+outside its nursery is killed, calls that ignore that get a grace and are answered UNAVAILABLE,
+and `teardown()` runs, within `shutdown_timeout`. What comes next is the actor's decision
+(`supervise`): restart, down, rest, stop. The restart intensity (OTP) is a `RestartWindow`.
+
+What an actor serves with: its plan (engine/_plan.py), its executors (engine/_executors.py), its
+mailbox, and its interceptors in order (`arm_policies`: the runtime's, the tool's own, then the
+resilience options').
 """
 
 from __future__ import annotations
 
+import collections
+import enum
 import logging
 import math
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import trio
 
+from ..exceptions import ToolDefinitionError
+from ..features import FeaturePipeline
 from ..messages import FailureKind
-from ..tools import ToolBase
-from ._chain import drive
-from ._incarnation import ActorState, Incarnation
+from ..tools import PlacementHost, ToolBase, is_cancellation
+from ._artifacts import Keeper
+from ._call import ABANDON_GRACE
+from ._executors import Executors
 from ._mailbox import Mailbox
-from ._options import RestartPolicy, Settings
+from ._options import RestartPolicy, RuntimeOptions
 from ._outcome import describe_error
 from ._plan import ToolPlan
-from ._resilience import CachePolicy, resilience_counts
-from ._restart import RestartWindow
+from ._policies import Policy, drive
+from ._resilience import BreakerPolicy, CachePolicy, Resilience, resilience_counts
 from ._stats import ToolCounters, ToolStatistics
-from ._wiring import Executors, arm_policies
 
-__all__ = ["ActorState", "ToolActor"]
+__all__ = ["ActorState", "RestartWindow", "Settings", "ToolActor", "arm_policies", "policies_of"]
 
 log = logging.getLogger("runtime.engine")
 
 
-class ToolActor(Incarnation):
+class ActorState(enum.StrEnum):
+    """Where an actor is in its life."""
+
+    STARTING = "starting"
+    UP = "up"
+    RESTARTING = "restarting"
+    DOWN = "down"
+    STOPPED = "stopped"
+
+
+class _Timeout:
+    """`_bounded`: the step did not finish within its limit."""
+
+
+class _Stopped:
+    """`_bounded`: the actor was stopped while the step ran."""
+
+
+class RestartWindow:
+    """The recent restarts of one actor."""
+
+    __slots__ = ("_recent", "policy")
+
+    def __init__(self, policy: RestartPolicy) -> None:
+        self.policy = policy
+        self._recent: collections.deque[float] = collections.deque()
+
+    def record(self) -> float | None:
+        """Count a restart now: the backoff before it, or None if this one is over the intensity."""
+        now = trio.current_time()
+        recent = self._recent
+        recent.append(now)
+        while recent and recent[0] < now - self.policy.within:
+            recent.popleft()
+        if len(recent) > self.policy.max_restarts:
+            return None
+        return self.policy.delay(len(recent))
+
+    def clear(self) -> None:
+        """Forget the restarts (a tool that was down starts again with a fresh window)."""
+        self._recent.clear()
+
+    @property
+    def recent(self) -> int:
+        """Restarts within the period (as of the last `record`)."""
+        return len(self._recent)
+
+
+class Settings:
+    """What every part of one runtime reads: its options, its features, its host loop."""
+
+    __slots__ = ("host_loop", "keeper", "options", "pipeline", "resilience")
+
+    def __init__(
+        self,
+        options: RuntimeOptions,
+        pipeline: FeaturePipeline,
+        host_loop: Any = None,
+        resilience: Resilience | None = None,
+        keeper: Keeper | None = None,
+    ) -> None:
+        self.options = options
+        self.pipeline = pipeline
+        self.host_loop = host_loop
+        """The asyncio loop this trio run is a guest of (`open_asyncio_runtime`), else None."""
+        self.resilience = resilience
+        """The store, breakers and budgets the resilience policies share (None: none at all)."""
+        self.keeper = keeper
+        """What keeps results over their limits whole (`RuntimeOptions.artifacts`); None: cut."""
+
+
+def policies_of(
+    tool: ToolBase[Any, Any], runtime: tuple[Any, ...], own: tuple[Any, ...]
+) -> tuple[Policy, ...]:
+    """A tool's interceptors, outermost first: the runtime's that apply to it, then its own.
+
+    Raises:
+        ToolDefinitionError: one of its own is not a `runtime.Policy`.
+    """
+    for p in own:
+        if not isinstance(p, Policy):
+            raise ToolDefinitionError(
+                f"tool {tool.name!r}: policies must be runtime.Policy instances, not {p!r}"
+            )
+    return (*(p for p in runtime if p.applies(tool)), *own)
+
+
+def arm_policies(plan: ToolPlan, tool: ToolBase[Any, Any], settings: Settings) -> None:
+    """Give `plan` its interceptors (the runtime's, the tool's, then the resilience options'),
+    its breaker, its cache (when nothing steps in before it) and its retry."""
+    runtime_options, options = settings.options, plan.options
+    plan.policies = policies_of(tool, runtime_options.policies, options.policies)
+    resilience = settings.resilience
+    if resilience is not None:
+        own = resilience.policies_for(tool, options)
+        plan.policies = (*plan.policies, *own)
+        plan.breaker = next((p.b for p in own if isinstance(p, BreakerPolicy)), None)
+        first = plan.policies[0] if plan.policies else None
+        if isinstance(first, CachePolicy) and resilience.local:  # nothing steps in before it
+            plan.cached = first
+        retry = options.retry or (runtime_options.retry if options.repeatable else None)
+        if retry is not None:
+            plan.retry = retry
+            plan.retry_later = resilience.retry_later
+    plan.suspends = any(p.suspends for p in plan.policies)
+
+
+class ToolActor:
     """Serves one tool. Callers `admit` calls through its mailbox; the supervisor runs `supervise`.
 
     Attributes:
@@ -83,7 +202,9 @@ class ToolActor(Incarnation):
         plan.host_loop = settings.host_loop
         plan.keeper = settings.keeper
         arm_policies(plan, tool, settings)
-        executors = self._executors = Executors(tool, settings, plan)
+        executors = self._executors = Executors(
+            tool, plan, thread_limit=runtime_options.thread_limit, host_loop=settings.host_loop
+        )
         self.placement = executors.placement
         self.needs_context = executors.needs_context
         self.mailbox = plan.mailbox = Mailbox(
@@ -280,6 +401,128 @@ class ToolActor(Incarnation):
         self._executors.kill()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+    # -- one incarnation: setup(), serve, teardown() ------------------------------------
+
+    async def _incarnation(self) -> str | None:
+        """One incarnation; the reason it crashed, or None (stopped, or down)."""
+        self._crash = None
+        self.plan.crash_reason = None
+        if self._has_setup:
+            outcome = await self._bounded(self.tool.setup)
+            if outcome is not None:
+                self.ready.set()
+                await self._teardown()
+                return self._setup_failed(outcome, "its setup() did not finish", "setup failed")
+        if self.placement is not None:
+            async with self.placement.open(self.tool, cast(PlacementHost, self)) as placed:  # the actor
+                outcome = await self._bounded(placed.start)
+                if outcome is not None:
+                    self.ready.set()
+                    return self._setup_failed(
+                        outcome, "its workers did not start (setup)", "its workers failed to start"
+                    )
+                if self.state is ActorState.DOWN or self._stopping:
+                    return None
+                self.plan.placed = placed
+                return await self._serve()
+        return await self._serve()
+
+    async def _bounded(self, step: Any) -> BaseException | type[_Timeout] | type[_Stopped] | None:
+        """Run `step()` within `setup_timeout` (and `kill`'s reach): None if it finished, else
+        what it raised, `_Timeout`, or `_Stopped`."""
+        limit = self.options.setup_timeout
+        scope = self._setup_scope = trio.CancelScope()
+        timer = trio.CancelScope(deadline=trio.current_time() + limit if limit is not None else math.inf)
+        try:
+            with scope, timer:
+                await step()
+        except BaseException as exc:
+            if not timer.cancelled_caught and not scope.cancelled_caught:
+                if is_cancellation(exc):
+                    raise
+                return exc
+        finally:
+            self._setup_scope = None
+        if timer.cancelled_caught:
+            return _Timeout
+        if scope.cancelled_caught:
+            return _Stopped
+        return None
+
+    def _setup_failed(self, outcome: Any, timed_out: str, failed: str) -> str | None:
+        if outcome is _Timeout:
+            self._go_down(f"{timed_out} within {self.options.setup_timeout:g}s")
+            return None
+        if outcome is _Stopped:
+            return None
+        log.warning("tool %r: %s", self.name, failed, exc_info=outcome)
+        return f"{failed}: {describe_error(outcome)[1]}"
+
+    async def _serve(self) -> str | None:
+        self.state = ActorState.UP
+        self._trying = False
+        self.ready.set()
+        plan = self.plan
+        self._drain_event = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._executors.serve(nursery)
+                self.mailbox.resume()
+                if not (self._stopping and not plan.running):
+                    await self._drain_event.wait()  # set once stopping and no call runs; a crash cancels it
+                nursery.cancel_scope.cancel()  # the idle workers
+        finally:
+            self.mailbox.pause()
+            self._nursery = None
+            self._executors.serve(None)
+            self._executors.kill()
+            if plan.running:  # calls of the host loop, cancelled just now: a grace to end
+                with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_GRACE):
+                    await self._wait_drained()
+                for call in list(plan.running):
+                    call.give_up(
+                        FailureKind.UNAVAILABLE,
+                        f"{plan.unavailable_message()}; the call did not stop when cancelled",
+                    )
+            plan.placed = None
+            await self._teardown()
+        return self._crash
+
+    async def _wait_drained(self) -> None:
+        plan = self.plan
+        if plan.running:
+            self._drain_event = drained = trio.Event()
+            draining, plan.draining = plan.draining, True
+            try:
+                await drained.wait()
+            finally:
+                plan.draining = draining
+
+    def _drained(self) -> None:
+        """No call runs any more, and the actor waits for that (stopping, or a grace)."""
+        if self._drain_event is not None:
+            self._drain_event.set()
+
+    def _crash_now(self, reason: str) -> None:
+        """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
+        self._crash = reason
+        self.mailbox.pause()
+        self._executors.kill()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def _teardown(self) -> None:
+        if not self._has_teardown:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(self.settings.options.shutdown_timeout):
+            try:
+                await self.tool.teardown()
+            except BaseException as exc:
+                if is_cancellation(exc):
+                    raise
+                log.warning("teardown of tool %r failed", self.name, exc_info=True)
 
     # -- stopping ------------------------------------------------------------------------
 

@@ -52,7 +52,6 @@ from ._outcome import failure, success, truncate
 
 if TYPE_CHECKING:
     from ._call import Call
-    from ._plan import ToolPlan
 
 __all__ = ["Artifacts", "Keeper"]
 
@@ -108,10 +107,10 @@ class _Keeping:
     stuck = 0
     holds = False
 
-    def start(self, call: Call) -> None:  # pragma: no cover - never admits a call
+    def start(self, call: Call[Any]) -> None:  # pragma: no cover - never admits a call
         raise AssertionError("the keeping of a result starts no call")
 
-    def cancel(self, call: Call) -> None:
+    def cancel(self, call: Call[Any]) -> None:
         scope = call.job
         if scope is not None:
             scope.cancel()
@@ -148,8 +147,9 @@ class Keeper:
 
     def keep(
         self,
-        call: Call,
-        plan: ToolPlan,
+        call: Call[Any],
+        tool: str,
+        limit: int,
         value: Any,
         text: str,
         parts: tuple[ContentPart, ...],
@@ -158,7 +158,7 @@ class Keeper:
         """The call's result with what is over its limits kept; None: keeping has to wait, and
         the call ends (`Call.kept`) once it is done. `wait=False`: cut what cannot be kept at once
         (a policy's answer, which no executor runs)."""
-        flow = self._flow(call, plan, value, text, parts)
+        flow = self._flow(call, tool, limit, value, text, parts)
         try:
             step = flow.send(None)
         except StopIteration as stop:
@@ -166,7 +166,7 @@ class Keeper:
             return result
         if not wait:
             flow.close()
-            return success(call.call, plan.name, value, text, parts, plan.max_chars)
+            return success(call.call, tool, value, text, parts, limit)
         nursery = self.nursery
         assert nursery is not None  # bound when the runtime opened
         scope = trio.CancelScope()
@@ -176,7 +176,7 @@ class Keeper:
         return None
 
     async def _finish(
-        self, call: Call, flow: Generator[Any, Any, ToolResult], step: Any, scope: trio.CancelScope
+        self, call: Call[Any], flow: Generator[Any, Any, ToolResult], step: Any, scope: trio.CancelScope
     ) -> None:
         result: ToolResult | None = None
         try:
@@ -195,9 +195,8 @@ class Keeper:
     # -- the flow -----------------------------------------------------------------------------
 
     def _flow(
-        self, call: Call, plan: ToolPlan, value: Any, text: str, parts: tuple[ContentPart, ...]
+        self, call: Call[Any], tool: str, limit: int, value: Any, text: str, parts: tuple[ContentPart, ...]
     ) -> Generator[Any, Any, ToolResult]:
-        limit = plan.max_chars
         links: list[ContentPart] = []
         content = text
         if len(text) > limit:
@@ -213,11 +212,9 @@ class Keeper:
             shaped.extend((yield from self._part(call, part, limit)))
         if links and not parts:
             shaped = [TextPart(text=content), *links]  # the link rides beside the text (MCP: resource_link)
-        return ToolSuccess(
-            call_id=call.call.id, tool=plan.name, content=content, value=value, parts=tuple(shaped)
-        )
+        return ToolSuccess(call_id=call.call.id, tool=tool, content=content, value=value, parts=tuple(shaped))
 
-    def _part(self, call: Call, part: ContentPart, limit: int) -> Generator[Any, Any, list[ContentPart]]:
+    def _part(self, call: Call[Any], part: ContentPart, limit: int) -> Generator[Any, Any, list[ContentPart]]:
         """A part as the model gets it: as it is, or (over its limit) a note and a link."""
         big = self.options.max_inline_bytes
         if isinstance(part, TextPart) and len(part.text) > limit:
@@ -245,7 +242,9 @@ class Keeper:
                 return [TextPart(text=self._binary_note(info, part)), _link(info)]
         return [part]
 
-    def _piece(self, call: Call, data: str | bytes, mime: str) -> Generator[Any, Any, ArtifactInfo | None]:
+    def _piece(
+        self, call: Call[Any], data: str | bytes, mime: str
+    ) -> Generator[Any, Any, ArtifactInfo | None]:
         """Keep one piece for the call's principal; None if it cannot be kept (too large, the store failed)."""
         try:
             info = yield from self.store.keep_flow(call.principal, data, mime)

@@ -1,65 +1,227 @@
 """The call state machine: one object per tool call, from its entry to its one result.
 
     entry (`_entry`)   prepare: routed, its context, its deadline      QUEUED
-       │               begin: bounds + decode, call chain, starting hooks
+       │               begin: bounds + decode, policies, starting hooks
        │               admitted by its tool's mailbox (`_mailbox`)
        ▼
     executor.start     `start()`: the tool's own deadline armed         RUNNING
        │               the tool runs where its executor runs it
        ▼
     executor reports   `returned` / `raised` / `stopped` / `lost`       DONE
-       │               the one outcome mapping (`_plan`): result, restart decision
-       │               (a result kept as artifacts that has to wait stays RUNNING, its
-       │               keeping the call's executor, until `kept`)
+       │               the one outcome mapping (the tool's plan, `_plan`): its result,
+       │               the restart decision (a result kept as artifacts that has to wait
+       │               stays RUNNING, its keeping the call's executor, until `kept`)
        ▼
-    the caller         `report()`: counted, finishing hooks             REPORTED
+    the caller         `reported()`: counted, finishing hooks           REPORTED
 
-Every transition is a method of `Call`, and only these change `state`: here, the executor's
-side (engine/_running.py), and a failed attempt's way back to QUEUED (`_again`,
-engine/_attempts.py). A call is settled (DONE) exactly once: the first `settle` wins, whoever makes it (its executor, its caller's
-deadline, its caller's cancellation, a crash, shutdown), and a result that comes after that
-is late: dropped, and counted as abandoned work when its code ran on past a grace.
+Every transition is a method of `Call`, and only these change `state`. A call is settled (DONE)
+exactly once: the first `settle` wins, whoever makes it (its executor, its caller's deadline,
+its caller's cancellation, a crash, shutdown), and a result that comes after that is late:
+dropped, and counted as abandoned work when its code ran on past a grace.
 
 The caller enforces every deadline itself: it waits until `expires`, and a call whose code
-ignores its cancellation is answered TIMEOUT a grace after its deadline (`lapse`): the waiter's
-side, with what becomes of a result that comes late, is engine/_waiting.py; a failed attempt's
-way back to QUEUED under a `Retry` is engine/_attempts.py; the executor's side (its start and
-the executor's report, through the one outcome mapping to DONE) is engine/_running.py (`Call`'s
-other three halves). The states and the executor and reply protocols: engine/_states.py.
+ignores its cancellation is answered TIMEOUT a grace after its deadline (`lapse`). A failed
+attempt of a tool with a `Retry` goes RUNNING -> QUEUED again (`_again`), within the caller's
+deadline.
+
+What a call needs of its tool is the `Plan` protocol (the engine's `ToolPlan`, engine/_plan.py);
+of where it runs, the `Executor` protocol; of who waits for it besides one trio task, `Reply`.
+The engine's grace periods are declared here, once.
 """
 
 from __future__ import annotations
 
 import contextvars
+import enum
 import logging
 import math
+import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from ..messages import FailureKind, ToolCall, ToolResult, ToolSuccess
-from ..tools import CallContext
-from ._attempts import Attempts
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
+from ..tools import CallContext, Retry
 from ._outcome import failure
-from ._running import Running
-from ._states import ABANDON_GRACE, DONE, QUEUED, REPORTED, RUNNING, Executor
-from ._waiting import Waiting
+from ._stats import ToolCounters
 
-if TYPE_CHECKING:
-    from ._plan import ToolPlan
-
-__all__ = ["Call"]
+__all__ = [
+    "ABANDON_GRACE",
+    "CANCELLED_MESSAGE",
+    "DONE",
+    "HOOK_GRACE",
+    "HOST_GRACE",
+    "KILL_GRACE",
+    "KILL_TURN",
+    "QUEUED",
+    "REPORTED",
+    "RUNNING",
+    "Breaker",
+    "Call",
+    "CallState",
+    "Executor",
+    "Gate",
+    "InCallerExecutor",
+    "Plan",
+    "Reply",
+]
 
 log = logging.getLogger("runtime.engine")
+
+# -- the engine's grace periods, in seconds ----------------------------------------------
+
+ABANDON_GRACE = 0.05
+"""A running call gets this long to end after its cancellation before its caller answers it."""
+HOOK_GRACE = 1.0
+"""The finishing hooks of a cancelled caller's calls may take this long, shielded."""
+KILL_GRACE = 0.5
+"""At shutdown, cancelled calls get this long to end before they are abandoned."""
+KILL_TURN = 0.01
+"""At least this long for an actor that does stop when cancelled (it needs a turn to do it)."""
+HOST_GRACE = 1.0
+"""The runtime's last tasks may take this long to end once everything has stopped."""
+
+CANCELLED_MESSAGE = "the call was cancelled by its caller"
+
+
+class CallState(enum.Enum):
+    """Where a call is: QUEUED (not running yet), RUNNING, DONE (answered), REPORTED (counted)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    REPORTED = "reported"
+
+
+QUEUED = CallState.QUEUED
+RUNNING = CallState.RUNNING
+DONE = CallState.DONE
+REPORTED = CallState.REPORTED
+
+
+class Executor(Protocol):
+    """Where a tool's calls run. It starts a call, cancels it on request, and reports its end
+    through the call (`returned`, `raised`, `stopped`, `lost`); it knows nothing of failure
+    kinds, features, spans, policies or supervision. Each frees its mailbox slot itself, when
+    what the call held (a worker task, a thread, a process) is free again."""
+
+    def start(self, call: Call[Any]) -> None:
+        """Run `call` (already admitted); `call.start()` says whether it still should."""
+
+    def cancel(self, call: Call[Any]) -> None:
+        """Stop a running `call` (its deadline, its caller); it reports `stopped` when it has."""
+
+    stuck: int
+    """Slots held by work that was answered but could not be stopped (blocked threads)."""
+
+    holds: bool
+    """A started call holds a slot until the executor frees it (False: it ends within `start`)."""
+
+
+class InCallerExecutor(Executor, Protocol):
+    """An executor that runs a started call in its caller's own trio task (`run`, awaited by the
+    caller right after admission)."""
+
+    async def run(self, call: Call[Any]) -> bool:
+        """Run the started `call` here, to its report; True if its code yielded to trio."""
+        ...
+
+    def serve(self) -> None:
+        """An incarnation of the tool serves."""
+
+    def kill(self) -> None:
+        """The incarnation ended: what runs is cancelled."""
+
+
+class Reply(Protocol):
+    """Who waits for a call other than one trio task: a batch, an asyncio future."""
+
+    def settled(self, call: Call[Any]) -> None: ...
+
+    def expire_at(self, when: float) -> None: ...
+
+
+class Gate(Protocol):
+    """A place a call takes before its mailbox and gives back once its work is over (a budget,
+    the run of identical calls: engine/_resilience)."""
+
+    def enter(self, call: Call[Any], host: bool) -> bool: ...
+
+    def answered(self, call: Call[Any]) -> None: ...
+
+    def keeps(self, call: Call[Any]) -> bool: ...
+
+    def given_up(self, call: Call[Any], result: ToolResult) -> None: ...
+
+    def leave(self, call: Call[Any], result: ToolResult) -> None: ...
+
+
+class Breaker(Protocol):
+    """A circuit breaker, as a call's attempts meet it (engine/_resilience/_breaker.py)."""
+
+    state: str
+
+    def refusal(self, now: float, call: Call[Any]) -> str | None: ...
+
+    def allows_retry(self) -> bool: ...
+
+    def heard(self, call: Call[Any], result: ToolResult) -> None: ...
+
+
+class Mailbox(Protocol):
+    """What a call tells its tool's mailbox (engine/_mailbox.py)."""
+
+    def left(self, call: Call[Any]) -> None: ...
+
+
+class Plan(Protocol):
+    """What a call needs of its tool (the engine's `ToolPlan`, engine/_plan.py): read-only."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def counters(self) -> ToolCounters: ...
+    @property
+    def mailbox(self) -> Mailbox: ...
+    @property
+    def running(self) -> set[Call[Any]]: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def breaker(self) -> Breaker | None: ...
+    @property
+    def retry(self) -> Retry | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def default_timeout(self) -> float | None: ...
+    @property
+    def untimed(self) -> bool: ...
+
+    def drained(self) -> None: ...
+
+    def retry_later(self, delay: float, call: Call[Any]) -> None: ...
+
+    def shape(self, call: Call[Any], value: Any, wait: bool = True) -> ToolResult | None: ...
+
+    def failure(self, call: Call[Any], exc: BaseException) -> ToolFailure: ...
+
+    def unavailable_message(self) -> str: ...
+
 
 _copy_context = contextvars.copy_context
 _INF = math.inf
 _Task = trio.lowlevel.Task
 _reschedule = trio.lowlevel.reschedule
+_STOPPED = (FailureKind.TIMEOUT, FailureKind.CANCELLED)
 
 
-class Call(Waiting, Attempts, Running):
+P = TypeVar("P", bound=Plan)
+"""The plan of a call's tool: `ToolPlan` for the engine's calls."""
+
+
+class Call(Generic[P]):
     """One tool call on its way (see the module docstring for its states).
 
     Attributes:
@@ -76,6 +238,7 @@ class Call(Waiting, Attempts, Running):
         executor: what runs it, once RUNNING.
         job: the executor's handle on it while it runs (a cancel scope, a thread job, a task).
         cancelled: its caller gave up, so a stop means CANCELLED, not TIMEOUT.
+        interrupted: it was asked to stop (its deadline, its caller); a grace later it is given up.
         reply: who is told when it is settled (a parked trio task, a batch, an asyncio waiter).
         waiter: the cancel scope a single trio caller waits in (its deadline is moved in).
         index: its position in its batch.
@@ -90,8 +253,10 @@ class Call(Waiting, Attempts, Running):
         until: the caller's deadline and its timeout, while the tool's own shortens `deadline`
             (an attempt after a tool TIMEOUT gets the tool's timeout again, within this).
         gates: the budgets it waits in before its mailbox (`Gate`s), and how many it holds.
-        handed: its caller gave up while identical calls wait for its work (`Flight`): the work
-            runs on for them, not as an orphan of its caller (`stop_handed` ends it).
+        passed: how many of its gates it holds.
+        handed: its caller gave up while identical calls wait for its work (a dedupe `Flight`):
+            the work runs on for them, not as an orphan of its caller (`stop_handed` ends it).
+        settled_at: when it was answered while its work still ran.
     """
 
     __slots__ = (
@@ -131,7 +296,7 @@ class Call(Waiting, Attempts, Running):
         self,
         call: ToolCall,
         ctx: CallContext | None,
-        plan: ToolPlan | None,
+        plan: P | None,
         deadline: float,
         limit: float | None,
         reply: Any = None,
@@ -165,9 +330,12 @@ class Call(Waiting, Attempts, Running):
         self.metadata: Mapping[str, Any] | None = None
         self.attempt = 1
         self.until: tuple[float, float | None] | None = None
-        self.gates: tuple[Any, ...] | None = None
+        self.gates: tuple[Gate, ...] | None = None
         self.passed = 0
         self.handed = False
+
+    def __repr__(self) -> str:
+        return f"<Call {self.call.id!r} {self.call.name!r} {self.state.value}>"
 
     # -- settling ----------------------------------------------------------------------
 
@@ -186,21 +354,20 @@ class Call(Waiting, Attempts, Running):
         state = self.state
         if state is DONE or state is REPORTED:
             return False
+        plan = self.plan
         if state is RUNNING:
             self.settled_at = now = trio.current_time()
-            plan = self.plan
             if plan is not None and not self.handed:
                 plan.counters.orphans[self] = now + ABANDON_GRACE
         elif self.queued:
             self.queued = False
-            plan = self.plan
             if plan is not None:
                 plan.mailbox.left(self)
         self.state = DONE
         self.result = result
         if self.passed:
             if state is RUNNING:  # its work goes on: it leaves its gates when that ends (`_late`)
-                for gate in self.gates[: self.passed]:  # type: ignore[index]  # passed > 0: it has gates
+                for gate in self._held():
                     gate.answered(self)
             else:
                 self._leave_gates(result)
@@ -210,26 +377,6 @@ class Call(Waiting, Attempts, Running):
     def fail(self, kind: FailureKind, message: str, error_type: str | None = None) -> bool:
         """Settle with a failure."""
         return self.settle(failure(self.call, kind, message, error_type))
-
-    def _leave_gates(self, result: ToolResult) -> None:
-        """Give back the places it held (budgets, an identical call's run) once its work is over;
-        `result` is what the work ended with (its answer, or a late result after it)."""
-        gates, passed = self.gates, self.passed
-        self.passed = 0
-        for gate in gates[:passed]:  # type: ignore[index]  # passed > 0: it has gates
-            gate.leave(self, result)
-
-    def _notify(self) -> None:
-        reply = self.reply
-        if reply is None:
-            return
-        if type(reply) is _Task:
-            self.reply = None
-            _reschedule(reply)
-        else:
-            reply.settled(self)
-
-    # -- the end ------------------------------------------------------------------------
 
     def transform(self, result: ToolResult) -> None:
         """DONE -> DONE with the result its policies made of the one it settled with."""
@@ -248,9 +395,293 @@ class Call(Waiting, Attempts, Running):
             result = self.result
             if type(result) is ToolSuccess:
                 counters.succeeded += 1
-            else:
-                counters.record_failure(result)  # type: ignore[arg-type]  # DONE: a failure
+            elif type(result) is ToolFailure:
+                counters.record_failure(result)
         return True
 
-    def __repr__(self) -> str:
-        return f"<Call {self.call.id!r} {self.call.name!r} {self.state.value}>"
+    def _held(self) -> tuple[Gate, ...]:
+        """The gates it holds a place in."""
+        gates = self.gates
+        return gates[: self.passed] if gates is not None else ()
+
+    def _leave_gates(self, result: ToolResult) -> None:
+        """Give back the places it held (budgets, an identical call's run) once its work is over;
+        `result` is what the work ended with (its answer, or a late result after it)."""
+        held = self._held()
+        self.passed = 0
+        for gate in held:
+            gate.leave(self, result)
+
+    def _notify(self) -> None:
+        reply = self.reply
+        if reply is None:
+            return
+        if type(reply) is _Task:
+            self.reply = None
+            _reschedule(reply)
+        else:
+            reply.settled(self)
+
+    # -- the waiter's side: its caller enforces the deadline and gives up ---------------
+
+    def expire_at(self, when: float) -> None:
+        """The waiter must look again by `when` at the latest."""
+        if when < self.expires:
+            self.expires = when
+            waiter = self.waiter
+            if waiter is not None:
+                if when < waiter.deadline:
+                    waiter.deadline = when
+            else:
+                reply = self.reply
+                if reply is not None and type(reply) is not _Task:
+                    reply.expire_at(when)
+
+    async def wait(self) -> None:
+        """Park the calling trio task until the call is settled (a checkpoint either way)."""
+        if self.state is DONE:
+            await trio.lowlevel.checkpoint()
+            return
+        self.reply = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self.reply = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def lapse(self) -> None:
+        """`expires` passed and the call is not answered: a queued call times out; a running one
+        is cancelled, and answered a grace later if it ignores that (abandoned)."""
+        state = self.state
+        if state is QUEUED:
+            self.fail(FailureKind.TIMEOUT, self.timeout_message())
+        elif state is RUNNING:
+            if not self.interrupted:
+                self.interrupted = True
+                self.expires = trio.current_time() + ABANDON_GRACE  # the waiter reads it again
+                executor = self.executor
+                assert executor is not None
+                executor.cancel(self)
+            else:
+                self.give_up(
+                    FailureKind.TIMEOUT,
+                    f"{self.timeout_message()}; it did not stop when cancelled and was abandoned",
+                )
+
+    def abandon(self, kind: FailureKind, message: str) -> None:
+        """The caller stops waiting (its cancellation, shutdown): a queued call is answered now,
+        a running one cancelled (its later result is dropped). Identical calls waiting for its
+        work keep it running (`handed`) until they leave too (`stop_handed`)."""
+        state = self.state
+        if state is QUEUED:
+            self.fail(kind, message)
+        elif state is RUNNING:
+            self.cancelled = cancelled = kind is FailureKind.CANCELLED
+            if cancelled and any(gate.keeps(self) for gate in self._held()):
+                self.handed = True  # identical calls wait for this work: it runs on for them,
+                self.fail(kind, message)  # and its caller, who left, is answered now
+                return
+            self.interrupted = True
+            executor = self.executor
+            assert executor is not None
+            executor.cancel(self)
+
+    def stop_handed(self) -> None:
+        """The calls its work ran on for have all ended too: cancel it now (as `abandon` would
+        have), its late result dropped."""
+        if self.handed and not self.interrupted:
+            self.handed = False
+            self.interrupted = True
+            plan = self.plan
+            if plan is not None:  # an orphan now: counted as abandoned if it runs on past a grace
+                plan.counters.orphans[self] = trio.current_time() + ABANDON_GRACE
+            executor = self.executor
+            assert executor is not None
+            executor.cancel(self)
+
+    def give_up(self, kind: FailureKind, message: str) -> None:
+        """Answer a running call whose code did not stop when cancelled: abandoned (counted)."""
+        if self.ctx is not None:
+            self.ctx.abandoned = True
+        plan = self.plan
+        if self.handed:  # answered already; the calls its work went on for hear this now
+            self.handed = False
+            if plan is not None:
+                plan.counters.orphans[self] = self.settled_at
+            result = failure(self.call, kind, message)
+            for gate in self._held():
+                gate.given_up(self, result)
+            return
+        if self.fail(kind, message) and plan is not None and self in plan.counters.orphans:
+            plan.counters.orphans[self] = self.settled_at  # known to ignore cancellation already
+
+    def timeout_message(self) -> str:
+        limit = f"{self.limit:g}s" if self.limit is not None else "its deadline"
+        return f"tool {self.call.name!r} did not finish within {limit}"
+
+    # -- attempts under its tool's `Retry` -----------------------------------------------
+
+    def retried(self, result: ToolFailure) -> bool:
+        """Its `Retry` tries a failure of this kind again, and attempts remain."""
+        retry = self.plan.retry if self.plan is not None else None
+        return retry is not None and result.kind in retry.on and self.attempt < retry.attempts
+
+    def _again(self, result: ToolFailure) -> bool:
+        """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
+        remain and the backoff ends within the caller's deadline. The span hears of each."""
+        plan = self.plan
+        assert plan is not None
+        retry = plan.retry
+        if retry is None or self.cancelled or not self.retried(result):
+            return False
+        if plan.breaker is not None and not plan.breaker.allows_retry():
+            return False  # its circuit opened: the model reads this failure, not a storm of attempts
+        delay = retry.delay(self.attempt + 1, random.random())
+        until = self.until
+        deadline, limit = until if until is not None else (self.deadline, self.limit)
+        now = trio.current_time()
+        if now + delay >= deadline or (self.interrupted and until is None):
+            return False  # no time left (or the caller's own deadline stopped it)
+        ctx = self.ctx
+        if ctx is not None and ctx._observer is not None:
+            ctx._observer.event(
+                ctx,
+                "tool.retry",
+                {"tool.retry.attempt": self.attempt, "tool.retry.outcome": result.kind.value},
+            )
+        plan.counters.retries += 1
+        self.attempt += 1
+        self.state = QUEUED
+        self.interrupted = False
+        self.deadline = self.expires = deadline
+        self.limit = limit
+        waiter = self.waiter
+        if waiter is not None:
+            waiter.deadline = deadline  # its waiter looks again at the caller's deadline, no sooner
+        plan.retry_later(delay, self)
+        return True
+
+    # -- the executor's side: its start and its report -----------------------------------
+
+    def start(self, executor: Executor) -> bool:
+        """QUEUED -> RUNNING, on `executor`: arm the deadline. False: do not run it (it was
+        answered while it waited, or its deadline passed before it could start: TIMEOUT)."""
+        if self.state is not QUEUED:
+            return False
+        plan = self.plan
+        assert plan is not None
+        breaker = plan.breaker
+        if breaker is not None and breaker.state == "open":  # it opened while this call waited
+            refused = breaker.refusal(trio.current_time(), self)
+            if refused is not None:
+                self.fail(FailureKind.UNAVAILABLE, refused)
+                return False
+        deadline = self.deadline
+        if deadline != _INF or not plan.untimed:  # a deadline to arm
+            own = plan.timeout
+            if own is None and deadline == _INF:
+                own = plan.default_timeout
+            now = trio.current_time()
+            if deadline <= now:
+                self.fail(FailureKind.TIMEOUT, self.timeout_message())
+                return False
+            if own is not None and now + own < deadline:
+                if plan.retry is not None:
+                    self.until = (deadline, self.limit)
+                deadline = self.deadline = now + own
+                self.limit = own
+            self.expire_at(deadline)  # the waiter looks again then, should the tool ignore its cancel
+            if self.ctx is not None:
+                self.ctx.deadline = deadline
+        self.state = RUNNING
+        self.executor = executor
+        plan.counters.in_flight += 1
+        plan.running.add(self)
+        return True
+
+    def returned(self, value: Any) -> None:
+        """The tool returned `value`."""
+        plan = self.plan
+        assert plan is not None
+        result = plan.shape(self, value)
+        if result is not None:  # None: its result is being kept whole (`kept` ends it)
+            self._end(result)
+
+    def kept(self, result: ToolResult) -> None:
+        """Its result was kept as artifacts (a keeping that had to wait: `_artifacts.Keeper`)."""
+        self._end(result)
+
+    def raised(self, exc: BaseException) -> None:
+        """The tool raised `exc` (not a cancellation of this call)."""
+        plan = self.plan
+        assert plan is not None
+        self._end(plan.failure(self, exc))
+
+    def stopped(self) -> None:
+        """The call stopped because it was asked to (its deadline, its caller)."""
+        self._end(self.stop_result())
+
+    def lost(self) -> None:
+        """The executor went away under the call (its tool crashed, shutdown, a dead worker)."""
+        plan = self.plan
+        assert plan is not None
+        self._end(failure(self.call, FailureKind.UNAVAILABLE, plan.unavailable_message()))
+
+    def stop_result(self) -> ToolFailure:
+        if self.cancelled and not self.handed:  # a handed-over run that stops met its deadline
+            return failure(self.call, FailureKind.CANCELLED, CANCELLED_MESSAGE)
+        return failure(self.call, FailureKind.TIMEOUT, self.timeout_message())
+
+    def _end(self, result: ToolResult) -> None:
+        """RUNNING -> DONE by the executor's report (or a late result, if answered already)."""
+        plan = self.plan
+        assert plan is not None
+        plan.counters.in_flight -= 1
+        plan.running.discard(self)
+        self.job = None
+        if self.state is RUNNING:
+            if plan.breaker is not None:
+                plan.breaker.heard(self, result)  # every attempt's outcome, retries included
+            if plan.retry is not None and type(result) is ToolFailure and self._again(result):
+                pass  # it waits for its next attempt
+            else:
+                self.state = DONE
+                self.result = result
+                if self.passed:
+                    self._leave_gates(result)
+                reply = self.reply
+                if reply is not None:  # `_notify`, on the hot path
+                    if type(reply) is _Task:
+                        self.reply = None
+                        _reschedule(reply)
+                    else:
+                        reply.settled(self)
+        else:
+            self._late(result)
+        if plan.draining and not plan.running:
+            plan.drained()
+
+    def _late(self, result: ToolResult) -> None:
+        """A result for a call answered already (its caller gave up, a deadline lapsed): dropped.
+        Its work is over now: the places it held in its gates are given back."""
+        plan = self.plan
+        assert plan is not None
+        self.handed = False  # its work is over: nothing left to stop
+        if self.passed:
+            self._leave_gates(result)
+        since = plan.counters.orphans.pop(self, None)
+        if since is None:
+            return
+        if type(result) is ToolFailure and result.kind in _STOPPED:
+            return  # it ended through its cancellation (however late the loop let it): not abandoned
+        now = trio.current_time()
+        if now >= since:
+            plan.counters.abandoned_late += 1
+            log.warning(
+                "tool %r: call %s ended %.3gs after it was answered (it ignored cancellation); "
+                "its result (%s) is dropped",
+                plan.name,
+                self.call.id,
+                now - self.settled_at,
+                "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
+            )

@@ -1,18 +1,35 @@
-"""The one entry: how every call gets in, whoever makes it. The steps (prepare, starting,
-admit, finish) are `_steps.Steps`; this module adds how a trio caller waits:
+"""The one entry: how every call gets in, whoever makes it, and how a trio caller waits.
+
+The steps every call takes (`Entry`), whoever makes it:
+
+    prepare   route (a lookup in the registry actor's snapshot), the call's context (merged
+              metadata), its deadline, and begin: bounds + decode, the call chain; what is wrong
+              with the call itself settles it here (unknown tool, bad id, bad arguments)
+    starting  the policies' before-halves (which may answer the call, rewrite it, send it to
+              another tool or redact it for observers), then the features' `on_call_starting`
+              hooks; driven here, or awaited if they may suspend
+    admit     its gates, then its tool's mailbox starts it (eager calls run right here), queues
+              it, or refuses it
+    finish    the policies' after-halves, counted once, the features' finishing hooks
+
+and how a trio caller waits for them:
 
     call      trio's `send` shape: a checkpoint, the attempt that needs no wait (a cache hit, an
               eager call, a call run here when it only awaits another process), then a park
     stream    the same, its reply slot a bounded channel of the tool's chunks
-    batch     `call_many` / `as_completed`: admit every call, yield them as they finish
+    batch     `call_many` / `as_completed`: admit every call, yield them as they finish (`Batch`:
+              one trio task waits for the whole batch, and wakes at the earliest `expires`
+              among them to lapse the ones due)
     cancelled the caller gave up: every call not answered ends CANCELLED, hooks included
 
-The asyncio embedding and `RuntimeThread` use the same steps; only how they wait differs.
-Nothing here knows where a tool runs: that is its executor's.
+A cache hit of a tool whose first policy is its cache is answered before all of them
+(`_cached`). The asyncio embedding and `RuntimeThread` use the same steps; only how they wait
+differs. Nothing here knows where a tool runs: that is its executor's.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -20,18 +37,25 @@ from typing import Any
 
 import trio
 
-from ..messages import FailureKind, ToolCall, ToolResult
-from ._batch import Batch, lapse_due
-from ._call import Call
+from ..exceptions import RuntimeClosed
+from ..features import drive as drive_hooks
+from ..features import drive_now
+from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSuccess, echo
+from ..tools import Asker, CallContext
+from ._actor import Settings
+from ._call import CANCELLED_MESSAGE, DONE, HOOK_GRACE, QUEUED, REPORTED, RUNNING, Call
+from ._plan import ToolPlan, call_chain
+from ._policies import CallRequest, after, after_now, before, before_now, call_of, redacted
+from ._policies import drive as drive_policies
+from ._resilience import Gate, Resilience
 from ._scope import Scope
-from ._states import CANCELLED_MESSAGE, DONE, QUEUED, REPORTED, RUNNING
-from ._steps import Steps
+from ._supervisor import RegistryActor
 
-__all__ = ["STREAM_BUFFER", "Entry"]
+__all__ = ["STREAM_BUFFER", "Batch", "Entry", "lapse_due"]
 
 log = logging.getLogger("runtime.engine")
 
-_HOOK_GRACE = 1.0  # seconds the shielded failure hooks of a cancelled call may take
+_Problem = tuple[FailureKind, str]
 _EAGER_RUN = 128  # calls a batch admits in its caller's task between two checkpoints
 _INF = math.inf  # the hot path's globals, one lookup each
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
@@ -50,7 +74,7 @@ class _Stream:
     def __init__(self, send: trio.MemorySendChannel[str]) -> None:
         self.send = send
 
-    def settled(self, call: Call) -> None:
+    def settled(self, call: Call[ToolPlan]) -> None:
         plan = call.plan
         if plan is not None:
             plan.sinks.pop(call, None)
@@ -60,8 +84,321 @@ class _Stream:
         pass  # the reader waits until the call's `expires`, read each time it waits
 
 
-class Entry(Steps):
+class Entry:
     """The engine's way in (an internal port: `Runtime` and the embeddings use it)."""
+
+    def __init__(self, routing: RegistryActor, settings: Settings, asking: Asker | None) -> None:
+        self._routing = routing
+        self._settings = settings
+        pipeline = settings.pipeline
+        self.pipeline = pipeline if pipeline.active else None
+        self._observer = pipeline if pipeline.observes else None
+        self._dormant = bool(pipeline.dormant)  # features that may turn on later (tracing, no SDK yet)
+        self.asking = asking
+        self.closed = False
+        self.closing = False
+        self.unknown = 0
+        self._resilience = (
+            settings.resilience if settings.resilience is not None else Resilience(settings.options)
+        )
+        budget = settings.options.budget
+        self._batch_gates = budget is not None and budget.per_batch is not None
+        self._principal_gates = budget is not None and budget.per_principal is not None
+        if settings.resilience is not None:
+            settings.resilience.readmit = self.readmit
+
+    @property
+    def direct(self) -> bool:
+        """Whether callers that are not trio tasks may run the whole entry themselves (no
+        feature hook and no tool's policy can suspend)."""
+        pipeline = self.pipeline
+        return (pipeline is None or pipeline.hooks_cannot_suspend) and not self._routing.suspends
+
+    def store_health(self) -> dict[str, Any]:
+        """The store's failures so far, and whether it fails now (for `statistics()`)."""
+        resilience = self._settings.resilience
+        if resilience is None or resilience.local:
+            return {}
+        return {"store_failures": resilience.store_failures, "store_degraded": resilience.store.degraded}  # type: ignore[attr-defined]
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise RuntimeClosed("the runtime is closed; open a new one with open_runtime()")
+        if self._dormant:
+            self._wake()
+
+    def _wake(self) -> None:
+        """A dormant feature may have turned on (a tracer provider set after opening): if so,
+        its hooks join every call from now on."""
+        pipeline = self._settings.pipeline
+        if not pipeline.wake():
+            return
+        self._dormant = bool(pipeline.dormant)
+        self.pipeline = pipeline if pipeline.active else None
+        self._observer = pipeline if pipeline.observes else None
+        for actor in self._routing.routes.values():
+            actor.use_pipeline(pipeline)
+        log.info("features turned on after the runtime opened: %s", ", ".join(map(repr, pipeline.features)))
+
+    # -- the steps -----------------------------------------------------------------------
+
+    def prepare(
+        self,
+        call: ToolCall,
+        metadata: Mapping[str, Any] | None,
+        deadline: float,
+        limit: float | None,
+        reply: Any = None,
+        index: int = 0,
+        principal: str | None = None,
+        scope: Scope | None = None,
+    ) -> Call[ToolPlan]:
+        """Route, give a context and a deadline, and begin (decode): nothing here waits."""
+        name = call.name
+        problem: _Problem | None = None
+        if type(name) is not str or type(call.id) is not str or len(name) > ECHO_LIMIT:
+            call, problem = _sanitized(call)
+            name = call.name
+        routing = self._routing
+        actor = routing.routes.get(name) if problem is None else None  # a malformed call reaches no tool
+        if scope is not None:
+            if principal is None:
+                principal = scope.principal
+            if actor is not None and name not in scope.visible(routing.registry, routing.version):
+                actor = None  # hidden from this view: as if it did not exist
+        ctx = None
+        if self.pipeline is not None or (actor is not None and actor.needs_context):
+            ctx = self.context(call, actor.tool if actor is not None else None, metadata, principal, scope)
+        if actor is None:
+            c: Call[ToolPlan] = Call(call, ctx, None, deadline, limit, reply, index, principal)
+            if problem is None:
+                self.unknown += 1
+                known = (
+                    scope.visible(routing.registry, routing.version)
+                    if scope is not None
+                    else routing.registry
+                )
+                problem = (FailureKind.UNKNOWN_TOOL, known.missing_message(name))
+            c.fail(*problem)
+            return c
+        plan = actor.plan
+        c = Call(call, ctx, plan, deadline, limit, reply, index, principal)
+        if ctx is None and plan.policies:
+            c.metadata = metadata  # a policy that reads request.ctx gets one made then
+        if self.closing:
+            c.fail(FailureKind.UNAVAILABLE, f"tool {name!r} is unavailable: the runtime is shutting down")
+        elif actor.mailbox.closed:  # down: that is what the model must hear, whatever its arguments
+            actor.mailbox.admit(c)
+        elif plan.chained and _waits_on_itself(c, actor.mailbox.capacity):
+            pass
+        elif plan.decode(c) and self._principal_gates:
+            gate = self._settings.resilience.gates_for(principal)  # type: ignore[union-attr]  # budgets have one
+            if gate is not None:
+                c.gates = (gate,)
+        return c
+
+    def context(
+        self,
+        call: ToolCall,
+        tool: Any,
+        metadata: Mapping[str, Any] | None,
+        principal: str | None,
+        scope: Scope | None = None,
+    ) -> CallContext:
+        """A call's CallContext: its merged metadata, the runtime's asking handlers and observer."""
+        merged = self._settings.pipeline.merge_metadata(call, tool, metadata, principal)
+        return CallContext(
+            call.id,
+            call.name,
+            merged,
+            None,
+            tool,
+            asking=self.asking,
+            observer=self._observer,
+            principal=principal,
+            views=self,
+            scope=scope,
+        )
+
+    def view_of(self, scope: Scope | None, principal: str | None) -> Any:
+        """The view a call's tool calls other tools through (`CallContext.runtime`): the one
+        its call came through, or the runtime's for its principal."""
+        return self.views(scope if scope is not None else Scope(principal))
+
+    views: Any = None
+    """Makes a scoped view of the runtime from a `Scope` (set by `Runtime`)."""
+
+    def context_of(self, c: Call[ToolPlan]) -> CallContext:
+        """`c`'s context, made the first time a policy asks for it (`CallRequest.ctx`)."""
+        if c.ctx is None:
+            c.ctx = self.context(c.call, c.plan.tool if c.plan is not None else None, c.metadata, c.principal)
+        return c.ctx
+
+    def admit_all(self, calls: Sequence[Call[ToolPlan]], host: bool = False) -> Call[ToolPlan] | None:
+        """Admit each call in turn; the first whose mailbox is full, if any (the caller waits for
+        room, then goes on from it)."""
+        for c in calls:
+            if c.state is QUEUED and not self.admit(c, host):
+                return c
+        return None
+
+    def admit(self, c: Call[ToolPlan], host: bool = False, here: bool = False) -> bool:
+        """Its tool's mailbox starts it, queues it or refuses it; False: full (wait for room).
+
+        `host`: the caller is asyncio code on the host loop (a `loop="any"` tool runs there).
+        `here`: the caller is a trio task that runs the call itself if it may: a call with no
+        gates that only awaits another process, a slot free now (`InCaller`; it is RUNNING on
+        return and its caller awaits `plan.in_caller.run`).
+        """
+        plan = c.plan
+        assert plan is not None
+        gates = c.gates
+        if gates is not None:
+            while c.passed < len(gates):  # its budgets first: it may wait in one
+                if not gates[c.passed].enter(c, host):
+                    return True  # admitted when a place is free (`readmit`)
+                c.passed += 1
+        elif here and plan.in_caller is not None and plan.mailbox.startable():
+            return plan.mailbox.admit(c, plan.in_caller)  # starts it: nothing runs before `run`
+        return plan.mailbox.admit(c, plan.host_executor if host else None)
+
+    def readmit(self, c: Call[ToolPlan], host: bool = False) -> None:
+        """Admit a call that waited outside its mailbox (in a budget's gate, or for a retry)."""
+        if c.state is not QUEUED:
+            return
+        if not self.admit(c, host):
+            c.plan.mailbox.wait_room_soon(lambda: self.readmit(c, host))  # type: ignore[union-attr]
+
+    def gate_batch(self, cs: Sequence[Call[ToolPlan]]) -> None:
+        """`Budget(per_batch=N)`: at most N of one batch's calls run at once (the rest wait)."""
+        budget = self._settings.options.budget
+        if budget is None or budget.per_batch is None or len(cs) <= budget.per_batch:
+            return
+        gate = Gate(budget.per_batch, self.readmit)
+        for c in cs:
+            if c.state is QUEUED:
+                c.gates = (gate,) if c.gates is None else (gate, *c.gates)
+
+    def _cached(self, call: ToolCall, principal: str | None) -> ToolResult | None:
+        """A cache hit answered at the entry: a call of a tool whose first policy is its `Cache`
+        (on a MemoryStore), no feature to hear it, arguments as text seen before word for word.
+        It is what the cache would answer at the start of begin, counted the same, without
+        the decoding, hashing and policy steps in between (a hit costs under half a call)."""
+        arguments, name, call_id = call.arguments, call.name, call.id
+        if type(arguments) is not str or type(name) is not str or type(call_id) is not str:
+            return None
+        actor = self._routing.routes.get(name)
+        if actor is None or self.closing or actor.mailbox.closed:
+            return None
+        plan = actor.plan
+        cache = plan.cached
+        if cache is None or (principal is not None and type(principal) is not str):
+            return None
+        hit = cache.hit_now(principal, arguments)
+        if hit is None:
+            return None
+        counters = plan.counters
+        counters.calls += 1
+        counters.succeeded += 1
+        return ToolSuccess(call_id=call_id, tool=name, content=hit.content, value=hit.value, parts=hit.parts)
+
+    # -- the policies' and features' halves, driven here or awaited ---------------------
+
+    def finish_now(self, c: Call[ToolPlan]) -> None:
+        """End's steps on the caller's side, none of which may suspend, once: the policies'
+        after-halves, the count, the features' finishing hooks."""
+        if c.state is REPORTED:
+            return
+        if c.flows is not None:
+            c.transform(after_now(c))
+        if not c.reported():
+            return
+        pipeline = self.pipeline
+        if pipeline is not None:
+            drive_now(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
+
+    async def finish(self, c: Call[ToolPlan]) -> None:
+        """`finish_now`, awaiting what may suspend (all callers)."""
+        if c.state is REPORTED:
+            return
+        if c.flows is not None:
+            plan = c.plan
+            c.transform(
+                await drive_policies(after(c)) if plan is not None and plan.suspends else after_now(c)
+            )
+        if not c.reported():
+            return
+        pipeline = self.pipeline
+        if pipeline is not None:
+            await drive_hooks(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
+
+    def starting_now(self, c: Call[ToolPlan]) -> None:
+        """Begin's steps that come after `prepare`, none of which may suspend: the policies'
+        before-halves, then the features' starting hooks."""
+        plan = c.plan
+        if plan is not None and plan.policies and c.state is QUEUED:
+            self._let_through(c, before_now(c, plan.policies, self.context_of))
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.has_starting:
+            drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
+        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
+            self._tell(c)
+
+    async def starting(self, c: Call[ToolPlan]) -> None:
+        """`starting_now`, awaiting what may suspend."""
+        plan = c.plan
+        if plan is not None and plan.policies and c.state is QUEUED:
+            if plan.suspends:
+                request = await drive_policies(before(c, plan.policies, self.context_of))
+            else:
+                request = before_now(c, plan.policies, self.context_of)
+            self._let_through(c, request)
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.has_starting:
+            if pipeline.hooks_cannot_suspend:
+                drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
+            else:
+                await drive_hooks(pipeline.starting(c.shown or c.call, c.ctx), finish=False)  # type: ignore[arg-type]
+        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
+            self._tell(c)
+
+    def _tell(self, c: Call[ToolPlan]) -> None:
+        """The policies' decisions, on the call's span now that it has one."""
+        notes, c.notes = c.notes or (), None
+        if notes and self._observer is not None and c.ctx is not None:
+            for name, attributes in notes:
+                self._observer.event(c.ctx, name, attributes)
+
+    def _let_through(self, c: Call[ToolPlan], request: CallRequest | None) -> None:
+        """The call as its policies let it through: rewritten (decoded again), sent to another
+        tool, or redacted for observers. None: a policy answered it."""
+        if request is None:
+            return
+        call = c.call
+        if request.tool_name != call.name or request.arguments is not call.arguments:
+            if request.tool_name != call.name:
+                actor = self._routing.routes.get(request.tool_name)
+                if actor is None:
+                    c.fail(
+                        FailureKind.UNKNOWN_TOOL,
+                        f"a policy sent the call to tool {echo(request.tool_name)!r}, which does not exist",
+                    )
+                    return
+                c.plan = actor.plan
+                c.asked = call.name  # its result still answers the call the model made
+                if c.ctx is not None:
+                    c.ctx.tool = actor.tool
+                    c.ctx.tool_name = actor.name
+                c.call = call_of(request)
+                if c.ctx is None and actor.needs_context:
+                    self.context_of(c)  # the tool it was sent to takes one
+            else:
+                c.call = call_of(request)
+            c.plan.decode(c)  # type: ignore[union-attr]  # routed
+        if request._redacted:
+            c.shown = ToolCall(
+                id=c.call.id, name=c.call.name, arguments=redacted(c.call.arguments, request._redacted)
+            )
 
     # -- a trio caller -------------------------------------------------------------------
 
@@ -171,7 +508,7 @@ class Entry(Steps):
         await self.finish(c)
         yield c.result  # type: ignore[misc]  # settled
 
-    async def _next_chunk(self, c: Call, receive: trio.MemoryReceiveChannel[str]) -> str | None:
+    async def _next_chunk(self, c: Call[ToolPlan], receive: trio.MemoryReceiveChannel[str]) -> str | None:
         """The call's next chunk, or None once it is settled and its chunks are read; its deadline
         lapses meanwhile (as in `_wait_timed`)."""
         if c.expires == math.inf and c.plan is not None and c.plan.untimed:  # no deadline to keep
@@ -191,7 +528,7 @@ class Entry(Steps):
             if not c.settled and c.expires <= trio.current_time():
                 c.lapse()
 
-    async def _wait_room(self, c: Call) -> None:
+    async def _wait_room(self, c: Call[ToolPlan]) -> None:
         """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
         mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
         with trio.CancelScope(deadline=c.expires) as waiting:
@@ -202,7 +539,7 @@ class Entry(Steps):
         if c.state is QUEUED and waiting.cancelled_caught:
             c.lapse()
 
-    async def _wait_timed(self, c: Call) -> None:
+    async def _wait_timed(self, c: Call[ToolPlan]) -> None:
         """Wait, answering the call from this side once its deadline lapses."""
         while True:
             with trio.CancelScope(deadline=c.expires) as waiting:
@@ -217,7 +554,7 @@ class Entry(Steps):
             if c.state is DONE:
                 return
 
-    async def cancelled(self, calls: Sequence[Call]) -> None:
+    async def cancelled(self, calls: Sequence[Call[ToolPlan]]) -> None:
         """The caller was cancelled: every call not yet answered fails CANCELLED, hooks included."""
         for c in calls:
             state = c.state
@@ -226,7 +563,7 @@ class Entry(Steps):
                 c.fail(
                     FailureKind.CANCELLED, CANCELLED_MESSAGE
                 )  # a running call: its later result is dropped
-        with trio.CancelScope(shield=True), trio.move_on_after(_HOOK_GRACE):
+        with trio.CancelScope(shield=True), trio.move_on_after(HOOK_GRACE):
             for c in calls:
                 await self.finish(c)
 
@@ -237,7 +574,7 @@ class Entry(Steps):
         timeout: float | None,
         principal: str | None = None,
         scope: Scope | None = None,
-    ) -> AsyncGenerator[list[Call], None]:
+    ) -> AsyncGenerator[list[Call[ToolPlan]], None]:
         """A trio caller's batch: admit every call, then yield the finished ones in chunks, in
         the order they finish (a thousand calls finishing together cost one resume)."""
         self.check_open()
@@ -290,10 +627,10 @@ class Entry(Steps):
             await self.cancelled([c for c in cs if c.state is not REPORTED])
             raise
 
-    async def _begin_batch(self, cs: list[Call], plans: set[Any]) -> None:
+    async def _begin_batch(self, cs: list[Call[ToolPlan]], plans: set[Any]) -> None:
         """Begin's steps after `prepare` for a batch: its calls whose policies may suspend
         together (a policy that asks someone lets them through at once), then the others."""
-        begun: set[Call] = set()
+        begun: set[Call[ToolPlan]] = set()
         if any(plan.suspends for plan in plans):
             suspending = [c for c in cs if c.plan is not None and c.plan.suspends and c.state is QUEUED]
             async with trio.open_nursery() as nursery:
@@ -303,3 +640,94 @@ class Entry(Steps):
         for c in cs:
             if c not in begun:
                 await self.starting(c)
+
+
+class Batch:
+    """The reply slot shared by a batch's calls."""
+
+    __slots__ = ("_wakeup", "done", "expires", "timed", "waiter")
+
+    def __init__(self, deadline: float) -> None:
+        self.timed = deadline != math.inf  # or one of its tools has a timeout (set by the entry)
+        self.done: collections.deque[Call[ToolPlan]] = collections.deque()
+        self._wakeup = trio.Event()
+        self.expires = deadline  # the earliest `expires` of its calls (a lower bound)
+        self.waiter: trio.CancelScope | None = None
+
+    def settled(self, call: Call[ToolPlan]) -> None:
+        done = self.done
+        done.append(call)
+        if len(done) == 1:  # the waiter parks only with none done: the first one wakes it
+            self._wakeup.set()
+
+    def expire_at(self, when: float) -> None:
+        if when < self.expires:
+            self.expires = when
+            waiter = self.waiter
+            if waiter is not None and when < waiter.deadline:
+                waiter.deadline = when
+
+    async def wait(self) -> None:
+        """Return when at least one settled call is waiting in `done`, or at `expires`."""
+        if not self.timed:  # no deadline anywhere in the batch: no scope to enter
+            while not self.done:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+            return
+        with trio.CancelScope(deadline=self.expires) as self.waiter:
+            while not self.done:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+        self.waiter = None
+
+
+def lapse_due(calls: Sequence[Call[ToolPlan]], now: float) -> float:
+    """Lapse every call of a batch whose `expires` has come; returns the next `expires`."""
+    soonest = math.inf
+    for call in calls:
+        state = call.state
+        if state is DONE or state is REPORTED:
+            continue
+        if call.expires <= now:
+            call.lapse()
+        state = call.state
+        if state is not DONE and state is not REPORTED and call.expires < soonest:
+            soonest = call.expires
+    return soonest
+
+
+def _waits_on_itself(c: Call[ToolPlan], capacity: float) -> bool:
+    """A call from inside a tool with `max_concurrency` to itself, when every slot is held by
+    its own call chain, would wait forever: OVERLOADED instead."""
+    plan = c.plan
+    assert plan is not None
+    running = call_chain.get()
+    if not running or plan.counters not in running:
+        return False
+    held = running.count(plan.counters)
+    if held < capacity:
+        return False
+    c.fail(
+        FailureKind.OVERLOADED,
+        f"tool {c.call.name!r} would wait on itself: all {held} of its slots "
+        "(max_concurrency) are held by the chain of calls that makes this call",
+    )
+    return True
+
+
+def _sanitized(call: ToolCall) -> tuple[ToolCall, _Problem | None]:
+    """A copy of `call` safe to echo in results, spans and logs, and what was wrong with it."""
+    name, call_id = call.name, call.id
+    problem: _Problem | None = None
+    if type(call_id) is not str:
+        problem = (
+            FailureKind.INVALID_ARGUMENTS,
+            f"the tool call's id must be a string, not {type(call_id).__name__}",
+        )
+        call_id = "" if call_id is None else echo(call_id)
+    if type(name) is not str:
+        problem = (FailureKind.UNKNOWN_TOOL, f"a tool name must be a string, not {type(name).__name__}")
+        name = echo(name)
+    elif len(name) > ECHO_LIMIT:
+        name = echo(name)  # no tool has such a name: routing fails, and says so briefly
+    return ToolCall(id=call_id, name=name, arguments=call.arguments), problem

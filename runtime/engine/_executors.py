@@ -1,33 +1,57 @@
-"""The in-process executors: where a tool's calls run. Each starts, cancels and reports; no more.
+"""Where a tool's calls run: the executors, each of which starts, cancels and reports; no more.
 
     Inline       a call that cannot suspend (an `async def` with no `await`, an `inline=True`
                  sync tool), run to its end where it is admitted: in its caller's task
     WorkerTasks  trio tasks of the tool actor's incarnation, one per running call (kept idle
                  between bursts); also what serves a placed tool (its body awaits the placement)
-    Threads, HostTasks, InCaller
-                 run calls outside the incarnation's nursery (engine/_outside.py)
+    Threads      the sync tool's own kept threads (`_threads`)
+    HostTasks    tasks of the host asyncio loop (`loop="asyncio"` tools, and `loop="any"` ones
+                 called from asyncio code under `open_asyncio_runtime`)
+    InCaller     the trio caller's own task, for a call whose code only awaits another process
+                 (a Subprocess worker, an MCP server) and stops at once when cancelled: `rt.call`
+                 admitted with a free slot runs it right there (no hop to a worker and back)
 
 Each reports a call's end through the call (`returned`, `raised`, `stopped`, `lost`), which
 maps it to a result; each frees the mailbox slot when what the call held is free again. The
-Subprocess and Ray executors are WorkerTasks whose body is the placement's `call`.
+Subprocess and Ray executors are WorkerTasks whose body is the placement's `call`. Threads,
+HostTasks and InCaller run calls outside the incarnation's nursery: the incarnation's end kills
+them (`kill`); what still runs is cancelled, and reports its call UNAVAILABLE; a thread cannot
+be interrupted, so its call is answered and the thread counted.
+
+Which executors serve a tool (`Executors`):
+
+    placed in other processes   worker tasks that await the placement (Subprocess, Ray)
+    sync, inline=True           run where admitted (Inline), else on a worker task
+    sync                        the tool's kept threads (Threads); approval first: a worker task
+    loop="asyncio"              tasks of the host asyncio loop (HostTasks)
+    async, cannot suspend       run where admitted (Inline), unless bounded or approved
+    async                       worker tasks; with loop="any" under an asyncio host, an asyncio
+                                caller's call runs as a host task instead (`host_executor`)
+    in_caller                   a trio caller's call may run in its own task (InCaller)
+
+The mailbox's capacity is the tool's `max_concurrency`, else its placement's room (or the
+runtime's `thread_limit` for a sync tool); unbounded for async tools.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
+import outcome
 import trio
 
-from ..tools import reraise_own_cancellation
-from ._call import Call
-from ._code import InContext
-from ._plan import ToolPlan
-from ._states import QUEUED
+from ..exceptions import CallStopped
+from ..tools import Placement, ToolBase, is_cancellation, reraise_own_cancellation
+from ._call import QUEUED, Call
+from ._plan import InContext, ToolPlan
+from ._threads import Job, KeptThreads
 
-__all__ = ["KEEP_IDLE", "Inline", "WorkerTasks", "awaiting"]
+__all__ = ["KEEP_IDLE", "Executors", "HostTasks", "InCaller", "Inline", "Threads", "WorkerTasks", "awaiting"]
 
 
 async def _a_coroutine() -> None:
@@ -58,7 +82,7 @@ class Inline:
         self._fallback = fallback
         self._sync = not plan.tool.is_async
 
-    def start(self, call: Call) -> None:
+    def start(self, call: Call[ToolPlan]) -> None:
         plan = self._plan
         if self._sync:
             if call.start(self):
@@ -99,7 +123,7 @@ class Inline:
         else:
             call.returned(value)
 
-    def cancel(self, call: Call) -> None:
+    def cancel(self, call: Call[ToolPlan]) -> None:
         pass  # it ran to its end in `start`
 
 
@@ -118,10 +142,10 @@ class WorkerTasks:
     stuck = 0
     holds = True
 
-    def __init__(self, plan: ToolPlan, body: Callable[[Call], Any] | None = None) -> None:
+    def __init__(self, plan: ToolPlan, body: Callable[[Call[ToolPlan]], Any] | None = None) -> None:
         self._plan = plan
         self._body = body if body is not None else plan.coroutine
-        self._ready: collections.deque[Call] = collections.deque()
+        self._ready: collections.deque[Call[ToolPlan]] = collections.deque()
         self._idle: list[trio.lowlevel.Task] = []
         self._waking = 0  # workers woken or started for `_ready` that have not looked at it yet
         self._nursery: trio.Nursery | None = None
@@ -137,7 +161,7 @@ class WorkerTasks:
             ready, self._ready = list(self._ready), collections.deque()
             self._plan.mailbox.take_back(ready)
 
-    def start(self, call: Call) -> None:
+    def start(self, call: Call[ToolPlan]) -> None:
         self._ready.append(call)
         if not self._releasing and not self._waking:  # else a worker takes it, or wakes another for it
             self._wake_one()
@@ -150,7 +174,7 @@ class WorkerTasks:
             assert self._nursery is not None
             self._nursery.start_soon(self._worker, name=self._name)
 
-    def cancel(self, call: Call) -> None:
+    def cancel(self, call: Call[ToolPlan]) -> None:
         scope = call.job
         if scope is not None:
             scope.cancel()
@@ -219,10 +243,339 @@ class WorkerTasks:
         self._waking -= 1  # woken for `_ready`
 
 
-def awaiting(plan: ToolPlan) -> Callable[[Call], Any]:
+def awaiting(plan: ToolPlan) -> Callable[[Call[ToolPlan]], Any]:
     """A worker task's body for a placed tool: the placement's call, in the call's context."""
 
-    def body(call: Call) -> Any:
+    def body(call: Call[ToolPlan]) -> Any:
         return InContext(call.context, plan.placed_call(call))
 
     return body
+
+
+class Threads:
+    """A sync tool's calls on its kept threads; the mailbox's capacity is its thread budget.
+
+    A call cancelled while its job is queued never runs. One cancelled while its thread runs
+    it is answered now (no thread can be interrupted): the thread runs on, abandoned and
+    counted (`stuck`), and keeps its slot until it returns.
+    """
+
+    holds = True
+
+    def __init__(self, plan: ToolPlan, threads: KeptThreads) -> None:
+        self.stuck = 0
+        self._plan = plan
+        self.threads = threads
+        self.calls: dict[Job, Call[ToolPlan]] = {}
+
+    def start(self, call: Call[ToolPlan]) -> None:
+        plan = self._plan
+        if not call.start(self):
+            plan.mailbox.release()
+            return
+        try:
+            call.job = self.threads.submit(call.context, plan.sync_call, (call.args, call.ctx), self._done)
+        except Exception as exc:  # no thread can start now (a resource limit): this call fails
+            call.raised(exc)
+            plan.mailbox.release()
+            return
+        self.calls[call.job] = call
+
+    def cancel(self, call: Call[ToolPlan]) -> None:
+        job = call.job
+        if job is None:
+            return
+        plan = self._plan
+        if self.threads.drop(job):  # it never ran: its slot is free
+            del self.calls[job]
+            call.stopped()
+            plan.mailbox.release()
+            return
+        self.stuck += 1  # it runs on: `_done` frees its slot when it returns
+        plan.counters.abandoned_threads += 1
+        if call.ctx is not None:
+            call.ctx.abandoned = True
+        call.stopped()
+
+    def kill(self) -> None:
+        """The incarnation ended under these calls (a crash, down, shutdown): each is answered
+        UNAVAILABLE now; those not started never run, the others run on, abandoned."""
+        for job, call in list(self.calls.items()):
+            if call.job is not job:
+                continue  # answered already (a thread that was abandoned)
+            if self.threads.drop(job):
+                del self.calls[job]
+                call.lost()
+                self._plan.mailbox.release()
+            else:
+                self.stuck += 1
+                self._plan.counters.abandoned_threads += 1
+                call.lost()
+
+    def _done(self, job: Job, result: outcome.Outcome[Any]) -> None:
+        """A job's thread returned (on the runtime's thread)."""
+        call = self.calls.pop(job)
+        if call.job is job:
+            if type(result) is outcome.Value:
+                call.returned(result.value)
+            else:
+                call.raised(result.error)  # type: ignore[attr-defined]  # an Error
+        else:  # abandoned while it ran: its thread is free again
+            self.stuck -= 1
+        self._plan.mailbox.release()
+
+
+class _Outside:
+    """Calls that run outside the incarnation's nursery, each with a job that cancels (an
+    asyncio task, a cancel scope): cancelling a call cancels its job, and the incarnation's end
+    (`kill`) cancels them all, each then reporting its call UNAVAILABLE."""
+
+    stuck = 0
+    holds = True
+
+    def __init__(self, plan: ToolPlan) -> None:
+        self._plan = plan
+        self.running: set[Call[ToolPlan]] = set()
+        self._killed = False
+
+    def serve(self) -> None:
+        self._killed = False
+
+    def cancel(self, call: Call[ToolPlan]) -> None:
+        job = call.job
+        if job is not None:
+            job.cancel()
+
+    def kill(self) -> None:
+        self._killed = True
+        for call in self.running:
+            job = call.job
+            if job is not None:
+                job.cancel()
+
+
+class HostTasks(_Outside):
+    """Tasks of the host asyncio loop: an asyncio tool's coroutine runs there, in the call's
+    context; cancelling the call cancels the task, and its end reports the call's."""
+
+    def __init__(self, plan: ToolPlan, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(plan)
+        self._loop = loop
+
+    def start(self, call: Call[ToolPlan]) -> None:
+        plan = self._plan
+        if not call.start(self):
+            plan.mailbox.release()
+            return
+        task = self._loop.create_task(plan.host_coroutine(call), context=call.context)
+        call.job = task
+        self.running.add(call)
+        task.add_done_callback(functools.partial(self._done, call))
+
+    def _done(self, call: Call[ToolPlan], task: asyncio.Task[Any]) -> None:
+        self.running.discard(call)
+        if task.cancelled():
+            if call.interrupted:  # cancelled by its deadline or its caller
+                call.stopped()
+            elif self._killed:
+                call.lost()
+            else:  # the tool's code cancelled its own task
+                call.raised(asyncio.CancelledError())
+        elif (exc := task.exception()) is not None:
+            call.raised(exc)
+        else:
+            call.returned(task.result())
+        self._plan.mailbox.release()
+
+
+class InCaller(_Outside):
+    """Runs a call in its trio caller's task: `start` (at admission) makes it RUNNING, and the
+    caller awaits `run` right after, with nothing in between. Chosen at admission for a trio
+    caller's `rt.call` (`Steps.admit(here=True)`) only when the call has no gates and the tool's
+    mailbox has a free slot and nobody waits (else the call takes the worker tasks), for
+    code that stops at once when cancelled (the caller waits for it to stop). Its caller's own
+    cancellation passes through, the call answered CANCELLED first.
+
+    A call with a deadline runs in a cancel scope of its own, which its deadline, an abandon
+    and the incarnation's end (`kill`: UNAVAILABLE) cancel. One with none, of a placement that
+    `stops_calls`, runs without: trio's scope costs as much as a whole in-process call, and
+    only an abandon or the incarnation's end can stop such a call, which the placement then
+    does itself (`placed.stop(task)`: the worker killed, `CallStopped` raised in the task).
+    """
+
+    def __init__(self, plan: ToolPlan, body: Callable[[Call[ToolPlan]], Any], stops: bool = False) -> None:
+        super().__init__(plan)
+        self._body = body
+        self._stops = stops
+
+    def start(self, call: Call[ToolPlan]) -> None:
+        if not call.start(self):
+            self._plan.mailbox.release()
+            return
+        self.running.add(call)
+
+    def cancel(self, call: Call[ToolPlan]) -> None:
+        job = call.job
+        if type(job) is trio.lowlevel.Task:  # run without a scope: its placement stops it
+            placed = self._plan.placed
+            if placed is not None:
+                placed.stop(job)  # type: ignore[attr-defined]  # `stops_calls`: it has one
+        elif job is not None:
+            job.cancel()
+
+    def kill(self) -> None:
+        self._killed = True
+        for call in list(self.running):
+            self.cancel(call)
+
+    async def run(self, call: Call[ToolPlan]) -> bool:
+        """Run the started `call` here, to its report; True if its code yielded to trio on the
+        way (the caller has had its schedule point then). Raises only what is the caller's: its
+        own cancellation, or a KeyboardInterrupt / SystemExit delivered to its task."""
+        raised: BaseException | None = None
+        body: Any = None
+        if self._stops and call.deadline == math.inf:
+            if self._killed:
+                raised = CallStopped("the incarnation ended before the call ran")
+            else:
+                call.job = trio.lowlevel.current_task()
+                try:
+                    body = self._body(call)  # may raise at once: the tool's code starts here
+                    value = await body
+                except BaseException as exc:  # sorted out below
+                    raised = exc
+            stop_asked = call.interrupted  # an abandon (the incarnation's end: `_killed`)
+        else:
+            with trio.CancelScope(deadline=call.deadline) as scope:
+                call.job = scope
+                if self._killed:
+                    scope.cancel()
+                try:
+                    body = self._body(call)  # may raise at once: the tool's code starts here
+                    value = await body
+                except BaseException as exc:  # sorted out below, outside this call's own scope
+                    raised = exc
+            stop_asked = scope.cancel_called  # its deadline, an abandon, or the incarnation's end
+        self.running.discard(call)
+        suspended: bool = getattr(body, "suspended", False)
+        if raised is None:
+            call.returned(value)
+            self._plan.mailbox.release()
+            return suspended
+        try:
+            if isinstance(raised, KeyboardInterrupt | SystemExit):
+                raise raised  # delivered to this (the caller's) task: the caller's, not the tool's
+            await trio.lowlevel.checkpoint_if_cancelled()  # the caller's own cancellation first
+        except BaseException:
+            call.cancelled = call.interrupted = True
+            call.stopped()
+            self._plan.mailbox.release()
+            raise
+        killed = self._killed and not call.interrupted  # the incarnation ended under it
+        if killed and (is_cancellation(raised) or type(raised) is CallStopped):
+            call.lost()
+        elif stop_asked and not killed:  # its deadline, or its caller's abandon
+            call.stopped()
+        else:  # the tool's own failure (a worker that died, a Cancelled that is not its own)
+            call.raised(raised)
+        self._plan.mailbox.release()
+        return suspended
+
+
+class Executors:
+    """The executors of one tool (see the module docstring) and its mailbox's capacity.
+
+    Attributes:
+        executor: where its mailbox starts calls.
+        capacity: how many of its calls run at once.
+        workers: its worker tasks (always made: an Inline call that must wait goes there).
+        threads: its kept threads (a sync tool), if any.
+        host: its host-loop tasks, if any.
+        placement: where it runs, if in other processes.
+        needs_context: its calls need a CallContext.
+    """
+
+    __slots__ = (
+        "capacity",
+        "executor",
+        "host",
+        "needs_context",
+        "placement",
+        "plan",
+        "threads",
+        "workers",
+    )
+
+    def __init__(
+        self, tool: ToolBase[Any, Any], plan: ToolPlan, *, thread_limit: int, host_loop: Any
+    ) -> None:
+        self.plan = plan
+        options = plan.options
+        placement = options.placement
+        self.placement: Placement | None = (
+            placement if placement is not None and not placement.in_process else None
+        )
+        asks = options.requires_approval is not False
+        # a policy's is made when it asks; a stream's chunks reach its caller's handler with it
+        self.needs_context = tool.takes_context or asks or tool.streams
+        self.threads: Threads | None = None
+        self.host: HostTasks | None = None
+        limit = options.max_concurrency
+        workers = self.workers = WorkerTasks(plan)
+        executor: Any
+        capacity: float = limit if limit is not None else math.inf
+        if self.placement is not None:
+            room = self.placement.capacity(tool)
+            capacity = room if limit is None else min(room, limit)
+            executor = self.workers = WorkerTasks(plan, awaiting(plan))
+        elif not tool.is_async:
+            capacity = limit or thread_limit
+            if not options.inline:
+                plan.threads = KeptThreads(tool.name, host_loop)
+                self.threads = Threads(plan, plan.threads)
+            if asks:
+                executor = workers  # its approval is awaited first, in a worker task
+            elif options.inline:
+                executor = Inline(plan, lambda: self.workers)
+            else:
+                executor = self.threads
+        elif options.loop == "asyncio" and not asks:
+            executor = self.host = HostTasks(plan, host_loop)
+        elif plan.eager_code is not None and limit is None and not asks:
+            executor = Inline(plan, lambda: self.workers)
+        else:
+            executor = workers
+            if (
+                options.loop == "any"
+                and host_loop is not None
+                and limit is None
+                and not asks
+                and not tool.streams  # its chunks go through trio channels: it runs on trio
+            ):
+                plan.host_executor = self.host = HostTasks(plan, host_loop)
+        in_caller = tool.in_caller if self.placement is None else self.placement.in_caller
+        if in_caller and (tool.is_async or self.placement is not None) and not asks and not tool.streams:
+            body = awaiting(plan) if self.placement is not None else plan.coroutine
+            stops = self.placement is not None and self.placement.stops_calls
+            plan.in_caller = InCaller(plan, body, stops)
+        self.executor = executor
+        self.capacity = capacity
+
+    def serve(self, nursery: Any) -> None:
+        """An incarnation serves: its worker tasks start in `nursery` (None: it ended)."""
+        self.workers.serve(nursery)
+        if nursery is not None:
+            if self.host is not None:
+                self.host.serve()
+            if self.plan.in_caller is not None:
+                self.plan.in_caller.serve()
+
+    def kill(self) -> None:
+        """Calls that run outside the incarnation's nursery (threads, host tasks, callers' tasks)
+        end with it."""
+        if self.threads is not None:
+            self.threads.kill()
+        if self.host is not None:
+            self.host.kill()
+        if self.plan.in_caller is not None:
+            self.plan.in_caller.kill()

@@ -25,9 +25,8 @@ from typing import Any
 import trio
 
 from ..messages import FailureKind
-from ._call import Call
+from ._call import QUEUED, Call, Executor
 from ._fair import FairQueue
-from ._states import QUEUED, Executor
 
 __all__ = ["Mailbox"]
 
@@ -80,13 +79,13 @@ class Mailbox:
         self._why_closed = why_closed
         self.running = 0
         self._fair = fair
-        self._queue: collections.deque[Call] | FairQueue[Call] = self._empty()
+        self._queue: collections.deque[Call[Any]] | FairQueue[Call[Any]] = self._empty()
         self._dead = 0  # calls in `_queue` answered while they waited (skipped when reached)
         self._room: collections.deque[Callable[[], Any]] = collections.deque()  # callers waiting for room
         self._serving = False
         self.closed = False
 
-    def _empty(self) -> collections.deque[Call] | FairQueue[Call]:
+    def _empty(self) -> collections.deque[Call[Any]] | FairQueue[Call[Any]]:
         if self._fair is None:
             return collections.deque()
         return FairQueue(_principal, self._fair)
@@ -96,7 +95,7 @@ class Mailbox:
         """Calls waiting now."""
         return len(self._queue) - self._dead
 
-    def admit(self, call: Call, executor: Executor | None = None) -> bool:
+    def admit(self, call: Call[Any], executor: Executor | None = None) -> bool:
         """Start `call`, queue it, or settle it (refused); False: full, its caller must wait for room.
 
         `executor`: where it runs, if not the tool's own (an asyncio caller's `loop="any"` tool).
@@ -158,7 +157,7 @@ class Mailbox:
 
         return withdraw
 
-    def left(self, call: Call) -> None:
+    def left(self, call: Call[Any]) -> None:
         """A queued call was answered while it waited (its caller gave up, a deadline)."""
         self._dead += 1
         if self._dead > 64 and self._dead * 2 > len(self._queue):  # mostly dead: drop them now
@@ -191,7 +190,7 @@ class Mailbox:
             self._wake_room()
             runner.start(call)
 
-    def take_back(self, calls: list[Call]) -> None:
+    def take_back(self, calls: list[Call[Any]]) -> None:
         """Calls handed to an executor that ended before it ran them: they wait again, first."""
         for call in reversed(calls):
             self.running -= 1
@@ -237,11 +236,11 @@ class Mailbox:
             wake()
 
 
-def _principal(call: Call) -> str | None:
+def _principal(call: Call[Any]) -> str | None:
     return call.principal
 
 
-def _waiting(call: Call) -> bool:
+def _waiting(call: Call[Any]) -> bool:
     return call.queued
 
 

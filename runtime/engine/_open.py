@@ -16,20 +16,19 @@ from ..exceptions import ToolDefinitionError
 from ..features import Feature, FeaturePipeline
 from ..registry import ToolLike, ToolRegistry
 from ..tools import Asker
+from ._actor import Settings
 from ._artifact_tools import READ_TOOLS, artifact_tools
 from ._artifacts import Keeper
+from ._call import HOST_GRACE
 from ._entry import Entry
-from ._options import RuntimeOptions, RuntimeOptionsKw, Settings
+from ._options import RuntimeOptions, RuntimeOptionsKw
 from ._resilience import Resilience
-from ._routing import RegistryActor
 from ._runtime import Runtime
-from ._supervisor import Host, Supervisor
+from ._supervisor import Host, RegistryActor, Supervisor
 
 __all__ = ["open_engine", "open_runtime"]
 
 log = logging.getLogger("runtime.engine")
-
-_HOST_GRACE = 1.0  # seconds the host's last tasks may take to end once everything has stopped
 
 
 @contextlib.asynccontextmanager
@@ -160,14 +159,14 @@ async def open_engine(
             watching.cancel()
             with trio.CancelScope(shield=True):
                 await rt._close()
-                with trio.move_on_after(_HOST_GRACE):
+                with trio.move_on_after(HOST_GRACE):
                     await resilience.store.aclose()
                     if keeper is not None:
                         await keeper.store.store.aclose()
     finally:
         host.close()  # what still runs there (code that ignores cancellation) is abandoned
         if not supervisor.abandoned:  # everything stopped: let the host's tasks end with us
-            with trio.CancelScope(shield=True), trio.move_on_after(_HOST_GRACE):
+            with trio.CancelScope(shield=True), trio.move_on_after(HOST_GRACE):
                 await host.done.wait()
 
 

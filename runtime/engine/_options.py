@@ -12,18 +12,16 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import msgspec
 
-from ..features import Feature, FeaturePipeline
+from ..features import Feature
 from ..tools import Budget, CircuitBreaker, Retry
 from ._artifacts import Artifacts
-from ._policy import Policy
+from ._policies import Policy
+from ._source import ToolSource
 
 if TYPE_CHECKING:
     from ..tools import ElicitHandler, RootsHandler, SampleHandler
-    from ._artifacts import Keeper
-    from ._resilience import Resilience
-    from ._source import ToolSource
 
-__all__ = ["RestartPolicy", "RuntimeOptions", "RuntimeOptionsKw", "Settings"]
+__all__ = ["RestartPolicy", "RuntimeOptions", "RuntimeOptionsKw"]
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -206,26 +204,3 @@ class RuntimeOptionsKw(TypedDict, total=False):
     fair: bool
     weights: dict[str, float]
     artifacts: Artifacts | bool | None
-
-
-class Settings:
-    """What every part of one runtime reads: its options, its features, its host loop."""
-
-    __slots__ = ("host_loop", "keeper", "options", "pipeline", "resilience")
-
-    def __init__(
-        self,
-        options: RuntimeOptions,
-        pipeline: FeaturePipeline,
-        host_loop: Any = None,
-        resilience: Resilience | None = None,
-        keeper: Keeper | None = None,
-    ) -> None:
-        self.options = options
-        self.pipeline = pipeline
-        self.host_loop = host_loop
-        """The asyncio loop this trio run is a guest of (`open_asyncio_runtime`), else None."""
-        self.resilience = resilience
-        """The store, breakers and budgets the resilience policies share (None: none at all)."""
-        self.keeper = keeper
-        """What keeps results over their limits whole (`RuntimeOptions.artifacts`); None: cut."""

@@ -1,54 +1,114 @@
 """What the engine knows of one tool to serve its calls: built once per actor, read by every call.
 
-A `ToolPlan` holds the two halves of the call state machine that depend on the tool:
+A `ToolPlan` holds the parts of the call state machine that depend on the tool:
 
 - begin: `decode` checks the arguments' bounds and decodes them, in one strict pass;
+- its code: what the executors run of a call (`coroutine`, `sync_call`, `placed_call`...), in a
+  copy of its caller's contextvars (`InContext`), under the features' `around_call`, after its
+  approval if it asks for one. A sync tool's call runs on its kept threads (awaited by a worker
+  task when it was approved first), an asyncio tool's as a task of the host loop, a placed tool's
+  where its placement runs it. A streaming tool's code (an `async def` generator) is driven here
+  (`_stream`): each chunk goes to the call's reader (`Runtime.stream`, through a bounded
+  channel: a slow reader slows the tool) and to its caller's `on_chunk` handler;
 - end: `shape` (a value -> its ToolSuccess, cut to the limits, or what is over them kept whole
   as artifacts by the runtime's `Keeper`) and `failure` (an exception -> its ToolFailure, and
-  whether the actor restarts), the one outcome mapping of `_outcome`;
-
-and what the executors run of it, the tool's code in the call's context, from `ToolCode`
-(engine/_code.py).
+  whether the actor restarts), the one outcome mapping of `_outcome`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
+import math
 import types
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator
+from contextvars import ContextVar
+from typing import Any
+
+import trio
 
 from ..exceptions import RemoteToolError, ResultTypeError
 from ..features import FeaturePipeline
 from ..messages import ContentPart, FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ..tools import (
+    CallContext,
     PlacedTool,
     Retry,
     ToolBase,
     ToolOptions,
     cannot_suspend,
+    chunk_handler,
     result_encoder,
+    run_to_end,
 )
 from ._arguments import check_arguments, not_unicode
-from ._call import Call
-from ._code import ToolCode, _Refused
+from ._artifacts import Keeper
+from ._call import ABANDON_GRACE, Breaker, Call, InCallerExecutor
 from ._mailbox import Mailbox
 from ._outcome import describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
 from ._threads import KeptThreads
 
-if TYPE_CHECKING:
-    from ._artifacts import Keeper
-    from ._outside import InCaller
-
-__all__ = ["ToolPlan"]
+__all__ = ["InContext", "ToolPlan", "call_chain"]
 
 log = logging.getLogger("runtime.engine")
+
+call_chain: ContextVar[tuple[ToolCounters, ...]] = ContextVar("runtime_call_chain", default=())
+"""The tools (by their counters) whose calls are running in this context, outermost first.
+
+Set only around calls to tools with a `max_concurrency`: a call from inside such a tool to
+itself, when its whole capacity is held by its own call chain, would wait forever.
+"""
 
 _encode = result_encoder.encode
 
 
-class ToolPlan(ToolCode):
+class InContext(Generator[Any, Any, Any]):
+    """Awaits a coroutine with each of its steps run in `context` (what asyncio does for a task).
+
+    A call's code runs in a copy of its caller's contextvars on every path: the caller's
+    OpenTelemetry context, request ids and the like reach the tool, and what the tool sets
+    stays in its call. An object with `send`/`throw` rather than a generator: a parked call
+    keeps this (64 bytes) instead of a generator frame. `suspended`: the coroutine has yielded
+    to trio at least once (it passed a schedule point).
+    """
+
+    __slots__ = ("_context", "_coro", "suspended")
+
+    def __init__(self, context: contextvars.Context, coro: Any) -> None:
+        self._context = context
+        self._coro = coro
+        self.suspended = False
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self
+
+    def __iter__(self) -> Generator[Any, Any, Any]:
+        return self
+
+    def __next__(self) -> Any:
+        trap = self._context.run(self._coro.send, None)
+        self.suspended = True  # it yielded: a trap goes to trio
+        return trap
+
+    def send(self, value: Any) -> Any:
+        trap = self._context.run(self._coro.send, value)
+        self.suspended = True
+        return trap
+
+    def throw(self, typ: Any, value: Any = None, tb: Any = None) -> Any:
+        # Trio's answer to a trap (Cancelled, ...) goes into the tool, in its context.
+        exc = value if value is not None else typ
+        if tb is not None and isinstance(exc, BaseException):
+            exc = exc.with_traceback(tb)
+        return self._context.run(self._coro.throw, exc)
+
+    def close(self) -> None:
+        self._context.run(self._coro.close)
+
+
+class ToolPlan:
     """One tool, as the engine serves it.
 
     Args:
@@ -81,7 +141,7 @@ class ToolPlan(ToolCode):
         self.name = tool.name
         self.options = options
         self.counters = counters
-        self.running: set[Call] = set()  # calls an executor runs now (not yet ended)
+        self.running: set[Call[ToolPlan]] = set()  # calls an executor runs now (not yet ended)
         self.draining = False  # the actor waits for `running` to empty (a graceful stop)
         self.drained: Callable[[], None] = _nothing
         self.mailbox: Mailbox = None  # type: ignore[assignment]  # set by the actor, with its executor
@@ -90,12 +150,14 @@ class ToolPlan(ToolCode):
         self.host_loop: Any = None  # the host asyncio loop (asyncio tools)
         self._hinted = False  # the asyncio-under-trio hint was logged
         self.host_executor: Any = None  # where an asyncio caller's call runs, if not where a trio caller's
-        self.in_caller: InCaller | None = None  # where `rt.call` runs a call that only awaits another process
+        self.in_caller: InCallerExecutor | None = (
+            None  # where `rt.call` runs a call that only awaits another process
+        )
         self.policies: tuple[Any, ...] = ()  # its interceptors, outermost first (set by the actor)
         self.suspends = False  # one of them yields awaitables: its calls go through a trio task
         self.retry: Retry | None = None  # run a failed call again (set by the actor)
-        self.retry_later: Callable[[float, Call], None] = _never  # where a retry waits its backoff
-        self.breaker: Any = None  # its circuit breaker's state (`BreakerState`), which hears every attempt
+        self.retry_later: Callable[[float, Call[ToolPlan]], None] = _never  # where a retry waits its backoff
+        self.breaker: Breaker | None = None  # its circuit breaker's state, which hears every attempt
         self.cached: Any = None  # its `CachePolicy`, when it is the first policy of its calls (on memory)
         placement = options.placement
         self.is_placed = placement is not None and not placement.in_process
@@ -113,7 +175,7 @@ class ToolPlan(ToolCode):
         self.max_chars = options.max_result_chars or max_chars
         self.keeper: Keeper | None = None  # keeps what is over its limits whole (set by the actor)
         self.streams = tool.streams  # an async generator: its chunks go to `sinks` as they come
-        self.sinks: dict[Call, Any] = {}  # a streamed call's reader (a channel), while it runs
+        self.sinks: dict[Call[ToolPlan], Any] = {}  # a streamed call's reader (a channel), while it runs
         cls = type(tool)
         self._parts = cls.result_to_parts is not ToolBase.result_to_parts
         self._present = tool.result_presenter()  # value -> (text, ToolSuccess.value), checked
@@ -135,9 +197,159 @@ class ToolPlan(ToolCode):
         self._around = pipeline if pipeline.wraps_calls else None
         self._direct = self._around is None and not self.chained and not self.streams
 
+    # -- the tool's code, as the executors run it -----------------------------------------
+
+    def coroutine(self, call: Call[ToolPlan]) -> Any:
+        """The call's awaitable for a trio worker task: the tool's code runs in `call.context`
+        (its approval, if it asks for one, first: in the worker's)."""
+        context = call.context
+        if self.approval is not False:
+            return self._approved(call)
+        if self._direct:
+            return InContext(context, context.run(self.dispatch, call.args, call.ctx))
+        return InContext(context, self._wrapped(call))
+
+    async def _wrapped(self, call: Call[ToolPlan]) -> Any:
+        """The tool's code with what wraps it: its call chain, the features' `around_call`."""
+        if self.chained:
+            call_chain.set((*call_chain.get(), self.counters))  # the call's own context: no reset
+        if self._around is not None and call.ctx is not None:
+            with self._around.around(call.ctx):
+                return await (self._stream(call) if self.streams else self.dispatch(call.args, call.ctx))
+        return await (self._stream(call) if self.streams else self.dispatch(call.args, call.ctx))
+
+    async def _stream(self, call: Call[ToolPlan]) -> str:
+        """A streaming tool's call: drive its generator, hand each chunk to the call's reader and
+        to its caller's `on_chunk` handler (both awaited: backpressure), and return the chunks
+        joined. However the call ends (its deadline, its caller's cancellation), the generator is
+        closed (`aclose`) before it does; its span counts the chunks and their bytes."""
+        ctx = call.ctx
+        on_chunk = chunk_handler()  # in the call's context: its caller's `reporting(...)` block
+        pieces: list[str] = []
+        size = 0
+        generator = self.dispatch(call.args, ctx)
+        try:
+            async with contextlib.aclosing(generator):
+                async for chunk in generator:
+                    text = chunk if type(chunk) is str else _chunk_text(chunk)
+                    pieces.append(text)
+                    size += len(text) if text.isascii() else len(text.encode())
+                    sink = self.sinks.get(call)
+                    if sink is not None:
+                        try:
+                            await sink.send(text)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            self.sinks.pop(call, None)  # its reader is gone: the call is being stopped
+                    if on_chunk is not None and ctx is not None:
+                        try:
+                            await on_chunk(ctx, text)
+                        except Exception:
+                            log.exception("the chunk handler failed for call %s", call.call.id)
+        finally:
+            if ctx is not None and ctx._observer is not None:
+                ctx._observer.event(
+                    ctx, "tool.stream", {"tool.stream.chunks": len(pieces), "tool.stream.bytes": size}
+                )
+        return "".join(pieces)
+
+    async def _approved(self, call: Call[ToolPlan]) -> Any:
+        await self._approve(call)
+        if not self.tool.is_async:
+            if self.options.inline:
+                return call.context.run(self.sync_call, call.args, call.ctx)
+            return await self._in_thread(call)
+        if self.options.loop == "asyncio":
+            return await self._on_host(call)
+        return await InContext(call.context, self._wrapped(call))
+
+    async def _in_thread(self, call: Call[ToolPlan]) -> Any:
+        """A sync tool's call on its threads, awaited by a worker task (after its approval)."""
+        threads = self.threads
+        assert threads is not None
+        task = trio.lowlevel.current_task()
+        ran: list[Any] = []
+
+        def done(job: Any, result: Any) -> None:
+            if ran:  # abandoned meanwhile: nobody waits
+                return
+            ran.append(result)
+            trio.lowlevel.reschedule(task, result)
+
+        job = threads.submit(call.context, self.sync_call, (call.args, call.ctx), done)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if not threads.drop(job):  # it runs on: abandoned (its thread cannot be interrupted)
+                ran.append(None)
+                self.counters.abandoned_threads += 1
+                if call.ctx is not None:
+                    call.ctx.abandoned = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _on_host(self, call: Call[ToolPlan]) -> Any:
+        """An asyncio tool's call as a task of the host loop, awaited by a worker task (after its
+        approval); cancelling this cancels the task, which gets a grace to end."""
+        loop = self.host_loop
+        task = loop.create_task(self.host_coroutine(call), context=call.context)
+        ended = trio.Event()
+        task.add_done_callback(lambda _: ended.set())  # on the host thread, inside the guest run
+        try:
+            await ended.wait()
+        except trio.Cancelled:
+            task.cancel()
+            with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_GRACE):
+                await ended.wait()  # a task that ignores its cancellation runs on, abandoned
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: asyncio would log it as never retrieved
+            raise
+        return task.result()
+
+    def host_coroutine(self, call: Call[ToolPlan]) -> Any:
+        """The call's coroutine for a task of the host asyncio loop (it runs in `call.context`)."""
+        return self._wrapped(call)
+
+    def sync_call(self, args: Any, ctx: CallContext | None) -> Any:
+        """A sync tool's call (in a thread, or inline), under the features' `around_call`."""
+        if self._around is not None and ctx is not None:
+            with self._around.around(ctx):
+                return self.dispatch(args, ctx)
+        return self.dispatch(args, ctx)
+
+    def run_to_end(self, coro: Any, ctx: CallContext | None) -> Any:
+        """Run an `eager_coroutine` here, to its end (in the call's context: `Context.run` it)."""
+        if self._around is not None and ctx is not None:
+            with self._around.around(ctx):
+                return run_to_end(coro)
+        return run_to_end(coro)
+
+    async def placed_call(self, call: Call[ToolPlan]) -> ToolSuccess[Any]:
+        """Serve the call where the tool's placement runs it (the arguments are checked already)."""
+        placed = self.placed
+        if placed is None:  # between incarnations: the call waits for none
+            raise _Refused(FailureKind.UNAVAILABLE, self._why_unavailable())
+        raw = call.call.arguments
+        arguments = raw.encode() if type(raw) is str else _encode(raw)
+        timeout = None
+        if call.deadline != math.inf:
+            timeout = max(0.0, call.deadline - trio.current_time())
+        if self._around is not None and call.ctx is not None:
+            with self._around.around(call.ctx):  # the span is current for its progress and logs
+                return await placed.call(call.call, arguments, call.ctx, timeout)
+        return await placed.call(call.call, arguments, call.ctx, timeout)
+
+    async def _approve(self, call: Call[ToolPlan]) -> None:  # in the worker's context, as before the tool's
+        """Ask before the tool runs (`requires_approval`); raises ToolRejected when denied."""
+        approval = self.approval
+        if approval is False or (approval is not True and not approval(call.args)):
+            return
+        ctx = call.ctx
+        assert ctx is not None  # routing makes a context for every tool that asks
+        await ctx.approve(call.call.arguments)
+
     # -- begin ---------------------------------------------------------------------------
 
-    def decode(self, call: Call) -> bool:
+    def decode(self, call: Call[ToolPlan]) -> bool:
         """Check the call's arguments' bounds and decode them into `call.args`; False with the
         call answered (INVALID_ARGUMENTS, or REJECTED by a `decode_args` hook) if they are bad."""
         raw = call.call.arguments
@@ -164,7 +376,7 @@ class ToolPlan(ToolCode):
 
     # -- end: the one outcome mapping ----------------------------------------------------
 
-    def shape(self, call: Call, value: Any, wait: bool = True) -> ToolResult | None:
+    def shape(self, call: Call[ToolPlan], value: Any, wait: bool = True) -> ToolResult | None:
         """The result of a call whose tool returned `value`: its text (and parts), cut to the
         limits or, when the runtime keeps artifacts, what is over them kept whole; ERROR if the
         value cannot be turned into text. None: keeping it has to wait (the call ends then);
@@ -186,15 +398,15 @@ class ToolPlan(ToolCode):
             return failure(call.call, FailureKind.ERROR, message[: self.max_chars], error_type)
 
     def _bounded(
-        self, call: Call, value: Any, text: str, parts: tuple[ContentPart, ...], wait: bool
+        self, call: Call[ToolPlan], value: Any, text: str, parts: tuple[ContentPart, ...], wait: bool
     ) -> ToolResult | None:
         """A success within the limits: what is over them is kept (artifacts) or cut."""
         keeper = self.keeper
         if keeper is not None and (len(text) > self.max_chars or keeper.over(parts, self.max_chars)):
-            return keeper.keep(call, self, value, text, parts, wait)
+            return keeper.keep(call, self.name, self.max_chars, value, text, parts, wait)
         return success(call.call, self.name, value, text, parts, self.max_chars)
 
-    def failure(self, call: Call, exc: BaseException) -> ToolFailure:
+    def failure(self, call: Call[ToolPlan], exc: BaseException) -> ToolFailure:
         """The result of a call whose tool raised `exc`; a `restart_on` exception also crashes
         the actor (the only exceptions that count toward a restart are the tool's own)."""
         if isinstance(exc, _Refused):
@@ -225,6 +437,22 @@ class ToolPlan(ToolCode):
         return self._why_unavailable()
 
 
+class _Refused(Exception):
+    """The engine's own refusal of a call while it runs (a placed tool between incarnations)."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _chunk_text(chunk: Any) -> str:
+    """A chunk that is not a str, as text: its JSON (or, failing that, its `str()`)."""
+    try:
+        return _encode(chunk).decode()
+    except Exception:
+        return str(chunk)
+
+
 def _nothing() -> None:
     pass
 
@@ -241,5 +469,5 @@ def _asyncio_under_trio(exc: BaseException) -> bool:
     return text == "no running event loop" or text.startswith("trio.run received unrecognized yield message")
 
 
-def _never(delay: float, call: Call) -> None:  # pragma: no cover - set with `retry`
+def _never(delay: float, call: Call[ToolPlan]) -> None:  # pragma: no cover - set with `retry`
     raise AssertionError("a retry without a place to wait")

@@ -2,10 +2,14 @@
 
 Every call method goes through the one entry (`_entry.Entry`): prepare, begin, admit, wait,
 finish. `Runtime` has no public constructor: `open_runtime` makes one and closes it.
+
+A request's view of it (`Runtime.scoped`, a `ScopedRuntime`) has the same call methods, for
+its principal and the tools its `Scope` lets it see; `registry` / `schemas` show what it sees.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable, Mapping
 from typing import Any, NoReturn, TypeVar, overload
@@ -14,16 +18,15 @@ from ..exceptions import RuntimeClosed
 from ..features import Feature
 from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..registry import ToolLike, ToolRegistry
+from ..schema import ToolDescriptor, render_tool
 from ..stores import ArtifactStore
 from ..tools import Asker, FunctionTool, ToolBase
 from ._entry import STREAM_BUFFER, Entry
-from ._routing import RegistryActor
 from ._scope import Prepare, Scope
-from ._scoped import ScopedRuntime, collect, completed
 from ._stats import RuntimeStatistics
-from ._supervisor import Supervisor
+from ._supervisor import RegistryActor, Supervisor
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "ScopedRuntime", "View", "collect", "completed"]
 
 R = TypeVar("R")
 
@@ -323,3 +326,142 @@ class Runtime(metaclass=_NoPublicConstructor):
         await self._supervisor.stop_all()
         self._routing.close()
         self._entry.closed = True
+
+
+class View:
+    """What every scoped view has (`rt.scoped(...)` on each kind of runtime); a context manager
+    whose end closes it (its calls then raise RuntimeClosed)."""
+
+    def __init__(self, scope: Scope, routing: Any) -> None:
+        self._scope = scope
+        self._routing = routing
+        self._closed = False
+        scope.view = self
+
+    @property
+    def principal(self) -> str | None:
+        return self._scope.principal
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools this view sees now."""
+        return self._scope.visible(self._routing.registry, self._routing.version)
+
+    def descriptors(self) -> list[ToolDescriptor]:
+        """What this view's model is told of each visible tool (after `prepare`)."""
+        return self._scope.descriptors(self._routing.registry, self._routing.version)
+
+    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
+        """The visible tools' definitions for `provider`, as `ToolRegistry.schemas` renders them."""
+        if self._scope.prepare is None:
+            return self.registry.schemas(provider, strict=strict)
+        return [render_tool(d, provider, strict=strict) for d in self.descriptors()]
+
+    def _check(self) -> Scope:
+        if self._closed:
+            raise RuntimeClosed("this view is closed; make another with rt.scoped(...)")
+        return self._scope
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ScopedRuntime(View):
+    """A per-request view of a `Runtime` (from `Runtime.scoped`): the runtime's call methods,
+    for this view's principal and visible tools, and `registry` / `schemas` of what it sees."""
+
+    def __init__(self, runtime: Runtime, scope: Scope) -> None:
+        super().__init__(scope, runtime._routing)
+        self._entry = runtime._entry
+        self._ids = runtime._ids
+
+    async def call(
+        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult:
+        """`Runtime.call`, for this view."""
+        return await self._entry.call(call, metadata=metadata, timeout=timeout, scope=self._check())
+
+    async def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """`Runtime.call_many`, for this view."""
+        return await collect(self._entry, list(calls), metadata, timeout, None, self._check())
+
+    def as_completed(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[ToolResult]:
+        """`Runtime.as_completed`, for this view."""
+        return completed(self._entry, list(calls), metadata, timeout, None, self._check())
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        """`Runtime.stream`, for this view."""
+        return self._entry.stream(
+            call, metadata=metadata, timeout=timeout, scope=self._check(), buffer=buffer
+        )
+
+    async def invoke(
+        self,
+        tool: ToolBase[Any, Any] | str,
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        **arguments: Any,
+    ) -> ToolResult:
+        """`Runtime.invoke`, for this view."""
+        name = tool if isinstance(tool, str) else tool.name
+        call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
+        return await self._entry.call(call, metadata=_metadata, timeout=_timeout, scope=self._check())
+
+
+async def collect(
+    entry: Entry,
+    calls: list[ToolCall],
+    metadata: Mapping[str, Any] | None,
+    timeout: float | None,
+    principal: str | None,
+    scope: Scope | None,
+) -> list[ToolResult]:
+    results: list[Any] = [None] * len(calls)
+    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
+        async for chunk in chunks:
+            for c in chunk:
+                results[c.index] = c.result
+    return results
+
+
+async def completed(
+    entry: Entry,
+    calls: list[ToolCall],
+    metadata: Mapping[str, Any] | None,
+    timeout: float | None,
+    principal: str | None,
+    scope: Scope | None,
+) -> AsyncGenerator[ToolResult]:
+    # aclosing: a consumer that stops early closes this generator, and that must close the
+    # batch too (cancelling its calls now), not leave it to the garbage collector.
+    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
+        async for chunk in chunks:
+            for c in chunk:
+                yield c.result  # type: ignore[misc]  # settled: DONE

@@ -15,11 +15,10 @@ import fnmatch
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..exceptions import RuntimeClosed
 from ..registry import ToolRegistry
-from ..schema import ToolDescriptor, render_tool
+from ..schema import ToolDescriptor
 
-__all__ = ["Prepare", "Scope", "View"]
+__all__ = ["Prepare", "Scope"]
 
 Prepare = Callable[[Any, ToolDescriptor], ToolDescriptor | None]
 """`prepare(view, descriptor) -> descriptor | None`: re-describe a tool for a request, or hide it."""
@@ -100,47 +99,3 @@ class Scope:
     def descriptors(self, registry: ToolRegistry, version: int) -> list[ToolDescriptor]:
         self.visible(registry, version)
         return list(self._descriptors.values())
-
-
-class View:
-    """What every scoped view has (`rt.scoped(...)` on each kind of runtime); a context manager
-    whose end closes it (its calls then raise RuntimeClosed)."""
-
-    def __init__(self, scope: Scope, routing: Any) -> None:
-        self._scope = scope
-        self._routing = routing
-        self._closed = False
-        scope.view = self
-
-    @property
-    def principal(self) -> str | None:
-        return self._scope.principal
-
-    @property
-    def registry(self) -> ToolRegistry:
-        """The tools this view sees now."""
-        return self._scope.visible(self._routing.registry, self._routing.version)
-
-    def descriptors(self) -> list[ToolDescriptor]:
-        """What this view's model is told of each visible tool (after `prepare`)."""
-        return self._scope.descriptors(self._routing.registry, self._routing.version)
-
-    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
-        """The visible tools' definitions for `provider`, as `ToolRegistry.schemas` renders them."""
-        if self._scope.prepare is None:
-            return self.registry.schemas(provider, strict=strict)
-        return [render_tool(d, provider, strict=strict) for d in self.descriptors()]
-
-    def _check(self) -> Scope:
-        if self._closed:
-            raise RuntimeClosed("this view is closed; make another with rt.scoped(...)")
-        return self._scope
-
-    def close(self) -> None:
-        self._closed = True
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

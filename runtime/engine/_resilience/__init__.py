@@ -28,7 +28,7 @@ import trio
 from ...messages import FailureKind
 from ...stores import DegradingStore, MemoryStore, Store
 from ...tools import ToolBase, ToolOptions
-from .._policy import Policy
+from .._policies import Policy
 from ._breaker import BreakerPolicy, BreakerState
 from ._cache import CachePolicy
 from ._common import Gate, args_key, key_of, run_now
@@ -38,6 +38,7 @@ from ._limits import LimitPolicy
 if TYPE_CHECKING:
     from .._call import Call
     from .._options import RuntimeOptions
+    from .._plan import ToolPlan
 
 __all__ = [
     "BreakerPolicy",
@@ -67,7 +68,9 @@ class Resilience:
         self.caches = 0  # cache policies made (the entry looks for hits only when there are some)
         self.principal_gates: weakref.WeakValueDictionary[str | None, Gate] = weakref.WeakValueDictionary()
         self.nursery: trio.Nursery | None = None  # retries wait here (set when the runtime opens)
-        self.readmit: Callable[[Call, bool], None] = _nothing  # the entry's admission, for a retried call
+        self.readmit: Callable[[Call[ToolPlan], bool], None] = (
+            _nothing  # the entry's admission, for a retried call
+        )
 
     @property
     def store_failures(self) -> int:
@@ -120,7 +123,7 @@ class Resilience:
             gate = self.principal_gates[principal] = Gate(limit, self.readmit, refusal)
         return gate
 
-    def retry_later(self, delay: float, call: Call) -> None:
+    def retry_later(self, delay: float, call: Call[ToolPlan]) -> None:
         """Admit `call` again after `delay` seconds (a retry's backoff)."""
         nursery = self.nursery
         if nursery is None:  # pragma: no cover - retries only happen while the runtime is open
@@ -128,7 +131,7 @@ class Resilience:
             return
         nursery.start_soon(self._after, delay, call)
 
-    async def _after(self, delay: float, call: Call) -> None:
+    async def _after(self, delay: float, call: Call[ToolPlan]) -> None:
         try:
             await trio.sleep(delay)
         except trio.Cancelled:
@@ -141,7 +144,7 @@ class Resilience:
             self.readmit(call, plan is not None and call.executor is plan.host_executor is not None)
 
 
-def _nothing(call: Call, host: bool) -> None:  # pragma: no cover - replaced when the runtime opens
+def _nothing(call: Call[ToolPlan], host: bool) -> None:  # pragma: no cover - replaced when the runtime opens
     pass
 
 

@@ -11,12 +11,12 @@ import trio
 
 from ...messages import FailureKind, ToolFailure, ToolResult
 from ...tools import TRANSPORT, CircuitBreaker
-from .._policy import CallRequest, Policy, PolicyFlow, note
-from ._common import _event, log
+from .._policies import CallRequest, Policy, PolicyFlow, note
+from ._common import Shared, _event, log
 
 if TYPE_CHECKING:
     from .._call import Call
-    from . import Resilience
+    from .._plan import ToolPlan
 
 
 class BreakerState:
@@ -33,10 +33,10 @@ class BreakerState:
         self.config = config
         self.failures: collections.deque[float] = collections.deque()
         self.open_until = 0.0
-        self.probe: Call | None = None  # the one call let through while half-open
+        self.probe: Call[ToolPlan] | None = None  # the one call let through while half-open
         self.state = "closed"
 
-    def refusal(self, now: float, call: Call) -> str | None:
+    def refusal(self, now: float, call: Call[ToolPlan]) -> str | None:
         """Why `call` may not go through now (None: it may; once the cool-down is over, the first
         call to ask goes through as the probe, and the others wait for its outcome)."""
         if self.state == "closed":
@@ -54,7 +54,7 @@ class BreakerState:
     def allows_retry(self) -> bool:
         return self.state == "closed"
 
-    def heard(self, call: Call, result: ToolResult) -> None:
+    def heard(self, call: Call[ToolPlan], result: ToolResult) -> None:
         """An attempt of `call` ended with `result` (from `Call._end`)."""
         probe = self.probe is call
         if probe:
@@ -83,7 +83,7 @@ class BreakerPolicy(Policy):
     """Refuse calls at once while the tool (or its MCP server) cannot be reached; with a shared
     store, read and publish the breaker's state for other processes."""
 
-    def __init__(self, resilience: Resilience, state: BreakerState) -> None:
+    def __init__(self, resilience: Shared, state: BreakerState) -> None:
         self.r = resilience
         self.b = state
         self.suspends = not resilience.local  # type: ignore[misc]

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from ...messages import ToolResult, ToolSuccess
 from ...tools import ToolOptions
-from .._policy import CallRequest, Policy, PolicyFlow
-from ._common import _decode, _event, _result_codec, args_key, key_given, key_of
-
-if TYPE_CHECKING:
-    from . import Resilience
+from .._policies import CallRequest, Policy, PolicyFlow
+from ._common import Shared, _decode, _event, _result_codec, args_key, key_given, key_of
 
 
 class CachePolicy(Policy):
     """A read-only tool's successes, served again for `ttl` (per principal unless `shared`)."""
 
-    def __init__(self, resilience: Resilience, tool: str, options: ToolOptions) -> None:
+    def __init__(self, resilience: Shared, tool: str, options: ToolOptions) -> None:
         assert options.cache is not None
         self.r = resilience
         self.tool = tool

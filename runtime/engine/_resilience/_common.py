@@ -5,19 +5,36 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+import trio
 
 from ...messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
-from .._policy import CallRequest, note
+from ...stores import Store
+from .._policies import CallRequest, note
 
 if TYPE_CHECKING:
     from .._call import Call
+    from .._plan import ToolPlan
 
 
 log = logging.getLogger("runtime.engine")
+
+
+class Shared(Protocol):
+    """What the resilience policies share: the runtime's `Resilience` (engine/_resilience)."""
+
+    store: Store
+    local: bool
+    nursery: trio.Nursery | None
+    readmit: Callable[[Call[ToolPlan], bool], None]
+
+    def step(self, coro: Any) -> Generator[Any, Any, Any]:
+        """A store step inside a policy flow: run in place (memory) or yielded to be awaited."""
+        ...
+
 
 _result_codec = msgspec.json.Encoder(order="sorted")
 _results = msgspec.json.Decoder(ToolSuccess | ToolFailure)
@@ -51,14 +68,16 @@ class Gate:
 
     __slots__ = ("__weakref__", "held", "limit", "readmit", "refusal", "waiting")
 
-    def __init__(self, limit: int, readmit: Callable[[Call, bool], None], refusal: str | None = None) -> None:
+    def __init__(
+        self, limit: int, readmit: Callable[[Call[ToolPlan], bool], None], refusal: str | None = None
+    ) -> None:
         self.limit = limit
         self.held = 0
         self.readmit = readmit
         self.refusal = refusal
-        self.waiting: collections.deque[tuple[Call, bool]] = collections.deque()
+        self.waiting: collections.deque[tuple[Call[ToolPlan], bool]] = collections.deque()
 
-    def enter(self, call: Call, host: bool) -> bool:
+    def enter(self, call: Call[ToolPlan], host: bool) -> bool:
         """Take a place, or wait for one (False: it is admitted when a place is free, or it was
         refused)."""
         if self.held >= self.limit:
@@ -70,17 +89,17 @@ class Gate:
         self.held += 1
         return True
 
-    def answered(self, call: Call) -> None:
+    def answered(self, call: Call[ToolPlan]) -> None:
         """`call` was answered while its work goes on: it keeps its place until that ends."""
 
-    def given_up(self, call: Call, result: ToolResult) -> None:
+    def given_up(self, call: Call[ToolPlan], result: ToolResult) -> None:
         """`call`'s work, handed over to others (`keeps`), is given up as the runtime stops."""
 
-    def keeps(self, call: Call) -> bool:
+    def keeps(self, call: Call[ToolPlan]) -> bool:
         """`call`'s caller gives up: does its work go on for others (it is not cancelled)?"""
         return False
 
-    def leave(self, call: Call, result: ToolResult) -> None:
+    def leave(self, call: Call[ToolPlan], result: ToolResult) -> None:
         self.held -= 1
         waiting = self.waiting
         while waiting and self.held < self.limit:

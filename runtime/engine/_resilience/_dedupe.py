@@ -10,12 +10,12 @@ import trio
 
 from ...messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ...tools import ToolOptions
-from .._policy import CallRequest, Policy, PolicyFlow, note
-from ._common import _decode, _event, _result_codec, key_of, run_now
+from .._policies import CallRequest, Policy, PolicyFlow, note
+from ._common import Shared, _decode, _event, _result_codec, key_of, run_now
 
 if TYPE_CHECKING:
     from .._call import Call
-    from . import Resilience
+    from .._plan import ToolPlan
 
 
 class Flight:
@@ -53,16 +53,16 @@ class Flight:
     ) -> None:
         self.owner = owner
         self.key = key
-        self.runner: Call | None = None
+        self.runner: Call[ToolPlan] | None = None
         self.result: ToolResult | None = None
         self.decision = "joined"  # how its result came: this process's run, or the journal's
         self.recorded = False
         self.claimed = claimed
         self.elsewhere = elsewhere
         self.members = 0  # calls that joined it and have not ended
-        self.waiting: collections.deque[tuple[Call, bool]] = collections.deque()
+        self.waiting: collections.deque[tuple[Call[ToolPlan], bool]] = collections.deque()
 
-    def enter(self, call: Call, host: bool) -> bool:
+    def enter(self, call: Call[ToolPlan], host: bool) -> bool:
         result = self.result
         if result is not None:  # it ended while this call was on its way: the same answer
             self._answer(call, result, self.decision)
@@ -73,7 +73,7 @@ class Flight:
         self.waiting.append((call, host))
         return False
 
-    def keeps(self, call: Call) -> bool:
+    def keeps(self, call: Call[ToolPlan]) -> bool:
         """The runner's caller gives up while identical calls wait for its work: it runs on for
         them (it is theirs as much as its caller's), unless they all leave too (`unwanted`)."""
         return call is self.runner and self.result is None and self.owner.r.local and self._wanted()
@@ -88,13 +88,13 @@ class Flight:
         if runner is not None and runner.handed and self.result is None and not self._wanted():
             runner.stop_handed()
 
-    def given_up(self, call: Call, result: ToolResult) -> None:
+    def given_up(self, call: Call[ToolPlan], result: ToolResult) -> None:
         """The runtime stops and a handed-over run does not: the calls waiting for it are
         answered with what its caller would have been (UNAVAILABLE), now."""
         if call is self.runner and self.result is None:
             self._answer_all(result)
 
-    def answered(self, call: Call) -> None:
+    def answered(self, call: Call[ToolPlan]) -> None:
         """The runner was answered while its work goes on: a deadline or the runtime's answer
         is every waiting call's too; a caller that gave up (`cancelled`) is its own business,
         and the work's end decides (`leave`)."""
@@ -102,7 +102,7 @@ class Flight:
             assert call.result is not None
             self._answer_all(call.result)
 
-    def leave(self, call: Call, result: ToolResult) -> None:
+    def leave(self, call: Call[ToolPlan], result: ToolResult) -> None:
         """The runner's work is over, with `result`: its answer, or, when it was answered first,
         what the work ended with afterwards."""
         if call is not self.runner or self.result is not None:
@@ -150,7 +150,7 @@ class Flight:
             if follower.state.value == "queued":
                 self._answer(follower, result, decision)
 
-    def _answer(self, call: Call, result: ToolResult, decision: str = "joined") -> None:
+    def _answer(self, call: Call[ToolPlan], result: ToolResult, decision: str = "joined") -> None:
         if decision == "joined":
             self.owner.joined += 1
         else:
@@ -204,7 +204,7 @@ class DedupePolicy(Policy):
     """Identical calls in flight run once (the others get its result); a finished call's result
     answers a replay of its key for `ttl`, from the store (which may outlive this process)."""
 
-    def __init__(self, resilience: Resilience, tool: str, options: ToolOptions) -> None:
+    def __init__(self, resilience: Shared, tool: str, options: ToolOptions) -> None:
         assert options.dedupe is not None
         self.r = resilience
         self.tool = tool
@@ -280,7 +280,7 @@ def _final(result: ToolResult) -> bool:
     return type(result) is ToolSuccess or result.kind in (FailureKind.ERROR, FailureKind.REJECTED)  # type: ignore[union-attr]
 
 
-def _run_again(call: Call, result: ToolFailure) -> bool:
+def _run_again(call: Call[ToolPlan], result: ToolFailure) -> bool:
     """The run of a call whose caller gave up ended with `result`: is that no answer for the
     calls waiting for it? Cancelled with its caller (it stopped), or a failure its Retry would
     have tried again. A handed-over run that reached its deadline is their answer, as it is
@@ -288,7 +288,7 @@ def _run_again(call: Call, result: ToolFailure) -> bool:
     return result.kind is FailureKind.CANCELLED or call.retried(result)
 
 
-def _gave_up(call: Call) -> bool:
+def _gave_up(call: Call[ToolPlan]) -> bool:
     """Its caller stopped waiting (CANCELLED is only ever the caller's doing): its answer is not
     the other waiting calls' answer."""
     result = call.result

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import trio
 
 from ...messages import FailureKind, ToolResult
 from ...tools import Budget, ToolOptions
-from .._policy import CallRequest, Policy, PolicyFlow
-
-if TYPE_CHECKING:
-    from . import Resilience
+from .._policies import CallRequest, Policy, PolicyFlow
+from ._common import Shared
 
 
 class LimitPolicy(Policy):
     """The tool's own rate limit and the principal's (`Budget.rate`): OVERLOADED with the
     seconds to wait, or a wait for the token within the call's deadline (`wait=True`)."""
 
-    def __init__(
-        self, resilience: Resilience, tool: str, options: ToolOptions, budget: Budget | None
-    ) -> None:
+    def __init__(self, resilience: Shared, tool: str, options: ToolOptions, budget: Budget | None) -> None:
         self.r = resilience
         self.tool = tool
         self.limits = [

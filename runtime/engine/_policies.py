@@ -1,0 +1,428 @@
+"""Interceptors: code that steps into a call, ordered around it, on the one path.
+
+A `Policy` writes its part of a call once, as a generator (httpx's auth flow is the model):
+
+    class Audit(Policy):
+        def intercept(self, request):
+            if request.principal is None:
+                return request.reject("sign in first")      # refuse: REJECTED, the tool never runs
+            result = yield request.replace(arguments=...)     # go on (rewritten: decoded again)
+            return result                                     # or another result (transform)
+
+Before its `yield` it may refuse the call, answer it without running the tool
+(`request.answer(value)`), rewrite its arguments or send it to another tool
+(`request.replace(...)`), or say what observers may see of its arguments (`request.redact(...)`);
+after it, it sees the outcome (whatever settled it: the tool, a timeout, a cancellation) and may
+return another result. Anything else it yields is an awaitable the engine awaits for it and
+sends back (`answer = yield ctx.elicit(...)`): a policy whose flow does that says `suspends =
+True`, and its calls then always go through a trio task.
+
+The policies of a call run outermost first: the runtime's (`open_runtime(policies=[...])`), then
+the tool's own (`@tool(policies=[...])`); their after-halves run in reverse. Each runs exactly
+once per call; a policy that raises (or yields the request twice, or returns something that is
+not a result) is that call's ERROR, never the runtime's; no policy can answer a call twice or
+never. Each decision is an event on the call's span (`tool.policy`).
+
+The chain, written once: each policy's before-half in begin (outermost first), its after-half
+in finish (innermost first), with or without suspending. `before_now` / `after_now` run a chain
+none of whose policies suspends, with no generator around it; `before` / `after` are the same
+steps as generators that yield what a policy awaits, which `drive` awaits. A policy that
+raises, yields the request twice or returns what is not a result is that call's ERROR, and
+each decision is noted for the call's span.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from typing import Any, ClassVar
+
+import msgspec
+
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
+from ..tools import CallContext
+from ._call import Call
+from ._outcome import describe_error, failure
+
+__all__ = [
+    "CallRequest",
+    "Policy",
+    "PolicyFlow",
+    "after",
+    "after_now",
+    "before",
+    "before_now",
+    "call_of",
+    "drive",
+    "note",
+    "redacted",
+]
+
+log = logging.getLogger("runtime.engine")
+
+PolicyFlow = Generator[Any, Any, "ToolResult | None"]
+"""What `Policy.intercept` returns: yields the request once (go on), or awaitables (await these)."""
+
+
+class Policy:
+    """Steps into every call of the tools it applies to; subclass and override `intercept`.
+
+    Attributes:
+        suspends: the flow yields awaitables (asks someone, reads a store): its calls always go
+            through a trio task, and a batch lets them through concurrently.
+    """
+
+    suspends: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        """Shown on spans and in failure texts."""
+        return type(self).__name__
+
+    def applies(self, tool: Any) -> bool:
+        """Whether this policy steps into `tool`'s calls (asked once per tool)."""
+        return True
+
+    def intercept(self, request: CallRequest) -> PolicyFlow:
+        """The policy's part of one call (see the module docstring); by default it goes on."""
+        result: ToolResult = yield request
+        return result
+
+
+class CallRequest:
+    """A call as a policy sees it: read it, and make the answers a policy may give.
+
+    Attributes:
+        id: the call's id.
+        tool_name: the tool it goes to.
+        arguments: the arguments as the model sent them (JSON text, or an object).
+        args: the arguments decoded into the tool's args type (None once `replace`d: decoded later).
+        principal: who the call runs for (None: nobody said).
+        metadata: the call's merged metadata.
+        ctx: its CallContext (when the call has one).
+    """
+
+    __slots__ = ("_call", "_context_of", "_redacted", "args", "arguments", "id", "tool_name")
+
+    _call: Call[Any]
+
+    def __init__(self, call: Call[Any], context_of: Callable[[Call[Any]], CallContext] | None = None) -> None:
+        self._call = call
+        self._context_of = context_of
+        self.id = call.call.id
+        self.tool_name = call.call.name
+        self.arguments = call.call.arguments
+        self.args = call.args
+        self._redacted: tuple[str, ...] = ()
+
+    @property
+    def principal(self) -> str | None:
+        return self._call.principal
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        ctx = self.ctx
+        return ctx.metadata if ctx is not None else {}
+
+    @property
+    def ctx(self) -> CallContext | None:
+        ctx = self._call.ctx
+        if ctx is None and self._context_of is not None:
+            ctx = self._context_of(self._call)  # made on first use: most policies never ask
+        return ctx
+
+    def replace(
+        self, *, arguments: str | dict[str, Any] | None = None, tool: str | None = None
+    ) -> CallRequest:
+        """The request with other arguments (decoded and checked again) or for another tool."""
+        changed = CallRequest.__new__(CallRequest)
+        changed._call = self._call
+        changed._context_of = self._context_of
+        changed.id = self.id
+        changed.tool_name = tool if tool is not None else self.tool_name
+        changed.arguments = arguments if arguments is not None else self.arguments
+        changed.args = self.args if arguments is None and tool is None else None
+        changed._redacted = self._redacted
+        return changed
+
+    def redact(self, *fields: str) -> CallRequest:
+        """The request with these top-level argument fields hidden from observers (spans, logs,
+        features' hooks); the tool still gets them."""
+        changed = self.replace()
+        changed._redacted = (*self._redacted, *fields)
+        return changed
+
+    def reject(self, reason: str) -> ToolFailure:
+        """Refuse the call: REJECTED, `reason` shown to the model; the tool does not run."""
+        return failure(self._call.call, FailureKind.REJECTED, reason)
+
+    def fail(self, kind: FailureKind, message: str) -> ToolFailure:
+        """Answer the call with a failure of any kind (UNAVAILABLE, OVERLOADED...)."""
+        return failure(self._call.call, kind, message)
+
+    def answer(self, value: Any) -> ToolResult:
+        """Answer the call as if its tool had returned `value` (the tool does not run)."""
+        plan = self._call.plan
+        assert plan is not None
+        result: ToolResult | None = plan.shape(self._call, value, wait=False)
+        assert result is not None  # never None when it may not wait
+        return result
+
+    def __repr__(self) -> str:
+        return f"<CallRequest {self.id!r} {self.tool_name!r}>"
+
+
+def note(call: Call[Any], name: str, attributes: dict[str, Any]) -> None:
+    """An event for the call's span: kept until the span exists (a policy's decision before the
+    call starts), told at once after."""
+    if call.notes is not None:  # before the call's span exists: told once it does
+        call.notes.append((name, attributes))
+        return
+    ctx = call.ctx
+    if ctx is not None and ctx._observer is not None:
+        ctx._observer.event(ctx, name, attributes)
+
+
+def redacted(arguments: Any, fields: tuple[str, ...]) -> Any:
+    """`arguments` with the top-level `fields` replaced by "[redacted]" (JSON text stays text)."""
+    if not fields:
+        return arguments
+    try:
+        data = msgspec.json.decode(arguments) if isinstance(arguments, str | bytes) else dict(arguments)
+    except Exception:
+        return "[redacted]"
+    if not isinstance(data, dict):
+        return arguments
+    for field in fields:
+        if field in data:
+            data[field] = "[redacted]"
+    return msgspec.json.encode(data).decode() if isinstance(arguments, str | bytes) else data
+
+
+def call_of(request: CallRequest) -> ToolCall:
+    """The ToolCall a request stands for (its tool and arguments, as a policy left them)."""
+    call = request._call.call
+    return ToolCall(id=call.id, name=request.tool_name, arguments=request.arguments)
+
+
+def before_now(
+    call: Call[Any],
+    policies: tuple[Policy, ...],
+    context_of: Callable[[Call[Any]], CallContext] | None = None,
+) -> CallRequest | None:
+    """Run each policy up to its `yield request`, outermost first, when none of them suspends
+    (most chains: no generator around them). The flows that went on are kept on the call for
+    `after_now`. Returns the request as the last policy let it through, or None when a policy
+    answered the call (it is settled, and the inner ones never ran)."""
+    request = CallRequest(call, context_of)
+    kept: list[tuple[Policy, PolicyFlow]] = []
+    call.flows = kept
+    call.notes = []
+    for policy in policies:
+        flow = policy.intercept(request)
+        try:
+            step = flow.send(None)
+        except StopIteration as stop:  # it answered the call itself
+            _answered(call, policy, stop.value)
+            return None
+        except Exception as exc:
+            call.settle(_crashed(call, policy, exc))
+            return None
+        if step is not request:
+            if not isinstance(step, CallRequest):
+                call.settle(_awaits(call, policy, flow, step))
+                return None
+            _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
+            request = step
+        kept.append((policy, flow))
+    return request
+
+
+def after_now(call: Call[Any]) -> ToolResult:
+    """Give each policy that went on the call's result, innermost first, when none of them
+    suspends; what the outermost returns is the call's result."""
+    result = call.result
+    assert result is not None
+    kept = call.flows or []
+    call.flows = None
+    for policy, flow in reversed(kept):
+        try:
+            step = flow.send(result)
+        except StopIteration as stop:
+            value = stop.value
+            if value is not None and value is not result:
+                result = _returned(call, policy, value, result)
+        except Exception as exc:
+            result = _crashed(call, policy, exc)
+        else:
+            result = (
+                _again(call, policy, flow)
+                if isinstance(step, CallRequest)
+                else _awaits(call, policy, flow, step)
+            )
+    return result if call.asked is None else _answering(call, result)
+
+
+def before(
+    call: Call[Any],
+    policies: tuple[Policy, ...],
+    context_of: Callable[[Call[Any]], CallContext] | None = None,
+) -> Generator[Awaitable[Any], Any, CallRequest | None]:
+    """`before_now` for a chain whose policies may suspend: what a flow yields that is not the
+    request is awaited by the driver (`drive`) and sent back."""
+    request = CallRequest(call, context_of)
+    kept: list[tuple[Policy, PolicyFlow]] = []
+    call.flows = kept
+    call.notes = []
+    for policy in policies:
+        flow = policy.intercept(request)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                step = flow.send(value) if error is None else flow.throw(error)
+                if isinstance(step, CallRequest):
+                    break
+                value, error = yield from _awaited(flow, step)
+        except StopIteration as stop:  # it answered the call itself
+            _answered(call, policy, stop.value)
+            return None
+        except Exception as exc:
+            call.settle(_crashed(call, policy, exc))
+            return None
+        request = _went_on(call, policy, flow, request, step)
+    return request
+
+
+def after(call: Call[Any]) -> Generator[Awaitable[Any], Any, ToolResult]:
+    """`after_now` for a chain whose policies may suspend."""
+    result = call.result
+    assert result is not None
+    kept = call.flows or []
+    call.flows = None
+    for policy, flow in reversed(kept):
+        value: Any = result
+        error: BaseException | None = None
+        try:
+            while True:
+                step = flow.send(value) if error is None else flow.throw(error)
+                if isinstance(step, CallRequest):
+                    result = _again(call, policy, flow)
+                    break
+                value, error = yield from _awaited(flow, step)
+        except StopIteration as stop:
+            result = _returned(call, policy, stop.value, result)
+        except Exception as exc:
+            result = _crashed(call, policy, exc)
+    return _answering(call, result)
+
+
+def _awaited(flow: PolicyFlow, step: Any) -> Generator[Awaitable[Any], Any, tuple[Any, Exception | None]]:
+    """What the driver made of an awaitable a flow yielded: its value, or the error it raised."""
+    try:
+        return (yield step), None
+    except Exception as exc:
+        return None, exc
+    except BaseException:
+        flow.close()
+        raise
+
+
+def _went_on(
+    call: Call[Any], policy: Policy, flow: PolicyFlow, request: CallRequest, step: CallRequest
+) -> CallRequest:
+    """A policy let the call through (as `step`): its flow waits for the outcome."""
+    assert call.flows is not None
+    call.flows.append((policy, flow))
+    if step is not request:
+        _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
+    return step
+
+
+def _answered(call: Call[Any], policy: Policy, value: Any) -> None:
+    """A policy answered the call before it ran (refused it, or gave the answer itself)."""
+    call.settle(_result(call, policy, value, "answered"))
+    _event(call, policy, "answered" if call.result is not None and call.result.ok else "refused")
+
+
+def _returned(call: Call[Any], policy: Policy, value: Any, result: ToolResult) -> ToolResult:
+    """What a policy's after-half returned: the result it was given, or another one."""
+    if value is None or value is result:
+        return result
+    _event(call, policy, "transformed")
+    return _result(call, policy, value, "returned")
+
+
+def _again(call: Call[Any], policy: Policy, flow: PolicyFlow) -> ToolFailure:
+    flow.close()
+    return failure(
+        call.call,
+        FailureKind.ERROR,
+        f"policy {policy.name} yielded the call again after it was answered",
+        "PolicyError",
+    )
+
+
+def _awaits(call: Call[Any], policy: Policy, flow: PolicyFlow, step: Any) -> ToolFailure:
+    """A policy that does not say `suspends = True` yielded something to await: that call's ERROR
+    (its calls may run where nothing can await, such as a sync caller's thread)."""
+    flow.close()
+    if hasattr(step, "close"):
+        step.close()  # a coroutine nobody will await
+    _event(call, policy, "failed")
+    return failure(
+        call.call,
+        FailureKind.ERROR,
+        f"policy {policy.name} yielded {type(step).__name__} to await; a policy that awaits "
+        "says suspends = True",
+        "PolicyError",
+    )
+
+
+def _answering(call: Call[Any], result: ToolResult) -> ToolResult:
+    if call.asked is not None and result.tool != call.asked:  # routed: it answers the model's call
+        result = msgspec.structs.replace(result, tool=call.asked)
+    return result
+
+
+async def drive(flow: Generator[Awaitable[Any], Any, Any]) -> Any:
+    """Run a policy chain, awaiting what it yields and sending back the value (or the error)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        value, error = None, None
+        try:
+            value = await step
+        except Exception as exc:
+            error = exc
+
+
+def _result(call: Call[Any], policy: Policy, value: Any, what: str) -> ToolResult:
+    """A policy's answer as the call's result (its id and tool, whatever the policy built)."""
+    if isinstance(value, ToolSuccess | ToolFailure):
+        if value.call_id != call.call.id or value.tool != call.call.name:
+            value = msgspec.structs.replace(value, call_id=call.call.id, tool=call.call.name)
+        answer: ToolResult = value
+        return answer
+    return failure(
+        call.call,
+        FailureKind.ERROR,
+        f"policy {policy.name} {what} {type(value).__name__}, not a ToolResult "
+        "(return request.reject(...), request.answer(...) or the result it was given)",
+        "PolicyError",
+    )
+
+
+def _crashed(call: Call[Any], policy: Policy, exc: BaseException) -> ToolFailure:
+    log.warning("policy %s failed for call %s", policy.name, call.call.id, exc_info=exc)
+    error_type, text = describe_error(exc)
+    _event(call, policy, "failed")
+    return failure(call.call, FailureKind.ERROR, f"policy {policy.name} raised {text}", error_type)
+
+
+def _event(call: Call[Any], policy: Policy, what: str) -> None:
+    note(call, "tool.policy", {"tool.policy.name": policy.name, "tool.policy.decision": what})
