@@ -315,7 +315,7 @@ class Witness(Policy):
         return result
 
 
-_BEFORE_POLICIES = ("bad_json", "deep_json", "unknown")  # settled before a policy sees the call
+_BEFORE_POLICIES = ("unknown",)  # routed to no tool: no tool's policy sees it (bad arguments do pass them)
 
 
 @dataclass

@@ -239,7 +239,6 @@ class ToolActor:
         c = self.counters
         stuck = c.stuck_orphans(trio.current_time()) if c.orphans else 0
         threads = self._executors.threads
-        stuck_threads = threads.stuck if threads is not None else 0
         return ToolStatistics(
             calls=c.calls,
             succeeded=c.succeeded,
@@ -249,7 +248,7 @@ class ToolActor:
             restarts=c.restarts,
             state=self.state.value,
             abandoned=c.abandoned_late + stuck + c.abandoned_threads,
-            abandoned_running=stuck + stuck_threads,
+            abandoned_running=stuck,  # a stuck thread's call is an orphan too
             threads=self.mailbox.running if threads is not None else 0,
             down_reason=self.down_reason,
             retries=c.retries,

@@ -166,7 +166,7 @@ class Breaker(Protocol):
 
     def allows_retry(self) -> bool: ...
 
-    def heard(self, call: Call[Any], result: ToolResult) -> None: ...
+    def heard(self, call: Call[Any], result: ToolResult, ran: bool) -> None: ...
 
 
 class Mailbox(Protocol):
@@ -346,32 +346,13 @@ class Call(Generic[P]):
         return state is DONE or state is REPORTED
 
     def settle(self, result: ToolResult) -> bool:
-        """Answer the call from outside its executor; False (nothing happens) if answered already.
-
-        A call answered while its executor still runs it is an orphan: if its code is still
-        running a grace later, it counts as abandoned.
-        """
+        """Answer the call from outside its executor (its deadline, its caller, a policy, a
+        refusal, shutdown); False (nothing happens) if it was answered already. A running call
+        answered this way is an orphan: its work goes on, and ends here later (`_end`)."""
         state = self.state
         if state is DONE or state is REPORTED:
             return False
-        plan = self.plan
-        if state is RUNNING:
-            self.settled_at = now = trio.current_time()
-            if plan is not None and not self.handed:
-                plan.counters.orphans[self] = now + ABANDON_GRACE
-        elif self.queued:
-            self.queued = False
-            if plan is not None:
-                plan.mailbox.left(self)
-        self.state = DONE
-        self.result = result
-        if self.passed:
-            if state is RUNNING:  # its work goes on: it leaves its gates when that ends (`_late`)
-                for gate in self._held():
-                    gate.answered(self)
-            else:
-                self._leave_gates(result)
-        self._notify()
+        self._end(result, False)
         return True
 
     def fail(self, kind: FailureKind, message: str, error_type: str | None = None) -> bool:
@@ -411,16 +392,6 @@ class Call(Generic[P]):
         self.passed = 0
         for gate in held:
             gate.leave(self, result)
-
-    def _notify(self) -> None:
-        reply = self.reply
-        if reply is None:
-            return
-        if type(reply) is _Task:
-            self.reply = None
-            _reschedule(reply)
-        else:
-            reply.settled(self)
 
     # -- the waiter's side: its caller enforces the deadline and gives up ---------------
 
@@ -632,43 +603,92 @@ class Call(Generic[P]):
             return failure(self.call, FailureKind.CANCELLED, CANCELLED_MESSAGE)
         return failure(self.call, FailureKind.TIMEOUT, self.timeout_message())
 
-    def _end(self, result: ToolResult) -> None:
-        """RUNNING -> DONE by the executor's report (or a late result, if answered already)."""
+    # -- the one end --------------------------------------------------------------------
+
+    def _end(self, result: ToolResult, over: bool = True) -> None:
+        """The one end: every way a call, or its work, ends passes here.
+
+        `over`: its executor reported, so the work of its running attempt is over; otherwise it is
+        answered from outside (`settle`), and a running call's work goes on, to end here again
+        later with a late result. In this order, each once:
+
+        1. the executor's side is over: not in flight, not running;
+        2. its breaker hears the attempt (every attempt that ran, a late one too); a call
+           answered before it ran gives back a half-open probe's turn, deciding nothing;
+        3. a failed attempt that its `Retry` takes goes back to QUEUED (not answered yet);
+        4. the answer (the first end): DONE with `result`; a running call answered from
+           outside becomes an orphan, counted as abandoned if its work runs on past a grace;
+        5. its gates: work that is over (or never began) leaves them with what it ended with,
+           a late result included (the dedupe journal hears it); work that goes on tells
+           them it was answered;
+        6. a late result: dropped, and counted when its code ran on past its answer's grace;
+        7. its waiter is told (once, at the answer);
+        8. a tool that drains for its stop hears that nothing runs any more.
+
+        The policies' after-halves, the counters and the features hear the answer once, when
+        its caller reports it (`reported`, engine/_entry.py `Entry.finish`).
+        """
         plan = self.plan
-        assert plan is not None
-        plan.counters.in_flight -= 1
-        plan.running.discard(self)
-        self.job = None
-        if self.state is RUNNING:
-            if plan.breaker is not None:
-                plan.breaker.heard(self, result)  # every attempt's outcome, retries included
-            if plan.retry is not None and type(result) is ToolFailure and self._again(result):
-                pass  # it waits for its next attempt
+        state = self.state
+        answered = state is DONE or state is REPORTED
+        if over:  # 1
+            assert plan is not None
+            if not answered:
+                plan.counters.in_flight -= 1
+            plan.running.discard(self)
+            self.job = None
+        if plan is not None:
+            breaker = plan.breaker
+            if breaker is not None and (over or state is QUEUED):  # 2
+                breaker.heard(self, result, over)
+            if (  # 3
+                over
+                and not answered
+                and plan.retry is not None
+                and type(result) is ToolFailure
+                and self._again(result)
+            ):
+                if plan.draining and not plan.running:
+                    plan.drained()
+                return
+        if not answered:  # 4
+            if state is RUNNING and not over:
+                assert plan is not None
+                plan.counters.in_flight -= 1
+                self.settled_at = now = trio.current_time()
+                if not self.handed:
+                    plan.counters.orphans[self] = now + ABANDON_GRACE
+            elif self.queued:
+                self.queued = False
+                if plan is not None:
+                    plan.mailbox.left(self)
+            self.state = DONE
+            self.result = result
+        elif over:
+            self.handed = False  # its work is over: nothing left to stop
+        if self.passed:  # 5
+            if over or state is QUEUED:
+                self._leave_gates(result)
             else:
-                self.state = DONE
-                self.result = result
-                if self.passed:
-                    self._leave_gates(result)
-                reply = self.reply
-                if reply is not None:  # `_notify`, on the hot path
-                    if type(reply) is _Task:
-                        self.reply = None
-                        _reschedule(reply)
-                    else:
-                        reply.settled(self)
-        else:
-            self._late(result)
-        if plan.draining and not plan.running:
+                for gate in self._held():
+                    gate.answered(self)
+        if answered:  # 6 (a late result: `over`, since a settled call is never settled again)
+            assert plan is not None
+            self._late(plan, result)
+        else:  # 7
+            reply = self.reply
+            if reply is not None:
+                if type(reply) is _Task:
+                    self.reply = None
+                    _reschedule(reply)
+                else:
+                    reply.settled(self)
+        if over and plan is not None and plan.draining and not plan.running:  # 8
             plan.drained()
 
-    def _late(self, result: ToolResult) -> None:
-        """A result for a call answered already (its caller gave up, a deadline lapsed): dropped.
-        Its work is over now: the places it held in its gates are given back."""
-        plan = self.plan
-        assert plan is not None
-        self.handed = False  # its work is over: nothing left to stop
-        if self.passed:
-            self._leave_gates(result)
+    def _late(self, plan: Plan, result: ToolResult) -> None:
+        """A result for a call answered already (its caller gave up, a deadline lapsed): counted
+        as abandoned work if it came more than a grace after the answer."""
         since = plan.counters.orphans.pop(self, None)
         if since is None:
             return
@@ -683,5 +703,5 @@ class Call(Generic[P]):
                 plan.name,
                 self.call.id,
                 now - self.settled_at,
-                "success" if result.ok else result.kind.value,  # type: ignore[union-attr]
+                "success" if isinstance(result, ToolSuccess) else result.kind.value,
             )

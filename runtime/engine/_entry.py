@@ -336,7 +336,7 @@ class Entry:
         """Begin's steps that come after `prepare`, none of which may suspend: the policies'
         before-halves, then the features' starting hooks."""
         plan = c.plan
-        if plan is not None and plan.policies and c.state is QUEUED:
+        if plan is not None and plan.policies:  # a call answered already hears them too
             self._let_through(c, before_now(c, plan.policies, self.context_of))
         pipeline = self.pipeline
         if pipeline is not None and pipeline.has_starting:
@@ -347,7 +347,7 @@ class Entry:
     async def starting(self, c: Call[ToolPlan]) -> None:
         """`starting_now`, awaiting what may suspend."""
         plan = c.plan
-        if plan is not None and plan.policies and c.state is QUEUED:
+        if plan is not None and plan.policies:  # a call answered already hears them too
             if plan.suspends:
                 request = await drive_policies(before(c, plan.policies, self.context_of))
             else:
@@ -371,8 +371,16 @@ class Entry:
 
     def _let_through(self, c: Call[ToolPlan], request: CallRequest | None) -> None:
         """The call as its policies let it through: rewritten (decoded again), sent to another
-        tool, or redacted for observers. None: a policy answered it."""
+        tool, or redacted for observers. None: a policy answered it. A call answered before
+        its policies ran (its arguments did not decode, its tool is down) keeps its answer: of
+        what they did, only their redaction applies."""
         if request is None:
+            return
+        if c.settled:
+            if request._redacted:
+                c.shown = ToolCall(
+                    id=c.call.id, name=c.call.name, arguments=redacted(c.call.arguments, request._redacted)
+                )
             return
         call = c.call
         if request.tool_name != call.name or request.arguments is not call.arguments:

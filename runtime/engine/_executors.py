@@ -46,8 +46,10 @@ import outcome
 import trio
 
 from ..exceptions import CallStopped
+from ..messages import FailureKind, ToolFailure
 from ..tools import Placement, ToolBase, is_cancellation, reraise_own_cancellation
 from ._call import QUEUED, Call
+from ._outcome import failure
 from ._plan import InContext, ToolPlan
 from ._threads import Job, KeptThreads
 
@@ -257,7 +259,8 @@ class Threads:
 
     A call cancelled while its job is queued never runs. One cancelled while its thread runs
     it is answered now (no thread can be interrupted): the thread runs on, abandoned and
-    counted (`stuck`), and keeps its slot until it returns.
+    counted (`stuck`), and keeps its slot until it returns; then its call hears how its work
+    ended (a late result: its breaker and its dedupe journal hear it).
     """
 
     holds = True
@@ -267,6 +270,7 @@ class Threads:
         self._plan = plan
         self.threads = threads
         self.calls: dict[Job, Call[ToolPlan]] = {}
+        self._abandoned: set[Job] = set()  # jobs whose calls were answered while their thread ran
 
     def start(self, call: Call[ToolPlan]) -> None:
         plan = self._plan
@@ -291,37 +295,40 @@ class Threads:
             call.stopped()
             plan.mailbox.release()
             return
-        self.stuck += 1  # it runs on: `_done` frees its slot when it returns
-        plan.counters.abandoned_threads += 1
-        if call.ctx is not None:
-            call.ctx.abandoned = True
-        call.stopped()
+        self._abandon(call, call.stop_result())
 
     def kill(self) -> None:
         """The incarnation ended under these calls (a crash, down, shutdown): each is answered
         UNAVAILABLE now; those not started never run, the others run on, abandoned."""
         for job, call in list(self.calls.items()):
-            if call.job is not job:
-                continue  # answered already (a thread that was abandoned)
+            if job in self._abandoned:
+                continue  # answered already: its thread runs on
             if self.threads.drop(job):
                 del self.calls[job]
                 call.lost()
                 self._plan.mailbox.release()
             else:
-                self.stuck += 1
-                self._plan.counters.abandoned_threads += 1
-                call.lost()
+                self._abandon(
+                    call, failure(call.call, FailureKind.UNAVAILABLE, self._plan.unavailable_message())
+                )
+
+    def _abandon(self, call: Call[ToolPlan], result: ToolFailure) -> None:
+        """Answer a call whose thread runs on: its slot stays held until the thread returns."""
+        if call.job not in self._abandoned:
+            self._abandoned.add(call.job)
+            self.stuck += 1
+        call.give_up(result.kind, result.message)
 
     def _done(self, job: Job, result: outcome.Outcome[Any]) -> None:
-        """A job's thread returned (on the runtime's thread)."""
+        """A job's thread returned (on the runtime's thread): its call's work is over."""
         call = self.calls.pop(job)
-        if call.job is job:
-            if type(result) is outcome.Value:
-                call.returned(result.value)
-            else:
-                call.raised(result.error)  # type: ignore[attr-defined]  # an Error
-        else:  # abandoned while it ran: its thread is free again
+        if job in self._abandoned:  # abandoned while it ran: its thread is free again
+            self._abandoned.discard(job)
             self.stuck -= 1
+        if type(result) is outcome.Value:
+            call.returned(result.value)
+        else:
+            call.raised(result.error)  # type: ignore[attr-defined]  # an Error
         self._plan.mailbox.release()
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "PolicyFlow",
     "after",
     "after_now",
+    "passes",
     "before",
     "before_now",
     "call_of",
@@ -85,8 +86,13 @@ class Policy:
 
     def intercept(self, request: CallRequest) -> PolicyFlow:
         """The policy's part of one call (see the module docstring); by default it goes on."""
-        result: ToolResult = yield request
-        return result
+        return (yield from passes(request))
+
+
+def passes(request: CallRequest) -> PolicyFlow:
+    """A policy's part that lets the call through as it is and returns its result."""
+    result: ToolResult = yield request
+    return result
 
 
 class CallRequest:
@@ -118,6 +124,23 @@ class CallRequest:
     @property
     def principal(self) -> str | None:
         return self._call.principal
+
+    @property
+    def running(self) -> bool:
+        """The call's work still runs although it was answered (its deadline lapsed, its caller
+        left, and its code did not stop): its end comes later, as a late result."""
+        call = self._call
+        plan = call.plan
+        return plan is not None and call.settled and call in plan.running
+
+    @property
+    def answered(self) -> ToolResult | None:
+        """The call's answer when it was answered before its policies ran (its arguments did not
+        decode: INVALID_ARGUMENTS, `args` is None; its tool is down...), else None. Such a call
+        still passes every policy, so that a redaction holds and an audit hears it; a refusal,
+        an answer or a rewrite of it does not apply (it has its one answer)."""
+        call = self._call
+        return call.result if call.settled else None
 
     @property
     def metadata(self) -> Mapping[str, Any]:
@@ -341,6 +364,8 @@ def _went_on(
 
 def _answered(call: Call[Any], policy: Policy, value: Any) -> None:
     """A policy answered the call before it ran (refused it, or gave the answer itself)."""
+    if call.settled:
+        return  # answered before its policies ran: that answer stands
     call.settle(_result(call, policy, value, "answered"))
     _event(call, policy, "answered" if call.result is not None and call.result.ok else "refused")
 

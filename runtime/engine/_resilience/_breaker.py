@@ -11,7 +11,7 @@ import trio
 
 from ...messages import FailureKind, ToolFailure, ToolResult
 from ...tools import TRANSPORT, CircuitBreaker
-from .._policies import CallRequest, Policy, PolicyFlow, note
+from .._policies import CallRequest, Policy, PolicyFlow, note, passes
 from ._common import Shared, _event, log
 
 if TYPE_CHECKING:
@@ -54,11 +54,15 @@ class BreakerState:
     def allows_retry(self) -> bool:
         return self.state == "closed"
 
-    def heard(self, call: Call[ToolPlan], result: ToolResult) -> None:
-        """An attempt of `call` ended with `result` (from `Call._end`)."""
+    def heard(self, call: Call[ToolPlan], result: ToolResult, ran: bool) -> None:
+        """An attempt of `call` ended with `result` (from `Call._end`, the one end); `ran`: it
+        ran (a call answered before it ran, by a policy inside this breaker or in its queue,
+        gives back a probe's turn and decides nothing)."""
         probe = self.probe is call
         if probe:
             self.probe = None
+        if not ran:
+            return
         if type(result) is ToolFailure and result.kind in TRANSPORT and not call.cancelled:
             now = trio.current_time()
             failures = self.failures
@@ -93,6 +97,8 @@ class BreakerPolicy(Policy):
         return "CircuitBreaker"
 
     def intercept(self, request: CallRequest) -> PolicyFlow:
+        if request.answered is not None:  # answered before it ran: nothing to keep, join or count
+            return (yield from passes(request))
         b, now = self.b, trio.current_time()
         local = self.r.local
         if not local and b.state == "closed":  # another process may have opened it

@@ -10,7 +10,7 @@ import trio
 
 from ...messages import ToolResult, ToolSuccess
 from ...tools import ToolOptions
-from .._policies import CallRequest, Policy, PolicyFlow
+from .._policies import CallRequest, Policy, PolicyFlow, passes
 from ._common import Shared, _decode, _event, _result_codec, args_key, key_given, key_of
 
 
@@ -35,6 +35,8 @@ class CachePolicy(Policy):
         return "Cache"
 
     def intercept(self, request: CallRequest) -> PolicyFlow:
+        if request.answered is not None:  # answered before it ran: nothing to keep, join or count
+            return (yield from passes(request))
         key = key_of(request, self.tool, self.cache.shared)
         hit = yield from self._get(key)
         if hit is not None:

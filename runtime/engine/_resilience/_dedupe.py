@@ -10,7 +10,7 @@ import trio
 
 from ...messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ...tools import ToolOptions
-from .._policies import CallRequest, Policy, PolicyFlow, note
+from .._policies import CallRequest, Policy, PolicyFlow, note, passes
 from ._common import Shared, _decode, _event, _result_codec, key_of, run_now
 
 if TYPE_CHECKING:
@@ -104,8 +104,13 @@ class Flight:
 
     def leave(self, call: Call[ToolPlan], result: ToolResult) -> None:
         """The runner's work is over, with `result`: its answer, or, when it was answered first,
-        what the work ended with afterwards."""
-        if call is not self.runner or self.result is not None:
+        what the work ended with afterwards (a late result: what it did happened, so the
+        journal hears it, and a replay does not run it again)."""
+        if call is not self.runner:
+            return
+        if call.result is not result and not self.recorded and _final(result):
+            self._journal(result)  # the work ended after its answer: its flow could not say
+        if self.result is not None:
             return
         gave_up = _gave_up(call)
         if gave_up and type(result) is ToolFailure and _run_again(call, result):
@@ -115,15 +120,29 @@ class Flight:
             if not self._run_next():
                 self.owner.forget(self)
             return
-        if gave_up and not self.recorded and self.owner.r.local and _final(result):
-            # the runner's own flow ended with its cancellation: the journal hears of it here
-            self.recorded = True
-            owner = self.owner
-            if owner.dedupe.ttl:
-                run_now(
-                    owner.r.store.set(f"journal:{self.key}", _result_codec.encode(result), owner.dedupe.ttl)
-                )
         self._answer_all(result)
+
+    def _journal(self, result: ToolResult) -> None:
+        """Journal what the run ended with after its caller's flow was over, and let go of the
+        claim that flow kept while the work ran on."""
+        self.recorded = True
+        owner = self.owner
+        store, ttl = owner.r.store, owner.dedupe.ttl
+        journal, claim = f"journal:{self.key}", f"claim:{self.key}"
+        if owner.r.local:
+            if ttl:
+                run_now(store.set(journal, _result_codec.encode(result), ttl))
+            return
+        claimed, self.claimed = self.claimed, False
+
+        async def write() -> None:
+            if ttl:
+                await store.set(journal, _result_codec.encode(result), ttl)
+            if claimed:
+                await store.delete(claim)
+
+        if owner.r.nursery is not None:
+            owner.r.nursery.start_soon(write)
 
     def take_over(self) -> None:
         """This process holds the claim now: the first call waiting here runs."""
@@ -228,6 +247,8 @@ class DedupePolicy(Policy):
         return _decode(stored)
 
     def intercept(self, request: CallRequest) -> PolicyFlow:
+        if request.answered is not None:  # answered before it ran: nothing to keep, join or count
+            return (yield from passes(request))
         key = key_of(request, self.tool)
         call = request._call
         flight = self.flights.get(key)
@@ -262,11 +283,12 @@ class DedupePolicy(Policy):
         flight.members -= 1
         if flight.runner is not call:
             flight.unwanted()
-        if flight.runner is call and not flight.recorded and not call.handed:  # it ran it: the journal's
-            flight.recorded = True  # (a handed-over run's end is journaled by `leave`)
+        working = request.running  # answered while its work runs on: `leave` journals its end
+        if flight.runner is call and not flight.recorded and not call.handed and not working:
+            flight.recorded = True  # it ran it: the journal's (a handed-over run's: `leave`)
             if self.dedupe.ttl and flight.result is not None and _final(result):
                 yield from step(store.set(journal, _result_codec.encode(result), self.dedupe.ttl))
-        if flight.runner is call or (flight.runner is None and not flight.members):
+        if (flight.runner is call and not working) or (flight.runner is None and not flight.members):
             if flight.claimed:  # the run ended, or every call that could run it did: let it go
                 flight.claimed = False
                 yield from step(store.delete(claim))

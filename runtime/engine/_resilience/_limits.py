@@ -6,7 +6,7 @@ import trio
 
 from ...messages import FailureKind, ToolResult
 from ...tools import Budget, ToolOptions
-from .._policies import CallRequest, Policy, PolicyFlow
+from .._policies import CallRequest, Policy, PolicyFlow, passes
 from ._common import Shared
 
 
@@ -29,6 +29,8 @@ class LimitPolicy(Policy):
         return "RateLimit"
 
     def intercept(self, request: CallRequest) -> PolicyFlow:
+        if request.answered is not None:  # answered before it ran: nothing to keep, join or count
+            return (yield from passes(request))
         for limit, scope in self.limits:
             key = f"rate:tool:{self.tool}" if scope == "tool" else f"rate:principal:{request.principal or ''}"
             while True:
