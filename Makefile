@@ -26,6 +26,14 @@ $(RAY_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[ray]'
 	touch $(RAY_STAMP)
 
+# runtime.code (code mode) runs programs in pydantic-monty's sandbox: the code extra is part of the
+# test set-up (and of lint: mypy reads its types).
+CODE_STAMP := $(VENV)/.code-installed
+
+$(CODE_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[code]'
+	touch $(CODE_STAMP)
+
 # runtime.integrations is tested under each framework's own agent: the integrations extra is part of
 # the test set-up too (and of lint: mypy reads the frameworks' types).
 INTEGRATIONS_STAMP := $(VENV)/.integrations-installed
@@ -37,13 +45,13 @@ $(INTEGRATIONS_STAMP): $(STAMP) pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m runtime demo
 
-lint: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
+lint: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP)
 	$(BIN)/ruff check runtime tests benchmarks examples conformance
 	$(BIN)/ruff format --check runtime tests benchmarks examples conformance
 	$(BIN)/mypy
 	$(BIN)/python tools/check_layers.py .
 
-typecheck: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
+typecheck: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP)
 	$(BIN)/mypy
 
 # The shared stores' tests (tests/test_stores.py, tests/test_resilience_shared.py) run against a real
@@ -57,7 +65,7 @@ $(REDIS_STAMP): | $(STAMP)
 	command -v redis-server >/dev/null
 	touch $(REDIS_STAMP)
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
@@ -93,7 +101,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 WRK := $(shell command -v wrk 2>/dev/null)
 VALGRIND := $(shell command -v valgrind 2>/dev/null)
 
-bench: $(BENCH_STAMP) $(RAY_STAMP) $(REDIS_STAMP)
+bench: $(BENCH_STAMP) $(RAY_STAMP) $(CODE_STAMP) $(REDIS_STAMP)
 ifeq ($(WRK),)
 	(apt-get install -y wrk || (apt-get update && apt-get install -y wrk)) >/dev/null || \
 	  echo "could not install wrk: W5 is skipped"

@@ -1,0 +1,345 @@
+"""One program's run: the sandbox's stops answered from trio, its tool calls made through the runtime.
+
+    feed_start(program)
+      FunctionSnapshot  a tool       ->  the call starts (a task: `view.call`), the program gets
+                                         a future and goes on (so `asyncio.gather` fans out)
+                        not a tool   ->  the runtime answers at once (UNKNOWN_TOOL): NameError
+                        an OS call   ->  PermissionError (files, environment, network, processes;
+                                         the clock unless allowed), ModuleNotFoundError (imports)
+      NameLookupSnapshot             ->  a tool's name is bound to its function; else NameError
+      FutureSnapshot                 ->  wait until one of the calls it waits for is answered;
+                                         resume with every answered one
+      MontyComplete                  ->  the program's value and what it printed
+
+Every call is a call like any other: the code call's view (principal, visible tools), its
+deadline, its metadata (less the runtime's own keys and the trace headers: the calls' spans are
+children of the code call's span, the current one here), policies, budgets, spans. A failure
+comes back into the program as an exception whose message is the text the model would have read
+(`ToolFailure.content`), of the builtin type its kind maps to (`RAISED`).
+
+A call the program started and never awaited still runs to its end before the program's result
+(it is never cut off half-way by the program ending); a program that fails, is cancelled or runs
+out of time cancels the calls still running (each is answered CANCELLED) and kills its worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+import pydantic_monty as monty
+import trio
+
+from ..exceptions import ToolRejected
+from ..features import CALL_ID_KEY, PRINCIPAL_KEY, TOOL_NAME_KEY
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
+from ._sandbox import Sandbox, SandboxKilled
+
+__all__ = ["RAISED", "Program", "ProgramResult"]
+
+RAISED: Final[Mapping[FailureKind, str]] = {
+    FailureKind.UNKNOWN_TOOL: "NameError",
+    FailureKind.INVALID_ARGUMENTS: "TypeError",
+    FailureKind.REJECTED: "ValueError",
+    FailureKind.ERROR: "RuntimeError",
+    FailureKind.TIMEOUT: "TimeoutError",
+    FailureKind.CANCELLED: "RuntimeError",
+    FailureKind.UNAVAILABLE: "OSError",
+    FailureKind.OVERLOADED: "OSError",
+}
+"""The builtin exception a failed call raises in the program, by the failure's kind."""
+
+_DROPPED_METADATA = frozenset({CALL_ID_KEY, TOOL_NAME_KEY, PRINCIPAL_KEY, "traceparent", "tracestate"})
+_CLOCK = frozenset({"time.time", "date.today", "datetime.now"})
+_arguments = msgspec.json.Encoder()
+
+
+class ProgramResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a program gave back: its value (the module's last expression) and what it printed."""
+
+    result: Any = None
+    output: str = ""
+
+
+class _Waiter:
+    """Wakes the program's task when one of the calls it waits for is answered."""
+
+    __slots__ = ("event", "wanted")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.wanted: frozenset[int] = frozenset()
+
+
+class Program:
+    """One run of one program for one code call (made per call by the code tool)."""
+
+    __slots__ = (
+        "_calls",
+        "_code_tools",
+        "_ctx",
+        "_deadline",
+        "_limits",
+        "_made",
+        "_metadata",
+        "_names",
+        "_settled",
+        "_view",
+        "_visible",
+        "_waiter",
+        "counters",
+    )
+
+    def __init__(
+        self,
+        ctx: Any,
+        view: Any,
+        names: Mapping[str, str],
+        code_tools: frozenset[str],
+        limits: Any,
+        counters: Any,
+    ) -> None:
+        self._ctx = ctx
+        self._view = view
+        self._names = names  # the program's names of the view's tools -> their tool names
+        self._visible = frozenset(names.values())
+        self._code_tools = code_tools
+        self._limits = limits
+        self.counters = counters
+        self._deadline = ctx.deadline if ctx.deadline is not None else trio.current_time() + limits.timeout
+        metadata = ctx.metadata
+        self._metadata = {k: v for k, v in metadata.items() if k not in _DROPPED_METADATA} or None
+        self._made = 0
+        self._settled: dict[int, Any] = {}
+        self._waiter = _Waiter()
+        self._calls: trio.Nursery | None = None
+
+    async def run(self, pool: Any, code: str) -> ProgramResult:
+        limits = self._limits
+        remaining = self._deadline - trio.current_time()
+        sandbox_limits: dict[str, Any] = {
+            "max_memory": limits.max_memory,
+            "max_recursion_depth": limits.max_recursion,
+            "max_suspensions": limits.max_suspensions,
+        }
+        if 0 < remaining < math.inf:  # the program's own running time is at most that (backstop)
+            sandbox_limits["max_feed_duration_secs"] = remaining
+        checkout = {
+            "script_name": "program.py",
+            "limits": sandbox_limits,
+            "os_policy": {
+                "datetime": "system" if limits.clock else "call_host",
+                "sleep": "call_host",  # served here, on trio's clock
+            },
+        }
+        printed = monty.CollectString(max_bytes=limits.max_output)
+        sandbox = Sandbox(pool, checkout, self.counters)
+        self.counters.programs += 1
+        self.counters.running += 1
+        try:
+            async with trio.open_nursery() as calls:
+                self._calls = calls
+                try:
+                    value = await self._drive(sandbox, code, printed)
+                except BaseException:
+                    calls.cancel_scope.cancel()  # the calls still running are answered CANCELLED
+                    raise
+                finally:
+                    await sandbox.close()
+        except monty.MontyError as exc:
+            raise ToolRejected(_failed(exc, printed.output, limits)) from None
+        except SandboxKilled:  # cancelled before it started: the cancellation goes on
+            await trio.lowlevel.checkpoint()
+            raise
+        finally:
+            self.counters.running -= 1
+        return ProgramResult(result=value, output=printed.output)
+
+    async def _drive(self, sandbox: Sandbox, code: str, printed: Any) -> Any:
+        snapshot = await sandbox.start(code, printed)
+        while True:
+            kind = type(snapshot)
+            if kind is monty.FunctionSnapshot:
+                if snapshot.is_os_function:
+                    answer = await self._os_call(snapshot)
+                else:
+                    answer = await self._call(snapshot)
+                snapshot = await sandbox.resume(functools.partial(snapshot.resume, answer))
+            elif kind is monty.FutureSnapshot:
+                answers = await self._answered(snapshot.pending_call_ids)
+                snapshot = await sandbox.resume(functools.partial(snapshot.resume, answers))
+            elif kind is monty.NameLookupSnapshot:
+                name = snapshot.variable_name
+                if name in self._names:  # a tool read as a value (`f = search`): its function
+                    step = functools.partial(snapshot.resume, value=_named(name))
+                else:
+                    step = snapshot.resume  # NameError, as Python
+                snapshot = await sandbox.resume(step)
+            elif kind is monty.MontyComplete:
+                return snapshot.output
+            else:  # a snapshot kind this monty added: stop rather than guess
+                raise ToolRejected(f"the sandbox stopped for {kind.__name__}, which run_code cannot answer")
+
+    # -- the program's calls ---------------------------------------------------------
+
+    async def _call(self, snapshot: Any) -> dict[str, Any]:
+        """The answer to the program's call of `snapshot.function_name`."""
+        shown = snapshot.function_name
+        if snapshot.args:
+            return _raise(
+                "TypeError",
+                f"{shown}() takes keyword arguments only (the tools' parameters have names), "
+                f"got {len(snapshot.args)} positional",
+            )
+        name = self._names.get(shown, shown)
+        if name in self._code_tools:
+            return _raise("NameError", f"{shown}() cannot be called from a program (it runs programs)")
+        if self._made >= self._limits.max_calls:
+            return _raise(
+                "RuntimeError",
+                f"this program made {self._made} tool calls, the most one program may make; "
+                "make fewer calls per program",
+            )
+        try:
+            arguments = _arguments.encode(snapshot.kwargs).decode()
+        except (TypeError, ValueError) as exc:
+            return _raise("TypeError", f"{shown}(): the arguments are not JSON values: {exc}")
+        self._made += 1
+        self.counters.calls += 1
+        call = ToolCall(id=f"{self._ctx.call_id}.{snapshot.call_id}", name=name, arguments=arguments)
+        if name not in self._visible:
+            # Not a tool this view holds: the runtime says so (UNKNOWN_TOOL, with the closest
+            # names), at once, and the program gets it where it called, as Python would.
+            result = await self._view.call(call, metadata=self._metadata, timeout=self._timeout())
+            if isinstance(result, ToolFailure):
+                return _raise(RAISED[result.kind], result.content)
+            self._settled[snapshot.call_id] = _returned(result)  # it appeared meanwhile
+            return _FUTURE
+        assert self._calls is not None
+        self._calls.start_soon(self._run_call, snapshot.call_id, call)
+        return _FUTURE
+
+    async def _run_call(self, monty_id: int, call: ToolCall) -> None:
+        result = await self._view.call(call, metadata=self._metadata, timeout=self._timeout())
+        self._settle(monty_id, _answer(result))
+
+    def _settle(self, monty_id: int, answer: dict[str, Any]) -> None:
+        self._settled[monty_id] = answer
+        waiter = self._waiter
+        if monty_id in waiter.wanted:
+            waiter.event.set()
+
+    async def _os_call(self, snapshot: Any) -> dict[str, Any]:
+        """The answer to an OS call: sleeps are served (on trio's clock, so `asyncio.gather`
+        of sleeps overlaps and a deadline stops them); nothing else is."""
+        name = snapshot.function_name
+        if name in _SLEEPS:
+            seconds = snapshot.args[0] if snapshot.args else 0
+            if not isinstance(seconds, int | float) or seconds != seconds:
+                return _raise("TypeError", f"{name}() takes a number of seconds, not {seconds!r}")
+            seconds = max(float(seconds), 0.0)
+            if name in _ASYNC_SLEEPS:
+                assert self._calls is not None
+                self._calls.start_soon(self._sleep, snapshot.call_id, seconds)
+                return _FUTURE
+            await trio.sleep(seconds)
+            return _NONE
+        return _refused(snapshot, self._limits)
+
+    async def _sleep(self, monty_id: int, seconds: float) -> None:
+        await trio.sleep(seconds)
+        self._settle(monty_id, _NONE)
+
+    async def _answered(self, pending: list[int]) -> dict[int, Any]:
+        """The answers of the calls the program waits for, once at least one is in."""
+        settled = self._settled
+        if not any(i in settled for i in pending):
+            waiter = self._waiter
+            waiter.wanted = frozenset(pending)
+            await waiter.event.wait()
+            self._waiter = _Waiter()
+            # Calls answered in the same instant go in the same resume (one turn, not several).
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return {i: settled.pop(i) for i in pending if i in settled}
+
+    def _timeout(self) -> float | None:
+        left = self._deadline - trio.current_time()
+        return None if left == math.inf else max(left, 0.0)
+
+
+_FUTURE: Final = {"future": ...}
+_NONE: Final = {"return_value": None}
+_ASYNC_SLEEPS = frozenset({"asyncio.sleep", "system.async_sleep"})
+_SLEEPS = _ASYNC_SLEEPS | {"time.sleep", "system.sleep"}
+
+
+def _named(name: str) -> Any:
+    """A host function called `name`: bound to a name, the sandbox calls it by that name."""
+
+    def function(**kwargs: Any) -> Any:  # never called here: its calls come back as snapshots
+        raise AssertionError
+
+    function.__name__ = function.__qualname__ = name
+    return function
+
+
+def _raise(exc_type: str, message: str) -> dict[str, Any]:
+    return {"exc_type": exc_type, "message": message}
+
+
+def _returned(result: ToolResult) -> dict[str, Any]:
+    return {"return_value": _value(result)}
+
+
+def _answer(result: ToolResult) -> dict[str, Any]:
+    if isinstance(result, ToolFailure):
+        return _raise(RAISED[result.kind], result.content)
+    return _returned(result)
+
+
+def _value(result: Any) -> Any:
+    """A tool's value as the program gets it: JSON's types (what its text shows the model)."""
+    value = result.value
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    try:
+        return msgspec.to_builtins(value, enc_hook=str, str_keys=True)
+    except (TypeError, ValueError):
+        return result.content
+
+
+def _refused(snapshot: Any, limits: Any) -> dict[str, Any]:
+    """The answer to an OS call: none is served."""
+    name = snapshot.function_name
+    if name == "import":
+        module = snapshot.args[0] if snapshot.args else "?"
+        return _raise(
+            "ModuleNotFoundError",
+            f"No module named {module!r}: a program has only the sandbox's standard modules "
+            "(asyncio, json, re, math, datetime, ...); call a tool for anything else",
+        )
+    if name in _CLOCK or name.startswith("time."):
+        return _raise("PermissionError", "the clock is not available to programs here")
+    return _raise(
+        "PermissionError",
+        f"{name}: a program has no files, environment, network or processes; call a tool instead",
+    )
+
+
+def _failed(exc: Any, output: str, limits: Any) -> str:
+    """The text of a program that did not end well, for the model."""
+    if isinstance(exc, monty.MontyCrashedError):
+        what = f"The program's sandbox stopped: {exc}"
+    elif isinstance(exc, monty.MontyRuntimeError | monty.MontySyntaxError):
+        what = f"The program failed:\n{exc.display('traceback')}"
+    else:
+        display = getattr(exc, "display", None)
+        what = f"The program failed:\n{display() if callable(display) else exc}"
+    if "MemoryError" in what and len(output.encode()) >= limits.max_output - 4096:
+        what += f"\n(it printed more than {limits.max_output} bytes, the limit)"
+    if output:
+        what += f"\n\nIt printed before it stopped:\n{output}"
+    return what
