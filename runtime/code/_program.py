@@ -36,7 +36,7 @@ import trio
 from ..exceptions import ToolRejected
 from ..features import CALL_ID_KEY, PRINCIPAL_KEY, TOOL_NAME_KEY
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
-from ._sandbox import Sandbox, SandboxKilled
+from ._sandbox import Sandbox
 
 __all__ = ["RAISED", "Program", "ProgramResult"]
 
@@ -139,23 +139,29 @@ class Program:
         sandbox = Sandbox(pool, checkout, self.counters)
         self.counters.programs += 1
         self.counters.running += 1
+        failed: monty.MontyError | None = None
+        value: Any = None
         try:
             async with trio.open_nursery() as calls:
                 self._calls = calls
                 try:
                     value = await self._drive(sandbox, code, printed)
-                except BaseException:
+                except monty.MontyError as exc:  # the program's own failure: the code call's answer
+                    failed = exc
                     calls.cancel_scope.cancel()  # the calls still running are answered CANCELLED
+                except BaseException:
+                    calls.cancel_scope.cancel()
                     raise
                 finally:
                     await sandbox.close()
-        except monty.MontyError as exc:
-            raise ToolRejected(_failed(exc, printed.output, limits)) from None
-        except SandboxKilled:  # cancelled before it started: the cancellation goes on
-            await trio.lowlevel.checkpoint()
+        except BaseExceptionGroup as group:  # what the program's task raised, alone: as it is
+            if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+                raise group.exceptions[0] from None
             raise
         finally:
             self.counters.running -= 1
+        if failed is not None:
+            raise ToolRejected(_failed(failed, printed.output, limits))
         return ProgramResult(result=value, output=printed.output)
 
     async def _drive(self, sandbox: Sandbox, code: str, printed: Any) -> Any:

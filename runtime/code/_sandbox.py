@@ -46,7 +46,7 @@ class Sandbox:
     Args:
         pool: a `pydantic_monty.Monty` pool, entered.
         checkout: keywords of `pool.checkout(...)` (limits, OS policy, script name).
-        counters: the code tool's statistics, whose `turns_in_flight` this keeps.
+        counters: the code tool's statistics, whose `sandbox_waits` this keeps.
     """
 
     __slots__ = ("_checkout", "_counters", "_lock", "_pid", "_pool", "_session", "killed")
@@ -108,7 +108,7 @@ class Sandbox:
             return trio.lowlevel.Abort.FAILED  # the turn's thread still answers (at once, now)
 
         counters = self._counters
-        counters.turns_in_flight += 1
+        counters.sandbox_waits += 1
         try:
             trio.lowlevel.start_thread_soon(work, deliver, name="runtime.code sandbox turn")
             try:
@@ -118,7 +118,7 @@ class Sandbox:
                     await trio.lowlevel.checkpoint()  # the cancellation that killed it, if any
                 raise
         finally:
-            counters.turns_in_flight -= 1
+            counters.sandbox_waits -= 1
         if self.killed:
             await trio.lowlevel.checkpoint()
         return result
@@ -146,8 +146,13 @@ class Sandbox:
         if session is None:
             return
         self.kill()
-        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_GRACE):
-            await trio.to_thread.run_sync(self._give_back)
+        counters = self._counters
+        counters.sandbox_waits += 1
+        try:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_GRACE):
+                await trio.to_thread.run_sync(self._give_back)
+        finally:
+            counters.sandbox_waits -= 1
 
     def _give_back(self) -> None:
         with self._lock:

@@ -19,7 +19,9 @@ whole runtime.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Annotated, Any, ClassVar
 
 import msgspec
@@ -28,7 +30,7 @@ import trio
 
 from ..exceptions import ToolUnavailable
 from ..registry import ToolRegistry
-from ..schema import ToolDescriptor, render_tool
+from ..schema import String, ToolDescriptor, render_tool
 from ..tools import CallContext, Description, ToolBase, check_tool_name
 from ._limits import CodeLimits
 from ._program import Program, ProgramResult
@@ -60,9 +62,10 @@ class CodeStatistics(msgspec.Struct, kw_only=True):
     """Programs running now."""
     calls: int = 0
     """Tool calls made by programs."""
-    turns_in_flight: int = 0
-    """Sandbox turns running now: a worker is running a program's code, and no trio task waits on
-    anything but it (a test's clock may not jump meanwhile)."""
+    sandbox_waits: int = 0
+    """Trio tasks of this tool waiting on the sandbox now (a worker running a program's turn, the
+    pool starting or closing): real time passes there that no trio deadline measures (a test's
+    virtual clock must not jump meanwhile)."""
     workers_killed: int = 0
     """Sandbox workers killed (a program cancelled, out of time, or left in the middle)."""
 
@@ -108,7 +111,8 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
                     checkout_timeout=limits.timeout,
                     request_timeout=limits.timeout + 5.0,  # a backstop: the deadline kills first
                 )
-                await trio.to_thread.run_sync(pool.__enter__)
+                with self._waiting():
+                    await trio.to_thread.run_sync(pool.__enter__)
                 self._pool = pool
             self._users += 1
 
@@ -118,8 +122,16 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
             if self._users > 0 or self._pool is None:
                 return
             pool, self._pool = self._pool, None
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True), self._waiting():
                 await trio.to_thread.run_sync(pool.__exit__, None, None, None)
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        self._counters.sandbox_waits += 1
+        try:
+            yield
+        finally:
+            self._counters.sandbox_waits -= 1
 
     # -- a call ----------------------------------------------------------------------
 
@@ -194,7 +206,7 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
         cached = self._described.get(tools)
         if cached is not None:
             return cached
-        stubs = render_stubs(t.descriptor for t in tools)
+        stubs = render_stubs(_with_result(t) for t in tools)
         if tools:
             text = (
                 f"{self._about}\n\nThe tools (a program calls them; they are not called directly):"
@@ -217,6 +229,14 @@ def _registry_of(view: Any) -> ToolRegistry:
     """The tools of a runtime or a view (its `registry`), or a registry itself."""
     registry: ToolRegistry = view if isinstance(view, ToolRegistry) else view.registry
     return registry
+
+
+def _with_result(tool: Any) -> ToolDescriptor:
+    """A tool's descriptor, with its result type when the descriptor leaves it out (`str`)."""
+    descriptor: ToolDescriptor = tool.descriptor
+    if descriptor.output is None and tool.result_type is str:
+        return msgspec.structs.replace(descriptor, output=String())
+    return descriptor
 
 
 def _text(value: Any) -> str:
