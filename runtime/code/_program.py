@@ -52,6 +52,10 @@ RAISED: Final[Mapping[FailureKind, str]] = {
 }
 """The builtin exception a failed call raises in the program, by the failure's kind."""
 
+FEED_GRACE: Final = 1.0
+"""Seconds past the call's deadline after which the sandbox would stop a program on its own (the
+deadline comes first: the host kills the worker then)."""
+
 _DROPPED_METADATA = frozenset({CALL_ID_KEY, TOOL_NAME_KEY, PRINCIPAL_KEY, "traceparent", "tracestate"})
 _CLOCK = frozenset({"time.time", "date.today", "datetime.now"})
 _arguments = msgspec.json.Encoder()
@@ -125,8 +129,8 @@ class Program:
             "max_recursion_depth": limits.max_recursion,
             "max_suspensions": limits.max_suspensions,
         }
-        if 0 < remaining < math.inf:  # the program's own running time is at most that (backstop)
-            sandbox_limits["max_feed_duration_secs"] = remaining
+        if 0 < remaining < math.inf:  # a backstop: the deadline kills the worker first
+            sandbox_limits["max_feed_duration_secs"] = remaining + FEED_GRACE
         checkout = {
             "script_name": "program.py",
             "limits": sandbox_limits,
@@ -194,12 +198,6 @@ class Program:
     async def _call(self, snapshot: Any) -> dict[str, Any]:
         """The answer to the program's call of `snapshot.function_name`."""
         shown = snapshot.function_name
-        if snapshot.args:
-            return _raise(
-                "TypeError",
-                f"{shown}() takes keyword arguments only (the tools' parameters have names), "
-                f"got {len(snapshot.args)} positional",
-            )
         name = self._names.get(shown, shown)
         if name in self._code_tools:
             return _raise("NameError", f"{shown}() cannot be called from a program (it runs programs)")
@@ -209,14 +207,23 @@ class Program:
                 f"this program made {self._made} tool calls, the most one program may make; "
                 "make fewer calls per program",
             )
+        visible = name in self._visible
+        if visible and snapshot.args:
+            return _raise(
+                "TypeError",
+                f"{shown}() takes keyword arguments only (the tools' parameters have names), "
+                f"got {len(snapshot.args)} positional",
+            )
         try:
             arguments = _arguments.encode(snapshot.kwargs).decode()
         except (TypeError, ValueError) as exc:
-            return _raise("TypeError", f"{shown}(): the arguments are not JSON values: {exc}")
+            if visible:
+                return _raise("TypeError", f"{shown}(): the arguments are not JSON values: {exc}")
+            arguments = "{}"
         self._made += 1
         self.counters.calls += 1
         call = ToolCall(id=f"{self._ctx.call_id}.{snapshot.call_id}", name=name, arguments=arguments)
-        if name not in self._visible:
+        if not visible:
             # Not a tool this view holds: the runtime says so (UNKNOWN_TOOL, with the closest
             # names), at once, and the program gets it where it called, as Python would.
             result = await self._view.call(call, metadata=self._metadata, timeout=self._timeout())
