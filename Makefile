@@ -11,7 +11,7 @@ NODE_DIR := conformance
 NODE_BIN := $(NODE_DIR)/node_modules/.bin
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
+.PHONY: bfcl demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ CODE_STAMP := $(VENV)/.code-installed
 $(CODE_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[code]'
 	touch $(CODE_STAMP)
+
+# BFCL's data and executable API classes (the bfcl-eval wheel, pinned in tests/bfcl_data.py),
+# unpacked into .cache/bfcl/ for tests/test_code_bfcl.py (which fetches it itself when missing).
+BFCL_STAMP := .cache/bfcl/.fetched
+
+$(BFCL_STAMP): tests/bfcl_data.py | $(STAMP)
+	$(BIN)/python tests/bfcl_data.py
+	touch $(BFCL_STAMP)
+
+bfcl: $(BFCL_STAMP)
 
 # runtime.integrations is tested under each framework's own agent: the integrations extra is part of
 # the test set-up too (and of lint: mypy reads the frameworks' types).
@@ -65,7 +75,7 @@ $(REDIS_STAMP): | $(STAMP)
 	command -v redis-server >/dev/null
 	touch $(REDIS_STAMP)
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(BFCL_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
