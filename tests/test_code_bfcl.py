@@ -91,7 +91,8 @@ class World:
     def parse(self, text: str) -> tuple[str, dict[str, Any]]:
         """A ground-truth call (`cd(folder='x')`, positional arguments too) as a name and keywords."""
         node = ast.parse(text.strip(), mode="eval").body
-        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name), text
+        assert isinstance(node, ast.Call), text
+        assert isinstance(node.func, ast.Name), text
         name = node.func.id
         kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
         if node.args:
