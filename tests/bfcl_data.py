@@ -31,7 +31,17 @@ def ensure() -> Path:
     wheel = ROOT / f"bfcl_eval-{VERSION}-py3-none-any.whl"
     if not wheel.exists():
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", f"bfcl-eval=={VERSION}", "--no-deps", "--quiet", "-d", str(ROOT)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"bfcl-eval=={VERSION}",
+                "--no-deps",
+                "--quiet",
+                "-d",
+                str(ROOT),
+            ],
             check=True,
         )
     partial = ROOT / f"bfcl_eval-{VERSION}.partial"

@@ -155,15 +155,21 @@ async def test_ground_truth_as_programs_leaves_the_same_state_and_results(catego
                 )
                 assert isinstance(ran, ToolSuccess), f"{case['id']} turn {t}: {ran}"
                 assert isinstance(ran.value, ProgramResult)
-                got = [r if isinstance(r, dict) and set(r) == {"error"} else _plain(r) for r in ran.value.result]
+                got = [
+                    r if isinstance(r, dict) and set(r) == {"error"} else _plain(r) for r in ran.value.result
+                ]
                 if got != expected:
                     mismatches.append(f"{case['id']} turn {t}: results {got} != {expected}")
                 if code.state() != one.state():
                     mismatches.append(f"{case['id']} turn {t}: the states differ")
                 # And both as BFCL's own executor (`eval` of each call on its instances) leaves them.
                 _, bfcl_instances = execute_multi_turn_func_call(
-                    turn, case["initial_config"], case["involved_classes"], "tool_runtime_code_mode",
-                    f"{category}_{case['id']}", long_context=long_context,
+                    turn,
+                    case["initial_config"],
+                    case["involved_classes"],
+                    "tool_runtime_code_mode",
+                    f"{category}_{case['id']}",
+                    long_context=long_context,
                 )
                 bfcl_state = {
                     name: {k: v for k, v in vars(i).items() if not k.startswith("_")}
