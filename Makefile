@@ -135,7 +135,7 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-docs: $(DOCS_STAMP)
+docs: $(DOCS_STAMP) $(CODE_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The sdist and the wheel built from it, into dist/ (`build`, the release extra).
