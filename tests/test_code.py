@@ -228,8 +228,9 @@ async def test_a_budget_counts_the_calls_a_program_makes(program_clock: ProgramC
         )
         stats = rt.statistics().tools["slow"]
     answers = value(result)
-    # The code call itself is one of alice's 3: two of its calls run, three are refused.
-    assert sorted(a for a in answers if isinstance(a, int)) == [0, 1]
+    # The code call itself is one of alice's 3: two of its calls run (any two), three are refused.
+    ran = [a for a in answers if isinstance(a, int)]
+    assert len(ran) == 2
     refused = [a for a in answers if isinstance(a, str)]
     assert len(refused) == 3
     assert all(a.startswith("Error: ") and "alice" in a for a in refused)

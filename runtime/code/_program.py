@@ -140,7 +140,7 @@ class Program:
             },
         }
         printed = monty.CollectString(max_bytes=limits.max_output)
-        sandbox = Sandbox(pool, checkout, self.counters)
+        sandbox = Sandbox(pool, checkout, self.counters, self.advance)
         self.counters.programs += 1
         self.counters.running += 1
         failed: monty.MontyError | None = None
@@ -169,34 +169,75 @@ class Program:
         return ProgramResult(result=value, output=printed.output)
 
     async def _drive(self, sandbox: Sandbox, code: str, printed: Any) -> Any:
-        snapshot = await sandbox.start(code, printed)
+        snapshot, starts, ask = await sandbox.start(code, printed)
         while True:
+            self._start(starts)
             kind = type(snapshot)
-            if kind is monty.FunctionSnapshot:
-                if snapshot.is_os_function:
-                    answer = await self._os_call(snapshot)
-                else:
-                    answer = await self._call(snapshot)
-                snapshot = await sandbox.resume(functools.partial(snapshot.resume, answer))
-            elif kind is monty.FutureSnapshot:
+            if kind is monty.FutureSnapshot:
                 answers = await self._answered(snapshot.pending_call_ids)
-                snapshot = await sandbox.resume(functools.partial(snapshot.resume, answers))
-            elif kind is monty.NameLookupSnapshot:
-                name = snapshot.variable_name
-                if name in self._names:  # a tool read as a value (`f = search`): its function
-                    step = functools.partial(snapshot.resume, value=_named(name))
-                else:
-                    step = snapshot.resume  # NameError, as Python
-                snapshot = await sandbox.resume(step)
+                step = functools.partial(snapshot.resume, answers)
+            elif kind is monty.FunctionSnapshot:
+                if ask is not None:  # a name the view does not hold: the runtime answers at once
+                    answer = await self._ask(snapshot.call_id, ask)
+                else:  # `time.sleep`: the program waits, on trio's clock
+                    await trio.sleep(_seconds(snapshot))
+                    answer = _NONE
+                step = functools.partial(snapshot.resume, answer)
             elif kind is monty.MontyComplete:
                 return snapshot.output
             else:  # a snapshot kind this monty added: stop rather than guess
                 raise ToolRejected(f"the sandbox stopped for {kind.__name__}, which run_code cannot answer")
+            snapshot, starts, ask = await sandbox.resume(step)
 
-    # -- the program's calls ---------------------------------------------------------
+    # -- in the turn's thread: what needs no trio ------------------------------------
 
-    async def _call(self, snapshot: Any) -> dict[str, Any]:
-        """The answer to the program's call of `snapshot.function_name`."""
+    def advance(self, snapshot: Any) -> tuple[Any, list[tuple[int, Any]], ToolCall | None]:
+        """Answer the program's stops that need nothing of trio, here in the turn's thread (a
+        refused OS call, a name, a bad call; a tool call or an `asyncio.sleep` gets its future
+        and starts once the turn is back); return at the first that needs trio, with what to
+        start, and the call to make first when that stop is a name the view does not hold.
+
+        Runs only while the program's trio task waits on the turn: nothing else touches this
+        program's state meanwhile.
+        """
+        starts: list[tuple[int, Any]] = []
+        while True:
+            kind = type(snapshot)
+            if kind is monty.FunctionSnapshot:
+                if snapshot.is_os_function:
+                    name = snapshot.function_name
+                    if name not in _SLEEPS:
+                        snapshot = snapshot.resume(_refused(snapshot))
+                        continue
+                    seconds = _seconds(snapshot)
+                    if seconds < 0:
+                        snapshot = snapshot.resume(
+                            _raise("TypeError", f"{name}() takes a number of seconds, not {snapshot.args!r}")
+                        )
+                    elif name in _ASYNC_SLEEPS:
+                        starts.append((snapshot.call_id, seconds))
+                        snapshot = snapshot.resume(_FUTURE)
+                    else:
+                        return snapshot, starts, None
+                    continue
+                decided = self._decide(snapshot)
+                if isinstance(decided, dict):
+                    snapshot = snapshot.resume(decided)
+                elif decided.name in self._visible:
+                    starts.append((snapshot.call_id, decided))
+                    snapshot = snapshot.resume(_FUTURE)
+                else:
+                    return snapshot, starts, decided
+            elif kind is monty.NameLookupSnapshot:
+                # A tool read as a value (`f = search`) is its function; any other name is a
+                # NameError, as in Python.
+                name = snapshot.variable_name
+                snapshot = snapshot.resume(value=_named(name)) if name in self._names else snapshot.resume()
+            else:
+                return snapshot, starts, None
+
+    def _decide(self, snapshot: Any) -> ToolCall | dict[str, Any]:
+        """The program's call of `snapshot.function_name`: the call to make, or the answer."""
         shown = snapshot.function_name
         name = self._names.get(shown, shown)
         if name in self._code_tools:
@@ -221,18 +262,28 @@ class Program:
                 return _raise("TypeError", f"{shown}(): the arguments are not JSON values: {exc}")
             arguments = "{}"
         self._made += 1
+        return ToolCall(id=f"{self._ctx.call_id}.{snapshot.call_id}", name=name, arguments=arguments)
+
+    # -- in trio: the calls ----------------------------------------------------------
+
+    def _start(self, starts: list[tuple[int, Any]]) -> None:
+        calls = self._calls
+        assert calls is not None
+        for monty_id, work in starts:
+            if isinstance(work, ToolCall):
+                self.counters.calls += 1
+                calls.start_soon(self._run_call, monty_id, work)
+            else:
+                calls.start_soon(self._sleep, monty_id, work)
+
+    async def _ask(self, monty_id: int, call: ToolCall) -> dict[str, Any]:
+        """A call of a name the view does not hold: the runtime's answer (UNKNOWN_TOOL, with the
+        closest names), raised where the program called, as Python raises a NameError."""
         self.counters.calls += 1
-        call = ToolCall(id=f"{self._ctx.call_id}.{snapshot.call_id}", name=name, arguments=arguments)
-        if not visible:
-            # Not a tool this view holds: the runtime says so (UNKNOWN_TOOL, with the closest
-            # names), at once, and the program gets it where it called, as Python would.
-            result = await self._view.call(call, metadata=self._metadata, timeout=self._timeout())
-            if isinstance(result, ToolFailure):
-                return _raise(RAISED[result.kind], result.content)
-            self._settled[snapshot.call_id] = _returned(result)  # it appeared meanwhile
-            return _FUTURE
-        assert self._calls is not None
-        self._calls.start_soon(self._run_call, snapshot.call_id, call)
+        result = await self._view.call(call, metadata=self._metadata, timeout=self._timeout())
+        if isinstance(result, ToolFailure):
+            return _raise(RAISED[result.kind], result.content)
+        self._settled[monty_id] = _returned(result)  # the tool appeared meanwhile
         return _FUTURE
 
     async def _run_call(self, monty_id: int, call: ToolCall) -> None:
@@ -244,23 +295,6 @@ class Program:
         waiter = self._waiter
         if monty_id in waiter.wanted:
             waiter.event.set()
-
-    async def _os_call(self, snapshot: Any) -> dict[str, Any]:
-        """The answer to an OS call: sleeps are served (on trio's clock, so `asyncio.gather`
-        of sleeps overlaps and a deadline stops them); nothing else is."""
-        name = snapshot.function_name
-        if name in _SLEEPS:
-            seconds = snapshot.args[0] if snapshot.args else 0
-            if not isinstance(seconds, int | float) or seconds != seconds:
-                return _raise("TypeError", f"{name}() takes a number of seconds, not {seconds!r}")
-            seconds = max(float(seconds), 0.0)
-            if name in _ASYNC_SLEEPS:
-                assert self._calls is not None
-                self._calls.start_soon(self._sleep, snapshot.call_id, seconds)
-                return _FUTURE
-            await trio.sleep(seconds)
-            return _NONE
-        return _refused(snapshot, self._limits)
 
     async def _sleep(self, monty_id: int, seconds: float) -> None:
         await trio.sleep(seconds)
@@ -324,7 +358,15 @@ def _value(result: Any) -> Any:
         return result.content
 
 
-def _refused(snapshot: Any, limits: Any) -> dict[str, Any]:
+def _seconds(snapshot: Any) -> float:
+    """A sleep's seconds (at least 0); -1 for what is not a number of seconds."""
+    seconds = snapshot.args[0] if snapshot.args else 0
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds != seconds:
+        return -1.0
+    return max(float(seconds), 0.0)
+
+
+def _refused(snapshot: Any) -> dict[str, Any]:
     """The answer to an OS call: none is served."""
     name = snapshot.function_name
     if name == "import":

@@ -47,12 +47,17 @@ class Sandbox:
         pool: a `pydantic_monty.Monty` pool, entered.
         checkout: keywords of `pool.checkout(...)` (limits, OS policy, script name).
         counters: the code tool's statistics, whose `sandbox_waits` this keeps.
+        advance: called in the turn's thread with each turn's snapshot; it answers what it can
+            there (more steps of the same turn) and returns what the turn gives back to trio.
     """
 
-    __slots__ = ("_checkout", "_counters", "_lock", "_pid", "_pool", "_session", "killed")
+    __slots__ = ("_advance", "_checkout", "_counters", "_lock", "_pid", "_pool", "_session", "killed")
 
-    def __init__(self, pool: Any, checkout: dict[str, Any], counters: Any) -> None:
+    def __init__(
+        self, pool: Any, checkout: dict[str, Any], counters: Any, advance: Callable[[Any], Any]
+    ) -> None:
         self._pool = pool
+        self._advance = advance
         self._checkout = checkout
         self._counters = counters
         self._lock = threading.Lock()
@@ -63,7 +68,7 @@ class Sandbox:
     # -- turns -----------------------------------------------------------------------
 
     async def start(self, code: str, printed: Any) -> Any:
-        """Check a session out and feed it `code`: the first snapshot (or the end)."""
+        """Check a session out and feed it `code`: `advance` of the first snapshot."""
 
         def begin() -> Any:
             session = self._pool.checkout(**self._checkout)
@@ -79,19 +84,19 @@ class Sandbox:
         return await self._turn(begin)
 
     async def resume(self, step: Callable[[], Any]) -> Any:
-        """`step()` (a snapshot's `resume`, with its answer): the next snapshot (or the end)."""
+        """`step()` (a snapshot's `resume`, with its answer): `advance` of the next snapshot."""
         return await self._turn(lambda: self._ended_if_done(step))
 
     def _ended_if_done(self, turn: Callable[[], Any]) -> Any:
-        """Run `turn` in the turn's thread; a program that ended gives its session back there."""
+        """`advance(turn())` in the turn's thread; a program that ended gives its session back there."""
         try:
-            snapshot = turn()
+            advanced = self._advance(turn())
         except BaseException:
             self._give_back()
             raise
-        if type(snapshot).__name__ == "MontyComplete":
+        if type(advanced[0]).__name__ == "MontyComplete":
             self._give_back()
-        return snapshot
+        return advanced
 
     async def _turn(self, work: Callable[[], T]) -> T:
         """`work()` in a kept thread; cancelled meanwhile, the worker is killed, the turn
