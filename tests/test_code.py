@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from runtime import (
     Budget,
     CallContext,
+    Dedupe,
     FailureKind,
     Policy,
     ToolCall,
@@ -177,6 +178,69 @@ async def test_each_program_call_is_one_span_under_the_code_calls_span() -> None
         assert span.attributes is not None
         assert span.attributes["gen_ai.tool.call.id"].startswith("prog.")
         assert span.attributes["tool_runtime.principal"] == "ann"
+
+
+async def test_a_code_call_with_a_remote_parent_still_parents_its_programs_spans() -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    remote = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    run_code = code_mode()
+    async with open_runtime([add, run_code], tracing=Tracing(tracer_provider=provider)) as rt:
+        await rt.call(run("await add(a=1, b=1)"), metadata={"traceparent": remote})
+    finished = {s.name: s for s in spans.get_finished_spans()}
+    code_span, inner = finished["execute_tool run_code"], finished["execute_tool add"]
+    assert code_span.parent is not None
+    assert code_span.parent.span_id == 0xB7AD6B7169203331  # the caller's, from its traceparent
+    assert inner.parent is not None
+    assert inner.parent.span_id == code_span.context.span_id  # the code call's, not the caller's
+    assert inner.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+
+
+@tool
+async def context_of(ctx: CallContext) -> dict[str, Any]:
+    """What a call knows of its caller."""
+    return {
+        "tenant": ctx.metadata.get("tenant"),
+        "key": ctx.metadata.get("idempotency_key"),
+        "deadline": ctx.deadline,
+    }
+
+
+async def test_a_programs_calls_get_the_code_calls_deadline_and_metadata(program_clock: ProgramClock) -> None:
+    run_code = code_mode(timeout=5.0)
+    program_clock.watch(run_code)
+    async with open_runtime([context_of, run_code], tracing=False) as rt:
+        start = trio.current_time()
+        result = await rt.call(
+            run("await context_of()"), metadata={"tenant": "acme", "idempotency_key": "k1"}
+        )
+    seen = value(result)
+    assert seen["tenant"] == "acme"
+    assert seen["key"] is None  # the code call's own key: its calls would all share it
+    assert seen["deadline"] == start + 5.0
+
+
+@tool(dedupe=Dedupe())
+async def record(item: str) -> str:
+    """Record an item once."""
+    await trio.sleep(0.1)
+    return item
+
+
+async def test_dedupe_joins_a_programs_identical_calls_and_keeps_different_ones_apart(
+    program_clock: ProgramClock,
+) -> None:
+    run_code = code_mode()
+    program_clock.watch(run_code)
+    async with open_runtime([record, run_code], tracing=False) as rt:
+        result = await rt.call(
+            run("import asyncio\nawait asyncio.gather(record(item='a'), record(item='a'), record(item='b'))"),
+            metadata={"idempotency_key": "the-code-call"},
+        )
+        stats = rt.statistics().tools["record"]
+    assert value(result) == ["a", "a", "b"]
+    assert stats.joined == 1  # the second 'a' shared the first's execution; 'b' ran on its own
 
 
 class NoDeletes(Policy):

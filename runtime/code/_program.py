@@ -12,8 +12,9 @@
       MontyComplete                  ->  the program's value and what it printed
 
 Every call is a call like any other: the code call's view (principal, visible tools), its
-deadline, its metadata (less the runtime's own keys and the trace headers: the calls' spans are
-children of the code call's span, the current one here), policies, budgets, spans. A failure
+deadline, its metadata (less the runtime's own keys, the trace headers, since the calls' spans
+are children of the code call's span, the current one here, and the caller's idempotency key,
+which names the code call), policies, budgets, spans. A failure
 comes back into the program as an exception whose message is the text the model would have read
 (`ToolFailure.content`), of the builtin type its kind maps to (`RAISED`).
 
@@ -56,7 +57,12 @@ FEED_GRACE: Final = 1.0
 """Seconds past the call's deadline after which the sandbox would stop a program on its own (the
 deadline comes first: the host kills the worker then)."""
 
-_DROPPED_METADATA = frozenset({CALL_ID_KEY, TOOL_NAME_KEY, PRINCIPAL_KEY, "traceparent", "tracestate"})
+# Not passed on to a program's calls: the runtime's own keys (each call gets its own), the trace
+# headers (the calls' spans are children of the code call's span, the current one), and the
+# caller's idempotency key (it names the code call: every call of the program would share it).
+_DROPPED_METADATA = frozenset(
+    {CALL_ID_KEY, TOOL_NAME_KEY, PRINCIPAL_KEY, "traceparent", "tracestate", "idempotency_key"}
+)
 _CLOCK = frozenset({"time.time", "date.today", "datetime.now"})
 _arguments = msgspec.json.Encoder()
 
