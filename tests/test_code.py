@@ -502,6 +502,46 @@ async def test_a_program_makes_at_most_max_calls() -> None:
     assert stats.calls == 3
 
 
+async def test_a_programs_result_is_cut_like_any_result() -> None:
+    run_code = code_mode()
+    async with open_runtime([add, run_code], tracing=False, max_result_chars=1000) as rt:
+        result = await rt.call(run("print('x' * 5000)\n'y' * 5000"))
+    assert isinstance(result, ToolSuccess)
+    assert len(result.content) < 1200
+    assert "truncated" in result.content
+
+
+async def test_a_program_without_the_clock_cannot_read_it() -> None:
+    run_code = code_mode(clock=False)
+    async with open_runtime([add, run_code], tracing=False) as rt:
+        result = await rt.call(
+            run(
+                "import time, datetime\n"
+                "out = []\n"
+                "try:\n"
+                "    out.append(time.time())\n"
+                "except PermissionError as e:\n"
+                "    out.append(str(e))\n"
+                "try:\n"
+                "    out.append(datetime.datetime.now())\n"
+                "except PermissionError as e:\n"
+                "    out.append(str(e))\n"
+                "out"
+            )
+        )
+    assert value(result) == ["the clock is not available to programs here"] * 2
+
+
+async def test_one_programs_state_is_not_the_next_ones() -> None:
+    run_code = code_mode(workers=1)  # one worker: the second program runs where the first did
+    async with open_runtime([add, run_code], tracing=False) as rt:
+        first = await rt.call(run("secret = 'alice'\nsecret"), principal="alice")
+        second = await rt.call(run("secret"), principal="bob")
+    assert value(first) == "alice"
+    assert isinstance(second, ToolFailure)
+    assert "NameError: name 'secret' is not defined" in second.message
+
+
 async def test_bad_limits_are_refused_when_the_tool_is_made() -> None:
     with pytest.raises(ValueError, match="max_calls"):
         code_mode(max_calls=0)
