@@ -16,6 +16,14 @@ deadline, spans). See docs/how-to/code-mode.md.
 
 from typing import Unpack
 
+try:
+    import pydantic_monty as _monty  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the extra is installed where it is tested
+    raise ImportError(
+        "runtime.code runs programs in pydantic-monty's sandbox: install the extra, "
+        "`pip install 'tool-runtime[code]'`"
+    ) from exc
+
 from ._limits import CodeLimits as CodeLimits
 from ._limits import CodeLimitsKw as CodeLimitsKw
 from ._program import RAISED as RAISED
