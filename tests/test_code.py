@@ -1,16 +1,15 @@
 """Code mode (`runtime.code`): a program's tool calls are calls like any other.
 
 The programs run in pydantic-monty's worker processes: real time passes there while a worker
-runs a turn. `ProgramClock` is virtual time that stands still then and jumps to the next
+runs a turn. `program_clock` is virtual time that stands still then and jumps to the next
 deadline only when trio is idle and no sandbox turn is in flight, so sleeps and timeouts of the
 tools are exact virtual seconds whatever the machine's load.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import trio
@@ -37,35 +36,32 @@ from runtime.code import RAISED, CodeTool, ProgramResult, code_mode
 from runtime.tracing import Tracing
 
 
-class ProgramClock(trio.abc.Clock):
-    """Virtual time that jumps to the next deadline whenever trio is idle and none of the
-    watched code tools waits on its sandbox (a worker's turn: real time the deadlines ignore)."""
+class ProgramClock(Protocol):
+    """What `program_clock` is: a trio MockClock that can watch code tools."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.tools: list[CodeTool] = []
-
-    def watch(self, *tools: CodeTool) -> None:
-        self.tools.extend(tools)
-
-    def start_clock(self) -> None:
-        pass
-
-    def current_time(self) -> float:
-        return self.now
-
-    def deadline_to_sleep_time(self, deadline: float) -> float:
-        if any(t.statistics().sandbox_waits for t in self.tools):
-            return 0.0005  # a worker is running: look again soon, without moving time
-        if deadline == math.inf:
-            return 86400.0
-        self.now = max(self.now, deadline)
-        return 0.0
+    def watch(self, *tools: CodeTool) -> None: ...
 
 
 @pytest.fixture
-def program_clock() -> ProgramClock:
-    return ProgramClock()
+def program_clock() -> Any:
+    """trio's autojump clock (virtual time that jumps to the next deadline once every task
+    waits), except while a watched code tool waits on its sandbox: a worker runs a program's
+    turn then, in real time, and the clock must not jump past it.
+
+    MockClock is final: its `_autojump` (private; trio calls it once the run is idle, after
+    waking `wait_all_tasks_blocked` waiters) is wrapped on the instance.
+    """
+    clock: Any = trio.testing.MockClock(autojump_threshold=0)
+    tools: list[CodeTool] = []
+    jump = clock._autojump
+
+    def autojump() -> None:
+        if not any(t.statistics().sandbox_waits for t in tools):
+            jump()  # else a worker is running: time stands still until the next idle moment
+
+    clock._autojump = autojump
+    clock.watch = lambda *more: tools.extend(more)
+    return clock
 
 
 @tool

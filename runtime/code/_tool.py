@@ -93,7 +93,7 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
         self._codec = _BASE._codec
         self._pool: Any = None
         self._users = 0
-        self._pool_lock = trio.Lock()
+        self._pool_lock = threading.Lock()
         self._counters = CodeStatistics()
         self._described: dict[tuple[Any, ...], tuple[ToolDescriptor, Stubs]] = {}
         self._describing: set[int] = set()
@@ -102,7 +102,17 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
     # -- the pool of sandbox workers -------------------------------------------------
 
     async def setup(self) -> None:
-        async with self._pool_lock:
+        with self._waiting():
+            await trio.to_thread.run_sync(self._acquire)
+
+    async def teardown(self) -> None:
+        with trio.CancelScope(shield=True), self._waiting():
+            await trio.to_thread.run_sync(self._release)
+
+    def _acquire(self) -> None:
+        """One more runtime runs this tool: the pool starts with the first (in a worker thread;
+        a thread lock, since runtimes on other threads may share the tool)."""
+        with self._pool_lock:
             if self._pool is None:
                 limits = self.limits
                 pool = monty.Monty(
@@ -111,19 +121,17 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
                     checkout_timeout=limits.timeout,
                     request_timeout=limits.timeout + 5.0,  # a backstop: the deadline kills first
                 )
-                with self._waiting():
-                    await trio.to_thread.run_sync(pool.__enter__)
+                pool.__enter__()
                 self._pool = pool
             self._users += 1
 
-    async def teardown(self) -> None:
-        async with self._pool_lock:
+    def _release(self) -> None:
+        with self._pool_lock:
             self._users -= 1
             if self._users > 0 or self._pool is None:
                 return
             pool, self._pool = self._pool, None
-            with trio.CancelScope(shield=True), self._waiting():
-                await trio.to_thread.run_sync(pool.__exit__, None, None, None)
+            pool.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def _waiting(self) -> Iterator[None]:
@@ -171,8 +179,8 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
 
     def prepare(self, view: Any, descriptor: ToolDescriptor) -> ToolDescriptor | None:
         """A `prepare` for `rt.scoped(prepare=...)`: this tool re-described for the view (the
-        others as they are), so that `view.schemas(...)` carries the stubs. To keep a `prepare`
-        of your own too: `prepare=lambda v, d: run_code.prepare(v, mine(v, d)) if mine(v, d) else None`."""
+        others as they are), so that `view.schemas(...)` carries the stubs. With a `prepare` of
+        your own, call yours first and this one with what it returns (unless None)."""
         if descriptor.name != self.name:
             return descriptor
         key = id(view)
