@@ -11,7 +11,7 @@ NODE_DIR := conformance
 NODE_BIN := $(NODE_DIR)/node_modules/.bin
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
+.PHONY: bfcl demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,24 @@ $(RAY_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[ray]'
 	touch $(RAY_STAMP)
 
+# runtime.code (code mode) runs programs in pydantic-monty's sandbox: the code extra is part of the
+# test set-up (and of lint: mypy reads its types).
+CODE_STAMP := $(VENV)/.code-installed
+
+$(CODE_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[code]'
+	touch $(CODE_STAMP)
+
+# BFCL's data and executable API classes (the bfcl-eval wheel, pinned in tests/bfcl_data.py),
+# unpacked into .cache/bfcl/ for tests/test_code_bfcl.py (which fetches it itself when missing).
+BFCL_STAMP := .cache/bfcl/.fetched
+
+$(BFCL_STAMP): tests/bfcl_data.py | $(STAMP)
+	$(BIN)/python tests/bfcl_data.py
+	touch $(BFCL_STAMP)
+
+bfcl: $(BFCL_STAMP)
+
 # runtime.integrations is tested under each framework's own agent: the integrations extra is part of
 # the test set-up too (and of lint: mypy reads the frameworks' types).
 INTEGRATIONS_STAMP := $(VENV)/.integrations-installed
@@ -37,13 +55,13 @@ $(INTEGRATIONS_STAMP): $(STAMP) pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m runtime demo
 
-lint: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
+lint: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP)
 	$(BIN)/ruff check runtime tests benchmarks examples conformance
 	$(BIN)/ruff format --check runtime tests benchmarks examples conformance
 	$(BIN)/mypy
 	$(BIN)/python tools/check_layers.py .
 
-typecheck: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP)
+typecheck: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP)
 	$(BIN)/mypy
 
 # The shared stores' tests (tests/test_stores.py, tests/test_resilience_shared.py) run against a real
@@ -57,7 +75,7 @@ $(REDIS_STAMP): | $(STAMP)
 	command -v redis-server >/dev/null
 	touch $(REDIS_STAMP)
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(BFCL_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
@@ -93,7 +111,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 WRK := $(shell command -v wrk 2>/dev/null)
 VALGRIND := $(shell command -v valgrind 2>/dev/null)
 
-bench: $(BENCH_STAMP) $(RAY_STAMP) $(REDIS_STAMP)
+bench: $(BENCH_STAMP) $(RAY_STAMP) $(CODE_STAMP) $(REDIS_STAMP)
 ifeq ($(WRK),)
 	(apt-get install -y wrk || (apt-get update && apt-get install -y wrk)) >/dev/null || \
 	  echo "could not install wrk: W5 is skipped"
@@ -117,7 +135,7 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-docs: $(DOCS_STAMP)
+docs: $(DOCS_STAMP) $(CODE_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The sdist and the wheel built from it, into dist/ (`build`, the release extra).

@@ -10,7 +10,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=["runtime", "peers", "mcp", "placement", "streaming", "server", "resilience", "report"],
+        choices=[
+            "runtime",
+            "peers",
+            "mcp",
+            "placement",
+            "streaming",
+            "code",
+            "server",
+            "resilience",
+            "report",
+        ],
         help="run one report (peers needs the bench extra)",
     )
     args = parser.parse_args()
@@ -36,6 +46,12 @@ def main() -> None:
         from . import bench_streaming  # streaming tools, and a 50 MB result kept whole
 
         report = bench_streaming.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "code"):
+        from . import bench_code  # programs in pydantic-monty's sandbox (the code extra)
+
+        report = bench_code.main(quick=args.quick)
         report.print()
         print(f"\nwrote {report.save()}")
     if args.only in (None, "peers"):

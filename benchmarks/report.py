@@ -311,6 +311,23 @@ def write() -> Path:
             "(the loop's longest step while the result was kept, its work in worker threads).",
             "",
         ]
+    code = _load("code")
+    if code:
+        lines += [
+            "## Code mode (benchmarks/bench_code.py)",
+            "",
+            f"Run {code['when']}.",
+            "",
+        ]
+        lines += _ratio_table(code["rows"])
+        lines += [
+            "",
+            "rt.call / call_many: the same calls made directly. feed_run: the sandbox's own run of the "
+            "program `1` (a session of a warm pool checked out, fed, given back, in one worker thread). "
+            "A call from a program costs two sandbox turns (the call's stop, then its future's), each a "
+            "round trip to the worker process through a kept thread.",
+            "",
+        ]
     mcp = _load("mcp")
     if mcp:
         lines += ["## MCP (benchmarks/bench_mcp.py)", "", f"Run {mcp['when']}.", ""]

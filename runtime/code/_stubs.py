@@ -1,0 +1,217 @@
+"""Typed Python stubs of tools, for a program's author (the model) to read.
+
+A program calls each tool as an `async` function with keyword arguments; the code tool's
+description shows them the way a `.pyi` file would:
+
+    class Flight(TypedDict):
+        number: str
+        seats: NotRequired[int]
+
+    async def book(*, flight: Flight, when: str | None = None) -> dict[str, Any]:
+        \"\"\"Book a flight.
+
+        Args:
+            flight: the flight to book.
+        \"\"\"
+
+| IR | stub |
+|---|---|
+| String / Integer / Number / Boolean / Null | `str` / `int` / `float` / `bool` / `None` |
+| Array | `list[T]`, a tuple `tuple[A, B]` |
+| Object with properties | a `TypedDict` (named after its type, or tool + parameter) |
+| Object without properties | `dict[str, V]` |
+| Union / Enum | `A | B` / `Literal[...]` |
+| AnyValue, Ref | `Any`, the referred type's name |
+
+A tool name that is no Python identifier (`get-weather`) is called by its identifier form
+(`get_weather`); `python_names` gives the mapping both ways.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Iterable
+
+from ..schema import (
+    AnyValue,
+    Array,
+    Boolean,
+    Enum,
+    Integer,
+    Null,
+    Number,
+    Object,
+    Ref,
+    String,
+    ToolDescriptor,
+    TypeNode,
+    Union,
+)
+
+__all__ = ["Stubs", "python_name", "render_stubs"]
+
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+_DOC_WIDTH = 400  # characters of one parameter's description shown in a stub
+
+
+def python_name(name: str) -> str:
+    """The identifier a program calls the tool `name` by."""
+    ident = _NOT_IDENTIFIER.sub("_", name)
+    if not ident or ident[0].isdigit():
+        ident = "_" + ident
+    if keyword.iskeyword(ident) or keyword.issoftkeyword(ident):
+        ident += "_"
+    return ident
+
+
+class Stubs:
+    """The stubs of a set of tools, and the program names they are called by."""
+
+    __slots__ = ("by_python_name", "text")
+
+    def __init__(self, text: str, by_python_name: dict[str, str]) -> None:
+        self.text = text
+        self.by_python_name = by_python_name
+        """Program name -> tool name."""
+
+
+def render_stubs(descriptors: Iterable[ToolDescriptor]) -> Stubs:
+    """Stubs of `descriptors`, in their order: the TypedDicts they use first, then each function."""
+    writer = _Writer()
+    functions: list[str] = []
+    names: dict[str, str] = {}
+    for d in descriptors:
+        ident = python_name(d.name)
+        while ident in names:  # two tool names with one identifier form (`a-b`, `a_b`)
+            ident += "_"
+        names[ident] = d.name
+        functions.append(writer.function(ident, d))
+    parts = [*writer.classes, *functions]
+    return Stubs("\n\n".join(parts), names)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.classes: list[str] = []
+        self._class_names: dict[str, TypeNode] = {}
+
+    def function(self, ident: str, d: ToolDescriptor) -> str:
+        context = _camel(ident)
+        params: list[str] = []
+        docs: list[str] = []
+        required = [p for p in d.parameters if p.required and not p.has_default]
+        optional = [p for p in d.parameters if not (p.required and not p.has_default)]
+        for i, p in enumerate([*required, *optional]):
+            annotation = self.annotation(p.type, d.definitions, context + _camel(p.name))
+            if i >= len(required):
+                default = repr(p.default) if p.has_default and _is_literal(p.default) else "..."
+                params.append(f"{p.name}: {annotation} = {default}")
+            else:
+                params.append(f"{p.name}: {annotation}")
+            text = p.description or getattr(p.type, "description", None)
+            if text:
+                docs.append(f"    {p.name}: {_one_line(text)}")
+        out = "Any" if d.output is None else self.annotation(d.output, d.definitions, context + "Result")
+        signature = (
+            f"async def {ident}(*, {', '.join(params)}) -> {out}:"
+            if params
+            else (f"async def {ident}() -> {out}:")
+        )
+        body = [signature]
+        doc = (d.description or "").strip().replace('"""', "'''").splitlines()
+        if docs:
+            doc += ["", "Args:", *docs] if doc else ["Args:", *docs]
+        if d.notes:
+            doc += ["", *(_one_line(n) for n in d.notes)]
+        if len(doc) == 1:
+            body.append(f'    """{doc[0]}"""')
+        elif doc:
+            body.append(f'    """{doc[0]}')
+            body += [f"    {line}" if line.strip() else "" for line in doc[1:]]
+            body.append('    """')
+        else:
+            body.append("    ...")
+        return "\n".join(body)
+
+    def annotation(self, node: TypeNode, definitions: dict[str, TypeNode], context: str) -> str:
+        if isinstance(node, String):
+            return "str"
+        if isinstance(node, Integer):
+            return "int"
+        if isinstance(node, Number):
+            return "float"
+        if isinstance(node, Boolean):
+            return "bool"
+        if isinstance(node, Null):
+            return "None"
+        if isinstance(node, AnyValue):
+            return "Any"
+        if isinstance(node, Enum):
+            return f"Literal[{', '.join(repr(v) for v in node.values)}]" if node.values else "Any"
+        if isinstance(node, Array):
+            if node.prefix_items is not None:
+                inner = ", ".join(self.annotation(t, definitions, context) for t in node.prefix_items)
+                return f"tuple[{inner}]" if inner else "tuple[()]"
+            return f"list[{self.annotation(node.items, definitions, context + 'Item')}]"
+        if isinstance(node, Union):
+            options: list[str] = []
+            for o in node.options:
+                shown = self.annotation(o, definitions, context)
+                if shown not in options:
+                    options.append(shown)
+            return " | ".join(options) if options else "Any"
+        if isinstance(node, Ref):
+            target = definitions.get(node.name)
+            if isinstance(target, Object) and target.properties:
+                return self._typed_dict(target, definitions, python_name(node.name))
+            return "Any" if target is None else self.annotation(target, definitions, python_name(node.name))
+        if isinstance(node, Object):
+            if node.properties:
+                name = python_name(node.name) if node.name else context
+                return self._typed_dict(node, definitions, name)
+            if isinstance(node.additional, bool):
+                return "dict[str, Any]"
+            return f"dict[str, {self.annotation(node.additional, definitions, context + 'Value')}]"
+        return "Any"
+
+    def _typed_dict(self, node: Object, definitions: dict[str, TypeNode], name: str) -> str:
+        known = self._class_names.get(name)
+        if known is not None:
+            if known == node:
+                return name
+            n = 2
+            while f"{name}{n}" in self._class_names and self._class_names[f"{name}{n}"] != node:
+                n += 1
+            name = f"{name}{n}"
+            if name in self._class_names:
+                return name
+        self._class_names[name] = node  # before the fields: a recursive type refers to itself
+        lines = [f"class {name}(TypedDict):"]
+        if node.description:
+            lines.append(f'    """{_one_line(node.description)}"""')
+        for p in node.properties:
+            annotation = self.annotation(p.type, definitions, name + _camel(p.name))
+            if not p.required:
+                annotation = f"NotRequired[{annotation}]"
+            comment = p.description or getattr(p.type, "description", None)
+            suffix = f"  # {_one_line(comment)}" if comment else ""
+            lines.append(f"    {python_name(p.name)}: {annotation}{suffix}")
+        self.classes.append("\n".join(lines))
+        return name
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _DOC_WIDTH else flat[: _DOC_WIDTH - 3] + "..."
+
+
+def _is_literal(value: object) -> bool:
+    """A default shown as it is: a short JSON scalar."""
+    if value is None or isinstance(value, bool | int | float):
+        return True
+    return isinstance(value, str) and len(value) <= 40
