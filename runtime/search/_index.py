@@ -29,7 +29,6 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import msgspec
 

@@ -40,15 +40,7 @@ _UNSPACED = re.compile(
 )
 
 STOP_WORDS = frozenset(
-    """a about above after again against all also am an and any are as at be because been before being
-    below between both but by can could did do does doing done down during each either else etc
-    few for from further get gets got had has have having he her here hers herself him himself his how
-    i if in into is it its itself just let like may me might more most must my myself need needs no
-    nor not now of off on once only or other our ours ourselves out over own per please same shall
-    she should so some such than that the their theirs them themselves then there these they this
-    those through to too under until up upon us use used uses using very via was we were what when
-    where which while who whom why will with within without would you your yours yourself
-    yourselves want wants i'd i'm can't don't""".split()
+    ["a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "done", "down", "during", "each", "either", "else", "etc", "few", "for", "from", "further", "get", "gets", "got", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "like", "may", "me", "might", "more", "most", "must", "my", "myself", "need", "needs", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "per", "please", "same", "shall", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "upon", "us", "use", "used", "uses", "using", "very", "via", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "within", "without", "would", "you", "your", "yours", "yourself", "yourselves", "want", "wants", "i'd", "i'm", "can't", "don't"]
 )
 """English words that say nothing about what a tool does ("get" included: most tools get something)."""
 
@@ -105,7 +97,7 @@ def _script_terms(part: str) -> Iterator[str]:
     if part.isdigit():
         yield part if part.isascii() else unicodedata.normalize("NFKC", part)
         return
-    # Accents and compatibility forms away: "Käärijä" is found by "kaarija", "ｆｕｌｌ" by "full".
+    # Accents and compatibility forms away: "Käärijä" is found by "kaarija", full-width letters by their ASCII forms.
     folded = "".join(c for c in unicodedata.normalize("NFKD", part) if not unicodedata.combining(c))
     if folded.isascii():
         yield from _ascii_words(folded)
