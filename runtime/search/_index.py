@@ -167,6 +167,7 @@ class ToolIndex:
         "_postings",
         "_terms",
         "_total",
+        "version",
     )
 
     def __init__(self, descriptors: Iterable[ToolDescriptor] = ()) -> None:
@@ -180,6 +181,7 @@ class ToolIndex:
         self._lengths = array("f")
         self._count = 0
         self._total = 0.0
+        self.version = 0  # counts the changes: who shares the index can tell it moved on
         for descriptor in descriptors:
             self._add(descriptor)
 
@@ -193,10 +195,12 @@ class ToolIndex:
         """Index a tool; one already indexed under its name is replaced."""
         with self._lock:
             self._add(descriptor)
+            self.version += 1
 
     def remove(self, name: str) -> bool:
         """Forget the tool called `name`; False if it was not indexed."""
         with self._lock:
+            self.version += 1
             return self._remove(name)
 
     def update(self, added: Iterable[ToolDescriptor] = (), removed: Iterable[str] = ()) -> None:
@@ -206,6 +210,7 @@ class ToolIndex:
                 self._remove(name)
             for descriptor in added:
                 self._add(descriptor)
+            self.version += 1
 
     def statistics(self) -> IndexStatistics:
         """How big the index is now."""
