@@ -10,7 +10,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument(
         "--only",
-        choices=["runtime", "peers", "mcp", "placement", "streaming", "server", "resilience", "report"],
+        choices=[
+            "runtime",
+            "peers",
+            "mcp",
+            "placement",
+            "streaming",
+            "server",
+            "resilience",
+            "search",
+            "report",
+        ],
         help="run one report (peers needs the bench extra)",
     )
     args = parser.parse_args()
@@ -54,6 +64,12 @@ def main() -> None:
 
         report = bench_resilience.main(quick=args.quick)
         report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "search"):
+        from . import bench_search  # the BFCL catalog (fetched once into .cache/), tiktoken's o200k_base
+
+        report = bench_search.main(quick=args.quick)
+        bench_search.show(report)
         print(f"\nwrote {report.save()}")
     if args.only in (None, "report"):
         from . import report as results_md
