@@ -19,6 +19,7 @@ def main() -> None:
             "code",
             "server",
             "resilience",
+            "search",
             "report",
         ],
         help="run one report (peers needs the bench extra)",
@@ -70,6 +71,12 @@ def main() -> None:
 
         report = bench_resilience.main(quick=args.quick)
         report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "search"):
+        from . import bench_search  # the BFCL catalog (fetched once into .cache/), tiktoken's o200k_base
+
+        report = bench_search.main(quick=args.quick)
+        bench_search.show(report)
         print(f"\nwrote {report.save()}")
     if args.only in (None, "report"):
         from . import report as results_md

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from .exceptions import ToolDefinitionError
 from .messages import ECHO_LIMIT, echo
 from .schema import ToolDescriptor, render_tool
+from .search import ToolIndex, ToolSearch, deferred_schemas
 from .tools import FunctionTool, ToolBase, ToolSet, check_tool_name, tool
 
 __all__ = ["ToolLike", "ToolRegistry", "duplicate_message"]
@@ -29,7 +30,7 @@ class ToolRegistry:
             does not fit every provider.
     """
 
-    __slots__ = ("_by_name", "_schemas")
+    __slots__ = ("_by_name", "_index", "_index_version", "_schemas", "_within")
 
     def __init__(self, tools: Iterable[ToolLike] = ()) -> None:
         by_name: dict[str, AnyTool] = {}
@@ -38,13 +39,47 @@ class ToolRegistry:
                 raise ValueError(duplicate_message(t.name, same=by_name[t.name] is t))
             by_name[t.name] = t
         self._by_name = by_name
-        self._schemas: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+        self._schemas: dict[Any, list[dict[str, Any]]] = {}
+        self._index: ToolIndex | None = None
+        self._index_version = -1
+        self._within: ToolRegistry | None = None
 
     @classmethod
-    def _trusted(cls, by_name: dict[str, AnyTool]) -> ToolRegistry:
+    def _trusted(
+        cls,
+        by_name: dict[str, AnyTool],
+        *,
+        previous: ToolRegistry | None = None,
+        changed: Iterable[str] = (),
+        within: ToolRegistry | None = None,
+    ) -> ToolRegistry:
+        """A registry of `by_name` as it is (names already checked): the internal port of the
+        engine, which publishes one after every change.
+
+        Args:
+            previous: the registry this one follows; its search index, if it has one, is
+                updated for the `changed` names and handed on (the previous registry builds
+                another if it is searched again), so a live registry's index is never rebuilt.
+            changed: the names added, replaced or removed since `previous`.
+            within: a registry this one is a subset of (a view's tools): its search is
+                `within`'s index, keeping the tools this one holds.
+        """
         registry = cls.__new__(cls)
         registry._by_name = by_name
         registry._schemas = {}
+        registry._index = None
+        registry._index_version = -1
+        registry._within = within
+        if previous is not None:
+            index = previous._live_index()
+            if index is not None:
+                names = list(dict.fromkeys(changed))
+                index.update(
+                    added=[by_name[n].descriptor for n in names if n in by_name],
+                    removed=[n for n in names if n not in by_name],
+                )
+                registry._index = index
+                registry._index_version = index.version
         return registry
 
     # -- lookup ----------------------------------------------------------------------
@@ -119,21 +154,26 @@ class ToolRegistry:
         if not isinstance(other, ToolRegistry):
             return NotImplemented
         merged = dict(self._by_name)
-        for name, t in other._by_name.items():
-            merged.setdefault(name, t)
-        return ToolRegistry._trusted(merged)
+        added = [name for name in other._by_name if name not in merged]
+        for name in added:
+            merged[name] = other._by_name[name]
+        return ToolRegistry._trusted(merged, previous=self, changed=added)
 
     def with_tools(self, *tools: ToolLike) -> ToolRegistry:
         """A new registry with `tools` added; names already present are skipped."""
         merged = dict(self._by_name)
+        added: list[str] = []
         for t in _expand(tools):
-            merged.setdefault(t.name, t)
-        return ToolRegistry._trusted(merged)
+            if t.name not in merged:
+                merged[t.name] = t
+                added.append(t.name)
+        return ToolRegistry._trusted(merged, previous=self, changed=added)
 
     def without(self, *names: str) -> ToolRegistry:
         """A new registry without the tools called `names` (absent names are ignored)."""
         drop = set(names)
-        return ToolRegistry._trusted({n: t for n, t in self._by_name.items() if n not in drop})
+        kept = {n: t for n, t in self._by_name.items() if n not in drop}
+        return ToolRegistry._trusted(kept, previous=self, changed=[n for n in names if n in self._by_name])
 
     # -- describing ------------------------------------------------------------------
 
@@ -141,20 +181,79 @@ class ToolRegistry:
         """Every tool's descriptor, in order."""
         return [t.descriptor for t in self._by_name.values()]
 
-    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
+    def schemas(
+        self,
+        provider: str = "jsonschema",
+        *,
+        strict: bool = False,
+        search: ToolSearch | None = None,
+        loaded: Iterable[str] = (),
+    ) -> list[dict[str, Any]]:
         """The tool definitions to send to `provider`, in order (cached; do not mutate).
 
         Providers: "openai", "openai-responses", "anthropic", "gemini", "mcp", "jsonschema".
 
+        Args:
+            search: defer loading: the tools `search.always` names are sent whole; the others
+                are found by searching, in the provider's own form (see `ToolSearch`).
+            loaded: with `search`, for the providers searched through a local `search_tools`
+                tool: the tools its results loaded so far, in the order they were loaded
+                (`ToolSearch.loaded(results)`); they follow the always-loaded ones.
+
+        The list is the same object, byte for byte the same JSON, for the same arguments,
+        so a provider's prompt cache holds from turn to turn while nothing new is loaded.
+
         Raises:
             ValueError: an unknown provider.
         """
+        if search is not None:
+            names = tuple(dict.fromkeys(loaded))
+            key: Any = (provider, strict, search, names)
+            cached = self._schemas.get(key)
+            if cached is None:
+                descriptors = [t.descriptor for t in self._by_name.values()]
+                cached = deferred_schemas(descriptors, provider, search, strict=strict, loaded=names)
+                if len(self._schemas) > 256:  # one entry per (provider, loaded) seen: bounded
+                    self._schemas.clear()
+                self._schemas[key] = cached
+            return cached
         key = (provider, strict)
         cached = self._schemas.get(key)
         if cached is None:
             cached = [render_tool(t.descriptor, provider, strict=strict) for t in self._by_name.values()]
             self._schemas[key] = cached
         return cached
+
+    # -- searching -------------------------------------------------------------------
+
+    def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
+        """The tools that best match `query`, best first, at most `limit`.
+
+        Matches words of each tool's name (split on `_`, `.`, `-` and case), description,
+        parameter names and descriptions, and enum values; any text is a query (empty, huge,
+        any script: an empty list at worst, in milliseconds). The index is built on the first
+        search and, in a running runtime, kept up to date as tools come and go.
+        """
+        if self._within is not None:
+            base, mine = self._within, self._by_name
+            return base._search(
+                query, limit, lambda name, _: name in mine and mine[name] is base._by_name.get(name)
+            )
+        return self._search(query, limit, None)
+
+    def _search(self, query: str, limit: int, admit: Any) -> list[ToolDescriptor]:
+        index = self._live_index()
+        if index is None:
+            index = ToolIndex(t.descriptor for t in self._by_name.values())
+            self._index, self._index_version = index, index.version
+        return index.search(query, limit=limit, admit=admit)
+
+    def _live_index(self) -> ToolIndex | None:
+        """This registry's index, if it has one that no later registry has moved on."""
+        index = self._index
+        if index is not None and index.version == self._index_version:
+            return index
+        return None
 
 
 def duplicate_message(name: str, *, same: bool = False, running: bool = False) -> str:

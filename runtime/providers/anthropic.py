@@ -21,9 +21,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..messages import ImagePart, ResourcePart, TextPart, ToolCall, ToolResult, describe_part
+from ..search import SEARCH_TOOL, SearchActivity, SearchRequest, found_tools
 from ._access import b64, field, has_parts, items, json_arguments, parts_of
 
-__all__ = ["IMAGE_TYPES", "calls_from_content", "result_blocks", "result_message"]
+__all__ = ["IMAGE_TYPES", "calls_from_content", "result_blocks", "result_message", "tool_searches"]
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Image media types a `tool_result` may hold."""
@@ -53,11 +54,18 @@ def calls_from_content(content: Any) -> list[ToolCall]:
 
 
 def result_blocks(results: Iterable[ToolResult]) -> list[dict[str, Any]]:
-    """One `tool_result` block per result, in order; `is_error` is set on failures."""
+    """One `tool_result` block per result, in order; `is_error` is set on failures.
+
+    A tool search's result (`search_tools`, `ToolSearch`'s client execution) holds one
+    `tool_reference` block per tool found: Anthropic then loads those deferred tools.
+    """
     blocks: list[dict[str, Any]] = []
     for result in results:
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.call_id}
-        content = _content(result)
+        found = found_tools(result)
+        content = (
+            [{"type": "tool_reference", "tool_name": d.name} for d in found] if found else _content(result)
+        )
         if content:
             block["content"] = content
         if not result.ok:
@@ -93,3 +101,59 @@ def _content(result: ToolResult) -> str | list[dict[str, Any]]:
             if text:  # Anthropic rejects empty text blocks
                 content.append({"type": "text", "text": text})
     return content
+
+
+def tool_searches(content: Any, *, search_tool: str = SEARCH_TOOL) -> SearchActivity:
+    """The tool searches in Anthropic's blocks: what was searched for, and what was loaded.
+
+    Reads Anthropic's own search (`server_tool_use` of a `tool_search_tool_*`, and its
+    `tool_search_tool_result` blocks) and ours (`tool_use` of `search_tool`, and the
+    `tool_reference` blocks of its `tool_result`).
+
+    Args:
+        content: a `Message`, its content blocks, a message dict, or a list of messages (a
+            whole conversation), as SDK objects or dicts.
+    """
+    requests: list[SearchRequest] = []
+    loaded: dict[str, None] = {}
+    for block in _blocks(content):
+        kind = field(block, "type")
+        name = str(field(block, "name") or "")
+        if kind == "server_tool_use" and name.startswith("tool_search_tool"):
+            given = field(block, "input") or {}
+            query = field(given, "query", "pattern") or ""
+            requests.append(
+                SearchRequest(id=str(field(block, "id") or ""), query=str(query), execution="server")
+            )
+        elif kind == "tool_use" and name == search_tool:
+            query = field(field(block, "input") or {}, "query") or ""
+            requests.append(
+                SearchRequest(id=str(field(block, "id") or ""), query=str(query), execution="client")
+            )
+        elif kind == "tool_search_tool_result":
+            inner = field(block, "content")
+            for ref in items(field(inner, "tool_references") if inner is not None else None):
+                loaded[str(field(ref, "tool_name") or "")] = None
+        elif kind == "tool_result":
+            for part in (
+                items(field(block, "content")) if not isinstance(field(block, "content"), str) else ()
+            ):
+                if field(part, "type") == "tool_reference":
+                    loaded[str(field(part, "tool_name") or "")] = None
+    loaded.pop("", None)
+    return SearchActivity(requests=tuple(requests), loaded=tuple(loaded))
+
+
+def _blocks(content: Any) -> list[Any]:
+    """Content blocks, from a message, its blocks, or a list of messages."""
+    out: list[Any] = []
+    for item in items(content if isinstance(content, list | tuple) else [content]):
+        if field(item, "role") is not None or (
+            field(item, "content") is not None and field(item, "type") is None
+        ):
+            inner = field(item, "content")
+            if not isinstance(inner, str):
+                out.extend(items(inner))
+        else:
+            out.append(item)
+    return out

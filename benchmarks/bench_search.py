@@ -1,0 +1,229 @@
+"""Tool search on a large real catalog: the BFCL function docs pooled (benchmarks/_bfcl.py).
+
+Quality: each user message is the query; a hit is a result that is the function the answer
+calls (any of the catalog's docs of that BFCL function: the pool holds several versions of
+many of them), and, stricter, that exact doc. Recall at 1/5/10 and MRR, for
+`ToolRegistry.search`, a plain BM25 (textbook Okapi, k1=1.5, b=0.75, over lower-cased
+alphanumeric words of name, description, parameter names and descriptions) and
+pydantic-ai's local search (`keywords_search`, the `ToolSearch` fallback), in the same run.
+Speed: latency p50/p99 of a search, index build time and memory, one tool's update, at 1x,
+10x and 100x the catalog (the docs repeated with perturbed names). Tokens (o200k_base, via
+benchmarks/_tokens.py): the tools payload sent whole vs deferred.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import json
+import math
+import random
+import re
+import time
+import tracemalloc
+from typing import Any
+
+import msgspec
+
+from runtime.schema import ToolDescriptor, descriptor_from_json_schema, render_tool
+from runtime.search import ToolIndex, ToolSearch, deferred_schemas
+
+from . import _bfcl, _tokens
+from ._harness import Report
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class PlainBM25:
+    """The baseline: Okapi BM25 over one bag of words per tool, nothing else."""
+
+    def __init__(self, descriptors: list[ToolDescriptor], k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.names = [d.name for d in descriptors]
+        bags = [collections.Counter(_WORD.findall(_text(d).lower())) for d in descriptors]
+        self.lengths = [sum(c.values()) for c in bags]
+        self.avg = sum(self.lengths) / len(self.lengths)
+        self.postings: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+        for i, bag in enumerate(bags):
+            for term, count in bag.items():
+                self.postings[term].append((i, count))
+
+    def search(self, query: str, limit: int) -> list[str]:
+        n = len(self.names)
+        scores: dict[int, float] = collections.defaultdict(float)
+        for term in set(_WORD.findall(query.lower())):
+            hits = self.postings.get(term)
+            if not hits:
+                continue
+            idf = math.log(1 + (n - len(hits) + 0.5) / (len(hits) + 0.5))
+            for i, f in hits:
+                norm = self.k1 * (1 - self.b + self.b * self.lengths[i] / self.avg)
+                scores[i] += idf * f * (self.k1 + 1) / (f + norm)
+        best = sorted(scores.items(), key=lambda s: -s[1])[:limit]
+        return [self.names[i] for i, _ in best]
+
+
+def _text(d: ToolDescriptor) -> str:
+    parts = [d.name.replace("_", " ").replace(".", " "), d.description]
+    for p in d.parameters:
+        parts += [p.name, p.description or ""]
+    return " ".join(parts)
+
+
+def _pydantic_ai(descriptors: list[ToolDescriptor]) -> Any:
+    from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.toolsets._tool_search import keywords_search
+
+    defs = [
+        ToolDefinition(
+            name=d.name,
+            description=d.description,
+            parameters_json_schema=render_tool(d, "jsonschema")["parameters"],
+        )
+        for d in descriptors
+    ]
+    return lambda query, limit: keywords_search(None, [query], defs)[:limit]  # type: ignore[arg-type]
+
+
+def quality(search: Any, queries: list[_bfcl.Query], original: dict[str, str]) -> dict[str, float]:
+    hits = {"function": collections.Counter[int](), "doc": collections.Counter[int]()}
+    for q in queries:
+        found = search(q.text, 10)
+        for kind, key in (("function", original), ("doc", None)):
+            shown = [key[n] for n in found] if key else found
+            want = key[q.answer] if key else q.answer
+            if want in shown:
+                hits[kind][shown.index(want) + 1] += 1
+    n = len(queries)
+    out: dict[str, float] = {}
+    for kind, ranks in hits.items():
+        for k in (1, 5, 10):
+            out[f"{kind}_recall@{k}"] = round(sum(c for r, c in ranks.items() if r <= k) / n, 4)
+        out[f"{kind}_mrr"] = round(sum(c / r for r, c in ranks.items()) / n, 4)
+    return out
+
+
+def scaled(descriptors: list[ToolDescriptor], times: int) -> list[ToolDescriptor]:
+    """The catalog `times` over, each copy's names perturbed (`name_r3_1207`)."""
+    out = list(descriptors)
+    for i in range(1, times):
+        out.extend(
+            msgspec.structs.replace(d, name=f"{d.name[:48]}_r{i}_{j}") for j, d in enumerate(descriptors)
+        )
+    return out
+
+
+def speed(
+    descriptors: list[ToolDescriptor], queries: list[_bfcl.Query], times: int, quick: bool
+) -> dict[str, Any]:
+    tools = scaled(descriptors, times)
+    gc.collect()
+    start = time.perf_counter()
+    index = ToolIndex(tools)
+    build = time.perf_counter() - start
+    del index
+    gc.collect()
+    tracemalloc.start()
+    index = ToolIndex(tools)
+    memory = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    sample = queries if not quick else queries[:300]
+    latencies = []
+    for q in sample:
+        start = time.perf_counter()
+        index.search(q.text, limit=5)
+        latencies.append(time.perf_counter() - start)
+    latencies.sort()
+    updates = []
+    rng = random.Random(44)
+    for d in rng.sample(tools, 300):
+        start = time.perf_counter()
+        index.add(d)  # replaces the tool of that name: a remove and an add
+        updates.append(time.perf_counter() - start)
+    updates.sort()
+    stats = index.statistics()
+    return {
+        "tools": len(tools),
+        "build_s": round(build, 3),
+        "memory_mb": round(memory / 1e6, 1),
+        "postings": stats.postings,
+        "search_p50_ms": round(latencies[len(latencies) // 2] * 1e3, 3),
+        "search_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1e3, 3),
+        "update_p50_ms": round(updates[len(updates) // 2] * 1e3, 3),
+        "update_p99_ms": round(updates[int(len(updates) * 0.99)] * 1e3, 3),
+    }
+
+
+def tokens(descriptors: list[ToolDescriptor]) -> dict[str, Any]:
+    encoding = _tokens.encoding()
+
+    def count(tools: list[dict[str, Any]]) -> int:
+        return len(encoding.encode(json.dumps(tools, separators=(",", ":"), ensure_ascii=False)))
+
+    search = ToolSearch()
+    everything = {
+        p: count([render_tool(d, p) for d in descriptors])
+        for p in ("openai-responses", "openai", "anthropic")
+    }
+    five = [d.name for d in descriptors[:5]]  # what one search loads into the local form
+    anthropic = deferred_schemas(descriptors, "anthropic", search)
+    deferred = {
+        # What the model's context holds: Anthropic keeps `defer_loading` tools out of it.
+        "anthropic (client)": count([t for t in anthropic if not t.get("defer_loading")]),
+        "openai-responses (client)": count(deferred_schemas(descriptors, "openai-responses", search)),
+        "openai chat (local, 5 loaded)": count(deferred_schemas(descriptors, "openai", search, loaded=five)),
+        "gemini (local, 5 loaded)": count(deferred_schemas(descriptors, "gemini", search, loaded=five)),
+    }
+    base = {"anthropic (client)": "anthropic", "openai-responses (client)": "openai-responses"}
+    return {
+        "everything": everything,
+        "deferred": deferred,
+        "fewer": {k: round(1 - v / everything[base.get(k, "openai")], 4) for k, v in deferred.items()},
+    }
+
+
+def main(*, quick: bool = False) -> Report:
+    docs, queries = _bfcl.load()
+    descriptors = [descriptor_from_json_schema(d.name, d.description, d.schema) for d in docs]
+    original = {d.name: d.original for d in docs}
+    index = ToolIndex(descriptors)  # what ToolRegistry.search builds on its first search
+    subjects = {
+        "ToolRegistry.search": lambda q, k: [d.name for d in index.search(q, limit=k)],
+        "plain BM25": PlainBM25(descriptors).search,
+        "pydantic-ai keywords": _pydantic_ai(descriptors),
+    }
+    report = Report("search")
+    report.extra["catalog"] = {"tools": len(descriptors), "query_answer_pairs": len(queries)}
+    report.extra["quality"] = {name: quality(fn, queries, original) for name, fn in subjects.items()}
+    report.extra["speed"] = [
+        speed(descriptors, queries, times, quick) for times in ((1, 10) if quick else (1, 10, 100))
+    ]
+    report.extra["tokens"] = tokens(descriptors)
+    return report
+
+
+def show(report: Report) -> None:
+    print(f"\n== {report.name} == {report.extra['catalog']}")
+    print(f"{'search':<24} {'r@1':>6} {'r@5':>6} {'r@10':>6} {'MRR':>6}   (exact doc: r@1 r@5 r@10 MRR)")
+    for name, q in report.extra["quality"].items():
+        print(
+            f"{name:<24} {q['function_recall@1']:>6.3f} {q['function_recall@5']:>6.3f} "
+            f"{q['function_recall@10']:>6.3f} {q['function_mrr']:>6.3f}   "
+            f"{q['doc_recall@1']:.3f} {q['doc_recall@5']:.3f} {q['doc_recall@10']:.3f} {q['doc_mrr']:.3f}"
+        )
+    for s in report.extra["speed"]:
+        print(
+            f"{s['tools']:>7} tools: build {s['build_s']} s, {s['memory_mb']} MB, search p50 "
+            f"{s['search_p50_ms']} ms p99 {s['search_p99_ms']} ms, update p50 {s['update_p50_ms']} ms "
+            f"p99 {s['update_p99_ms']} ms"
+        )
+    t = report.extra["tokens"]
+    print(f"tokens sent whole: {t['everything']}")
+    for k, v in t["deferred"].items():
+        print(f"  deferred {k}: {v} tokens ({t['fewer'][k]:.1%} fewer)")
+
+
+if __name__ == "__main__":
+    result = main(quick=False)
+    show(result)
+    print(f"wrote {result.save()}")
