@@ -540,3 +540,32 @@ def test_a_bad_search_option_is_refused() -> None:
         ToolSearch(execution="both")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="limit"):
         ToolSearch(limit=0)
+
+
+async def test_a_runtime_and_its_views_search_the_live_registry_as_tools_come_and_go() -> None:
+    from runtime import open_runtime, tool
+
+    @tool
+    async def convert_currency(amount: float, to: str) -> str:
+        """Convert an amount of money into another currency."""
+        return f"{amount} {to}"
+
+    @tool
+    async def book_flight(origin: str, destination: str) -> str:
+        """Book a flight between two airports."""
+        return "booked"
+
+    @tool
+    async def weather_forecast(city: str) -> str:
+        """Tell the weather forecast for a city."""
+        return "sunny"
+
+    async with open_runtime([convert_currency, book_flight], tracing=False) as rt:
+        assert [d.name for d in rt.search("exchange money into euros", limit=1)] == ["convert_currency"]
+        await rt.register(weather_forecast)  # the live index is updated, not rebuilt
+        assert [d.name for d in rt.search("the weather forecast for Paris", limit=1)] == ["weather_forecast"]
+        with rt.scoped(exclude=["weather_forecast"]) as view:
+            assert "weather_forecast" not in [d.name for d in view.search("weather forecast rain", limit=5)]
+            assert [d.name for d in view.search("flight to Rome", limit=1)] == ["book_flight"]
+        await rt.unregister("convert_currency")
+        assert "convert_currency" not in [d.name for d in rt.search("convert currency", limit=5)]

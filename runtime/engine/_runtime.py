@@ -60,6 +60,11 @@ class Runtime(metaclass=_NoPublicConstructor):
         """The tools callable now (a snapshot, MCP tools included)."""
         return self._routing.registry
 
+    def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
+        """The tools that best match `query`, best first (`ToolRegistry.search` over the live
+        registry, whose index is kept current as tools come and go, MCP tools included)."""
+        return self._routing.registry.search(query, limit=limit)
+
     @property
     def registry_version(self) -> int:
         """Increases every time the set of tools changes (tools registered or removed)."""
@@ -350,6 +355,15 @@ class View:
     def descriptors(self) -> list[ToolDescriptor]:
         """What this view's model is told of each visible tool (after `prepare`)."""
         return self._scope.descriptors(self._routing.registry, self._routing.version)
+
+    def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
+        """The tools this view sees that best match `query`, best first (as `ToolRegistry.search`,
+        over the runtime's index, kept current as tools come and go), as this view describes them."""
+        found = self.registry.search(query, limit=limit)
+        if self._scope.prepare is None:
+            return found
+        shown = {d.name: d for d in self.descriptors()}
+        return [shown.get(d.name, d) for d in found]
 
     def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
         """The visible tools' definitions for `provider`, as `ToolRegistry.schemas` renders them."""

@@ -91,7 +91,7 @@ class Scope:
                     descriptor = shown
                 kept[tool.name] = tool
                 descriptors[tool.name] = descriptor
-            self._registry = ToolRegistry._trusted(kept)
+            self._registry = ToolRegistry._trusted(kept, within=registry)  # searches its index
             self._descriptors = descriptors
             self._version = version
         return self._registry

@@ -276,7 +276,7 @@ class RegistryActor:
             await self._supervisor.start(actor)
             started[t.name] = actor
         replaced = [self.routes[name] for name in started if name in self.routes]
-        self._publish({**self.routes, **started})
+        self._publish({**self.routes, **started}, list(started))
         for actor in replaced:
             await self._supervisor.stop(actor)
         return list(started.values())
@@ -286,14 +286,18 @@ class RegistryActor:
         if not gone:
             return
         drop = set(names)
-        self._publish({n: a for n, a in self.routes.items() if n not in drop})
+        self._publish({n: a for n, a in self.routes.items() if n not in drop}, [a.name for a in gone])
         for actor in reversed(gone):
             await self._supervisor.stop(actor)
 
-    def _publish(self, routes: dict[str, ToolActor]) -> None:
+    def _publish(self, routes: dict[str, ToolActor], changed: list[str]) -> None:
+        """The new routing table and its registry (whose search index, once one was built, is
+        updated for the `changed` names alone, never rebuilt)."""
         self.routes = routes
-        self.registry = ToolRegistry._trusted({n: a.tool for n, a in routes.items()})
+        self.registry = ToolRegistry._trusted(
+            {n: a.tool for n, a in routes.items()}, previous=self.registry, changed=changed
+        )
         self.version += 1
         self.suspends = any(a.plan.suspends for a in routes.values())
-        changed, self.changed = self.changed, trio.Event()
-        changed.set()
+        published, self.changed = self.changed, trio.Event()
+        published.set()
