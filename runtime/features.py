@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Coroutine, Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-import trio
-
+from ._flows import Flow
 from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
 from .tools import CallContext, ToolBase, cannot_suspend
 from .tools._base import function_code
@@ -28,9 +27,6 @@ __all__ = [
     "TOOL_NAME_KEY",
     "Feature",
     "FeaturePipeline",
-    "Flow",
-    "drive",
-    "drive_now",
 ]
 
 log = logging.getLogger("runtime.features")
@@ -41,8 +37,6 @@ TOOL_NAME_KEY = "runtime.tool_name"
 """Runtime key in every call's merged metadata: the tool's name."""
 PRINCIPAL_KEY = "runtime.principal"
 """Runtime key in a call's merged metadata: who it runs for (when someone said)."""
-
-_CANCELLED_HOOK_GRACE = 1.0  # seconds the remaining finishing hooks of a cancelled caller may take
 
 
 class Feature:
@@ -141,73 +135,6 @@ def _overrides(feature: Feature, hook: str) -> bool:
     return getattr(type(feature), hook) is not getattr(Feature, hook)
 
 
-Flow = Generator[Coroutine[Any, Any, None], "BaseException | None", None]
-"""The hooks of one phase of one call, in order: each step is a hook's awaitable, and the
-driver sends back what awaiting it raised (None if nothing). Written once, driven by `drive`
-(awaiting each) or `drive_now` (running each to its end: only for hooks that cannot suspend),
-as httpx drives one auth flow from its sync and async clients."""
-
-
-async def drive(flow: Flow, *, finish: bool = True) -> None:
-    """Run a flow's hooks, awaiting each.
-
-    With `finish` (the finishing hooks), a cancellation (or KeyboardInterrupt) inside one hook
-    does not skip the others: they run shielded, within `_CANCELLED_HOOK_GRACE` seconds, so no
-    feature is left with a call it never hears the end of; then it is raised. Without it (the
-    starting hooks) it stops the flow: a feature hears of a call's start only if it got that far.
-    """
-    stopped: BaseException | None = None
-    grace = 0.0
-    error: BaseException | None = None
-    while True:
-        try:
-            step = flow.send(error)
-        except StopIteration:
-            break
-        error = None
-        try:
-            if stopped is None:
-                await step
-            else:
-                with trio.CancelScope(shield=True, deadline=grace):
-                    await step
-        except Exception as exc:
-            error = exc
-        except BaseException as exc:
-            if not finish:
-                flow.close()
-                raise
-            if stopped is None:
-                stopped = exc
-                grace = trio.current_time() + _CANCELLED_HOOK_GRACE
-    if stopped is not None:
-        raise stopped
-
-
-def drive_now(flow: Flow) -> None:
-    """Run a flow's hooks here, each to its end (they cannot suspend: `hooks_cannot_suspend`)."""
-    error: BaseException | None = None
-    send = flow.send
-    while True:
-        try:
-            step = send(error)
-        except StopIteration:
-            return
-        try:
-            step.send(None)  # the hook's one step: it returns (StopIteration) or raises
-        except StopIteration:
-            error = None
-        except Exception as exc:
-            error = exc
-        except BaseException:
-            flow.close()
-            raise
-        else:
-            step.close()
-            flow.close()
-            raise RuntimeError(f"a feature's hook {step!r} suspended where it cannot")
-
-
 class FeaturePipeline:
     """The features of one runtime, with each hook's list of overriders resolved once.
 
@@ -264,7 +191,8 @@ class FeaturePipeline:
             )
             for f in overriders
         )
-        """True when no feature's start or finish hook can suspend: `drive_now` may run them."""
+        """True when no feature's start or finish hook can suspend: their flows may be driven here
+        (`runtime._flows.drive_now`)."""
 
     def wake(self) -> bool:
         """Re-read `enabled` of the dormant features; True if one turned on (the hooks changed)."""
@@ -352,25 +280,28 @@ class FeaturePipeline:
             merged[PRINCIPAL_KEY] = principal
         return ToolCallMetadata(merged)
 
-    def starting(self, call: ToolCall, ctx: CallContext) -> Flow:
-        """The `on_call_starting` hooks of a call (before it is sent to its tool; unknown tools too)."""
+    def starting(self, call: ToolCall, ctx: CallContext) -> Flow[None]:
+        """The `on_call_starting` hooks of a call (before it is sent to its tool; unknown tools
+        too), as one flow (`runtime._flows`): a hook that raises is logged, the next one runs."""
         for f in self._starting:
-            error = yield f.on_call_starting(call, ctx)
-            if error is not None:
-                log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=error)
+            try:
+                yield f.on_call_starting(call, ctx)
+            except Exception as exc:
+                log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=exc)
 
-    def finishing(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> Flow:
-        """The `on_call_completed` or `on_call_failed` hooks of a call that is answered."""
+    def finishing(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> Flow[None]:
+        """The `on_call_completed` or `on_call_failed` hooks of a call that is answered, as one
+        flow: a hook that raises is logged, the next one runs."""
         if isinstance(result, ToolSuccess):
             for f in self._completed:
-                error = yield f.on_call_completed(call, result, ctx)
-                if error is not None:
-                    log.error(
-                        "feature %r failed in on_call_completed for call %s", f, call.id, exc_info=error
-                    )
+                try:
+                    yield f.on_call_completed(call, result, ctx)
+                except Exception as exc:
+                    log.error("feature %r failed in on_call_completed for call %s", f, call.id, exc_info=exc)
         else:
             assert isinstance(result, ToolFailure)
             for f in self._failed:
-                error = yield f.on_call_failed(call, result, ctx)
-                if error is not None:
-                    log.error("feature %r failed in on_call_failed for call %s", f, call.id, exc_info=error)
+                try:
+                    yield f.on_call_failed(call, result, ctx)
+                except Exception as exc:
+                    log.error("feature %r failed in on_call_failed for call %s", f, call.id, exc_info=exc)

@@ -41,6 +41,7 @@ from typing import Any, TypeVar, Unpack
 import outcome
 import trio
 
+from .._flows import drive_now
 from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
 from ..engine._call import ABANDON_GRACE, CANCELLED_MESSAGE, QUEUED, Call
 from ..engine._entry import STREAM_BUFFER, Entry, lapse_due
@@ -265,7 +266,7 @@ class AsyncioRuntime:
                 await waiter.wait()
                 while waiter.done:
                     c = waiter.done.popleft()
-                    self._entry.finish_now(c)
+                    drive_now(self._entry.finishing(c))
                     finished += 1
                     yield c.result  # type: ignore[misc]  # settled
         except BaseException:  # stopped early, or cancelled: the calls still running end CANCELLED
@@ -313,7 +314,7 @@ class AsyncioRuntime:
             while finished < len(cs):
                 await waiter.wait()
                 while waiter.done:
-                    self._entry.finish_now(waiter.done.popleft())
+                    drive_now(self._entry.finishing(waiter.done.popleft()))
                     finished += 1
         except BaseException:
             await self._cancelled(cs, waiter)
@@ -343,7 +344,7 @@ class AsyncioRuntime:
         entry.gate_batch(cs)
         try:
             for c in cs:
-                entry.starting_now(c)
+                drive_now(entry.starting(c))
             for admitted, c in enumerate(cs, 1):
                 if c.state is QUEUED and not entry.admit(c, host=True):
                     await self._wait_room(c, waiter)
@@ -383,7 +384,7 @@ class AsyncioRuntime:
             for c in left:
                 c.give_up(FailureKind.CANCELLED, f"{CANCELLED_MESSAGE}; it did not stop when cancelled")
         for c in cs:
-            self._entry.finish_now(c)
+            drive_now(self._entry.finishing(c))
 
     # -- through trio (a feature's hook may suspend; registration) ----------------------
 

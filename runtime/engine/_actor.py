@@ -19,7 +19,7 @@ rejections, timeouts and cancellations never do. A tool placed in other processe
 placement and counts in the same restart window (`worker_lost`), without failing the calls of
 the other workers. An incarnation runs the tool's `setup()` (or opens its placement and starts its workers) within
 `setup_timeout`, then serves: its executors run in its nursery until it is stopped (once no call
-runs), crashes (a `restart_on` exception: `_crash_now`) or goes down; then what still runs
+runs), crashes (a `restart_on` exception: `_end_incarnation`) or goes down; then what still runs
 outside its nursery is killed, calls that ignore that get a grace and are answered UNAVAILABLE,
 and `teardown()` runs, within `shutdown_timeout`. What comes next is the actor's decision
 (`supervise`): restart, down, rest, stop. The restart intensity (OTP) is a `RestartWindow`.
@@ -40,6 +40,7 @@ from typing import Any, cast
 import msgspec
 import trio
 
+from .._flows import drive
 from ..exceptions import ToolDefinitionError
 from ..features import FeaturePipeline
 from ..messages import FailureKind
@@ -51,7 +52,7 @@ from ._mailbox import Mailbox
 from ._options import RestartPolicy, RuntimeOptions
 from ._outcome import describe_error
 from ._plan import ToolPlan
-from ._policies import Policy, drive
+from ._policies import Policy
 from ._resilience import BreakerPolicy, CachePolicy, Resilience, resilience_counts
 from ._stats import ToolCounters, ToolStatistics
 
@@ -196,7 +197,7 @@ class ToolActor:
             max_depth=runtime_options.max_argument_depth,
             max_chars=runtime_options.max_result_chars,
             default_timeout=runtime_options.default_timeout,
-            crashed=self._crash_now,
+            crashed=self._end_incarnation,
             why_unavailable=self._unavailable,
         )
         plan.host_loop = settings.host_loop
@@ -504,7 +505,7 @@ class ToolActor:
         if self._drain_event is not None:
             self._drain_event.set()
 
-    def _crash_now(self, reason: str) -> None:
+    def _end_incarnation(self, reason: str) -> None:
         """The tool raised a `restart_on` exception: end this incarnation (its calls fail)."""
         self._crash = reason
         self.mailbox.pause()

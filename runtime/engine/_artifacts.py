@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 import trio
 
+from .._flows import drive
 from ..messages import (
     AudioPart,
     ContentPart,
@@ -47,7 +48,6 @@ from ..messages import (
     ToolSuccess,
 )
 from ..stores import ArtifactInfo, ArtifactStore, FolderStore, StoreError
-from ..stores._artifacts import drive
 from ._outcome import failure, success, truncate
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ class Keeper:
         result: ToolResult | None = None
         try:
             with scope:
-                result = await drive(flow, step, started=True)
+                result = await drive(flow, pending=step)
         except Exception as exc:  # a bug of its own: this call's ERROR, never the runtime's
             log.exception("keeping the result of call %s as an artifact failed", call.call.id)
             result = failure(

@@ -37,16 +37,14 @@ from typing import Any
 
 import trio
 
+from .._flows import Flow, drive, drive_now
 from ..exceptions import RuntimeClosed
-from ..features import drive as drive_hooks
-from ..features import drive_now
 from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSuccess, echo
 from ..tools import Asker, CallContext
 from ._actor import Settings
 from ._call import CANCELLED_MESSAGE, DONE, HOOK_GRACE, QUEUED, REPORTED, RUNNING, Call
 from ._plan import ToolPlan, call_chain
-from ._policies import CallRequest, after, after_now, before, before_now, call_of, redacted
-from ._policies import drive as drive_policies
+from ._policies import CallRequest, after, before, call_of, redacted
 from ._resilience import Gate, Resilience
 from ._scope import Scope
 from ._supervisor import RegistryActor
@@ -294,7 +292,7 @@ class Entry:
         cache = plan.cached
         if cache is None or (principal is not None and type(principal) is not str):
             return None
-        hit = cache.hit_now(principal, arguments)
+        hit = cache.hit_by_text(principal, arguments)
         if hit is None:
             return None
         counters = plan.counters
@@ -304,63 +302,55 @@ class Entry:
 
     # -- the policies' and features' halves, driven here or awaited ---------------------
 
-    def finish_now(self, c: Call[ToolPlan]) -> None:
-        """End's steps on the caller's side, none of which may suspend, once: the policies'
-        after-halves, the count, the features' finishing hooks."""
+    def starting(self, c: Call[ToolPlan]) -> Flow[None]:
+        """Begin's steps after `prepare`, as one flow: the policies' before-halves (a call
+        answered already hears them too), then the features' starting hooks."""
+        plan = c.plan
+        if plan is not None and plan.policies:
+            self._let_through(c, (yield from before(c, plan.policies, self.context_of)))
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.has_starting:
+            yield from pipeline.starting(c.shown or c.call, c.ctx)  # type: ignore[arg-type]
+        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
+            self._tell(c)
+
+    def finishing(self, c: Call[ToolPlan]) -> Flow[None]:
+        """End's steps on the caller's side, as one flow, once (a call reported already has
+        none): the policies' after-halves, the count, the features' finishing hooks."""
         if c.state is REPORTED:
             return
         if c.flows is not None:
-            c.transform(after_now(c))
+            c.transform((yield from after(c)))
         if not c.reported():
             return
         pipeline = self.pipeline
         if pipeline is not None:
-            drive_now(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
+            yield from pipeline.finishing(c.shown or c.call, c.result, c.ctx)  # type: ignore[arg-type]
+
+    def waits(self, c: Call[ToolPlan]) -> bool:
+        """Whether `c`'s starting and finishing flows may suspend (a policy of its tool that
+        `suspends`, a feature's hook that can): they are awaited then, else driven here."""
+        plan = c.plan
+        pipeline = self.pipeline
+        return (plan is not None and plan.suspends) or (
+            pipeline is not None and not pipeline.hooks_cannot_suspend
+        )
+
+    async def start(self, c: Call[ToolPlan]) -> None:
+        """A trio caller's drive of `c`'s starting flow: awaited if it may suspend, else here."""
+        if self.waits(c):
+            await drive(self.starting(c))
+        else:
+            drive_now(self.starting(c))
 
     async def finish(self, c: Call[ToolPlan]) -> None:
-        """`finish_now`, awaiting what may suspend (all callers)."""
-        if c.state is REPORTED:
-            return
-        if c.flows is not None:
-            plan = c.plan
-            c.transform(
-                await drive_policies(after(c)) if plan is not None and plan.suspends else after_now(c)
-            )
-        if not c.reported():
-            return
-        pipeline = self.pipeline
-        if pipeline is not None:
-            await drive_hooks(pipeline.finishing(c.shown or c.call, c.result, c.ctx))  # type: ignore[arg-type]
-
-    def starting_now(self, c: Call[ToolPlan]) -> None:
-        """Begin's steps that come after `prepare`, none of which may suspend: the policies'
-        before-halves, then the features' starting hooks."""
-        plan = c.plan
-        if plan is not None and plan.policies:  # a call answered already hears them too
-            self._let_through(c, before_now(c, plan.policies, self.context_of))
-        pipeline = self.pipeline
-        if pipeline is not None and pipeline.has_starting:
-            drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
-        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
-            self._tell(c)
-
-    async def starting(self, c: Call[ToolPlan]) -> None:
-        """`starting_now`, awaiting what may suspend."""
-        plan = c.plan
-        if plan is not None and plan.policies:  # a call answered already hears them too
-            if plan.suspends:
-                request = await drive_policies(before(c, plan.policies, self.context_of))
-            else:
-                request = before_now(c, plan.policies, self.context_of)
-            self._let_through(c, request)
-        pipeline = self.pipeline
-        if pipeline is not None and pipeline.has_starting:
-            if pipeline.hooks_cannot_suspend:
-                drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
-            else:
-                await drive_hooks(pipeline.starting(c.shown or c.call, c.ctx), finish=False)  # type: ignore[arg-type]
-        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
-            self._tell(c)
+        """A trio caller's drive of `c`'s finishing flow: awaited if it may suspend (a caller
+        cancelled meanwhile still has every step finished, shielded, within `HOOK_GRACE`),
+        else here."""
+        if self.waits(c):
+            await drive(self.finishing(c), finish_within=HOOK_GRACE)
+        else:
+            drive_now(self.finishing(c))
 
     def _tell(self, c: Call[ToolPlan]) -> None:
         """The policies' decisions, on the call's span now that it has one."""
@@ -435,12 +425,10 @@ class Entry:
         try:
             plan = c.plan
             if pipeline is not None or (plan is not None and plan.policies):
-                if (plan is not None and plan.suspends) or not (
-                    pipeline is None or pipeline.hooks_cannot_suspend
-                ):
-                    await self.starting(c)
+                if self.waits(c):
+                    await drive(self.starting(c))
                 else:
-                    self.starting_now(c)  # nothing to await: no coroutine for it
+                    drive_now(self.starting(c))  # nothing to await: no coroutine for it
             await _checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             plan = c.plan
             if c.state is QUEUED:
@@ -464,13 +452,8 @@ class Entry:
         except BaseException:
             await self.cancelled([c])
             raise
-        if pipeline is None:
-            if c.flows is None:
-                c.reported()
-            elif c.plan is not None and c.plan.suspends:
-                await self.finish(c)
-            else:
-                self.finish_now(c)
+        if pipeline is None and c.flows is None:
+            c.reported()  # nothing to tell: no flow to drive
         else:
             await self.finish(c)
         return c.result  # type: ignore[return-value]  # DONE
@@ -498,7 +481,7 @@ class Entry:
         try:
             plan = c.plan
             if self.pipeline is not None or (plan is not None and plan.policies):
-                await self.starting(c)
+                await self.start(c)
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             plan = c.plan  # a policy may have sent it to another tool
             if c.state is QUEUED:
@@ -643,11 +626,11 @@ class Entry:
             suspending = [c for c in cs if c.plan is not None and c.plan.suspends and c.state is QUEUED]
             async with trio.open_nursery() as nursery:
                 for c in suspending:
-                    nursery.start_soon(self.starting, c)
+                    nursery.start_soon(self.start, c)
             begun.update(suspending)
         for c in cs:
             if c not in begun:
-                await self.starting(c)
+                await self.start(c)
 
 
 class Batch:

@@ -24,21 +24,22 @@ not a result) is that call's ERROR, never the runtime's; no policy can answer a 
 never. Each decision is an event on the call's span (`tool.policy`).
 
 The chain, written once: each policy's before-half in begin (outermost first), its after-half
-in finish (innermost first), with or without suspending. `before_now` / `after_now` run a chain
-none of whose policies suspends, with no generator around it; `before` / `after` are the same
-steps as generators that yield what a policy awaits, which `drive` awaits. A policy that
-raises, yields the request twice or returns what is not a result is that call's ERROR, and
-each decision is noted for the call's span.
+in finish (innermost first), each one flow (`runtime._flows`) that yields what a policy awaits;
+driven here when none of its policies suspends, awaited when one does. A policy that raises,
+yields the request twice, yields something to await without saying `suspends = True`, or
+returns what is not a result is that call's ERROR, and each decision is noted for the call's
+span.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, ClassVar
 
 import msgspec
 
+from .._flows import Flow
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..tools import CallContext
 from ._call import Call
@@ -49,13 +50,10 @@ __all__ = [
     "Policy",
     "PolicyFlow",
     "after",
-    "after_now",
-    "passes",
     "before",
-    "before_now",
     "call_of",
-    "drive",
     "note",
+    "passes",
     "redacted",
 ]
 
@@ -228,71 +226,16 @@ def call_of(request: CallRequest) -> ToolCall:
     return ToolCall(id=call.id, name=request.tool_name, arguments=request.arguments)
 
 
-def before_now(
-    call: Call[Any],
-    policies: tuple[Policy, ...],
-    context_of: Callable[[Call[Any]], CallContext] | None = None,
-) -> CallRequest | None:
-    """Run each policy up to its `yield request`, outermost first, when none of them suspends
-    (most chains: no generator around them). The flows that went on are kept on the call for
-    `after_now`. Returns the request as the last policy let it through, or None when a policy
-    answered the call (it is settled, and the inner ones never ran)."""
-    request = CallRequest(call, context_of)
-    kept: list[tuple[Policy, PolicyFlow]] = []
-    call.flows = kept
-    call.notes = []
-    for policy in policies:
-        flow = policy.intercept(request)
-        try:
-            step = flow.send(None)
-        except StopIteration as stop:  # it answered the call itself
-            _answered(call, policy, stop.value)
-            return None
-        except Exception as exc:
-            call.settle(_crashed(call, policy, exc))
-            return None
-        if step is not request:
-            if not isinstance(step, CallRequest):
-                call.settle(_awaits(call, policy, flow, step))
-                return None
-            _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
-            request = step
-        kept.append((policy, flow))
-    return request
-
-
-def after_now(call: Call[Any]) -> ToolResult:
-    """Give each policy that went on the call's result, innermost first, when none of them
-    suspends; what the outermost returns is the call's result."""
-    result = call.result
-    assert result is not None
-    kept = call.flows or []
-    call.flows = None
-    for policy, flow in reversed(kept):
-        try:
-            step = flow.send(result)
-        except StopIteration as stop:
-            value = stop.value
-            if value is not None and value is not result:
-                result = _returned(call, policy, value, result)
-        except Exception as exc:
-            result = _crashed(call, policy, exc)
-        else:
-            result = (
-                _again(call, policy, flow)
-                if isinstance(step, CallRequest)
-                else _awaits(call, policy, flow, step)
-            )
-    return result if call.asked is None else _answering(call, result)
-
-
 def before(
     call: Call[Any],
     policies: tuple[Policy, ...],
     context_of: Callable[[Call[Any]], CallContext] | None = None,
-) -> Generator[Awaitable[Any], Any, CallRequest | None]:
-    """`before_now` for a chain whose policies may suspend: what a flow yields that is not the
-    request is awaited by the driver (`drive`) and sent back."""
+) -> Flow[CallRequest | None]:
+    """Run each policy up to its `yield request`, outermost first, as one flow
+    (`runtime._flows`): what a policy that `suspends` yields to await goes to the driver and
+    its value (or error) comes back. The policies that went on are kept on the call for
+    `after`. Returns the request as the last policy let it through, or None when a policy
+    answered the call (it is settled, and the inner ones never ran)."""
     request = CallRequest(call, context_of)
     kept: list[tuple[Policy, PolicyFlow]] = []
     call.flows = kept
@@ -306,6 +249,9 @@ def before(
                 step = flow.send(value) if error is None else flow.throw(error)
                 if isinstance(step, CallRequest):
                     break
+                if not policy.suspends:
+                    call.settle(_awaits(call, policy, flow, step))
+                    return None
                 value, error = yield from _awaited(flow, step)
         except StopIteration as stop:  # it answered the call itself
             _answered(call, policy, stop.value)
@@ -317,8 +263,9 @@ def before(
     return request
 
 
-def after(call: Call[Any]) -> Generator[Awaitable[Any], Any, ToolResult]:
-    """`after_now` for a chain whose policies may suspend."""
+def after(call: Call[Any]) -> Flow[ToolResult]:
+    """Give each policy that went on the call's result, innermost first, as one flow; what
+    the outermost returns is the call's result."""
     result = call.result
     assert result is not None
     kept = call.flows or []
@@ -332,16 +279,19 @@ def after(call: Call[Any]) -> Generator[Awaitable[Any], Any, ToolResult]:
                 if isinstance(step, CallRequest):
                     result = _again(call, policy, flow)
                     break
+                if not policy.suspends:
+                    result = _awaits(call, policy, flow, step)
+                    break
                 value, error = yield from _awaited(flow, step)
         except StopIteration as stop:
             result = _returned(call, policy, stop.value, result)
         except Exception as exc:
             result = _crashed(call, policy, exc)
-    return _answering(call, result)
+    return result if call.asked is None else _answering(call, result)
 
 
-def _awaited(flow: PolicyFlow, step: Any) -> Generator[Awaitable[Any], Any, tuple[Any, Exception | None]]:
-    """What the driver made of an awaitable a flow yielded: its value, or the error it raised."""
+def _awaited(flow: PolicyFlow, step: Any) -> Flow[tuple[Any, Exception | None]]:
+    """What the driver made of an awaitable a policy's flow yielded: its value, or its error."""
     try:
         return (yield step), None
     except Exception as exc:
@@ -408,22 +358,6 @@ def _answering(call: Call[Any], result: ToolResult) -> ToolResult:
     if call.asked is not None and result.tool != call.asked:  # routed: it answers the model's call
         result = msgspec.structs.replace(result, tool=call.asked)
     return result
-
-
-async def drive(flow: Generator[Awaitable[Any], Any, Any]) -> Any:
-    """Run a policy chain, awaiting what it yields and sending back the value (or the error)."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as stop:
-            return stop.value
-        value, error = None, None
-        try:
-            value = await step
-        except Exception as exc:
-            error = exc
 
 
 def _result(call: Call[Any], policy: Policy, value: Any, what: str) -> ToolResult:

@@ -30,6 +30,7 @@ from typing import Any, Final
 import msgspec
 import trio
 
+from .._flows import drive, now
 from ..exceptions import ArtifactMissing
 from ._memory import MemoryStore
 
@@ -146,21 +147,6 @@ class ArtifactStore:
 
     # -- keeping ---------------------------------------------------------------------------
 
-    def keeps_in_place(self, length: int) -> bool:
-        """Whether keeping a piece of `length` characters or bytes never waits (see `keep_now`)."""
-        return self.local and length <= INLINE
-
-    def keep_now(self, principal: str | None, data: str | bytes, mime_type: str) -> ArtifactInfo:
-        """`keep`, run in place: only when `keeps_in_place(len(data))`."""
-        flow = self.keep_flow(principal, data, mime_type)
-        try:
-            flow.send(None)
-        except StopIteration as stop:
-            info: ArtifactInfo = stop.value
-            return info
-        flow.close()
-        raise RuntimeError("keep_now of an artifact that has to wait")
-
     async def keep(self, principal: str | None, data: str | bytes, mime_type: str) -> ArtifactInfo:
         """Keep `data` (a text, or bytes) for `principal`; its description (the same artifact's,
         if it was kept already).
@@ -244,7 +230,7 @@ class ArtifactStore:
 
     def _step(self, coro: Any) -> Generator[Any, Any, Any]:
         if self.local:
-            return _run_now(coro)
+            return now(coro)
         return (yield coro)
 
     # -- reading ---------------------------------------------------------------------------
@@ -437,38 +423,3 @@ def _meta_key(scope: str, handle: str) -> str:
 
 def _data_key(scope: str, handle: str, index: int) -> str:
     return f"artifact-data:{scope}:{handle}:{index}"
-
-
-def _run_now(coro: Any) -> Any:
-    """The value of a MemoryStore step (it never suspends)."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise RuntimeError("a MemoryStore step suspended")  # pragma: no cover - a bug in the store
-
-
-async def drive(flow: Generator[Any, Any, Any], step: Any = None, started: bool = False) -> Any:
-    """Run a flow to its end, awaiting what it yields; `step`: what it yielded first, when it
-    was started already."""
-    value: Any = None
-    error: BaseException | None = None
-    try:
-        if started:
-            try:
-                value = await step
-            except Exception as exc:
-                error = exc
-        while True:
-            try:
-                step = flow.send(value) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            value, error = None, None
-            try:
-                value = await step
-            except Exception as exc:
-                error = exc
-    finally:
-        flow.close()  # cancelled while it waited: it ends here

@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..._flows import now
 from ...messages import FailureKind
 from ...stores import DegradingStore, MemoryStore, Store
 from ...tools import ToolBase, ToolOptions
 from .._policies import Policy
 from ._breaker import BreakerPolicy, BreakerState
 from ._cache import CachePolicy
-from ._common import Gate, args_key, key_of, run_now
+from ._common import Gate, args_key, key_of
 from ._dedupe import DedupePolicy, Flight
 from ._limits import LimitPolicy
 
@@ -52,7 +53,6 @@ __all__ = [
     "args_key",
     "key_of",
     "resilience_counts",
-    "run_now",
 ]
 
 
@@ -80,7 +80,7 @@ class Resilience:
     def step(self, coro: Any) -> Generator[Any, Any, Any]:
         """A store step inside a policy flow: run in place (memory) or yielded to be awaited."""
         if self.local:
-            return run_now(coro)
+            return now(coro)
         return (yield coro)
 
     def policies_for(self, tool: ToolBase[Any, Any], options: ToolOptions) -> tuple[Policy, ...]:

@@ -25,7 +25,7 @@ class CachePolicy(Policy):
         self.suspends = not resilience.local  # type: ignore[misc]
         self.entries: collections.OrderedDict[str, tuple[float, ToolSuccess[Any]]] = collections.OrderedDict()
         # (principal, arguments as the model wrote them) -> its key: a repeated call is found
-        # without decoding or hashing it (`hit_now`, at the entry); kept on a MemoryStore only
+        # without decoding or hashing it (`hit_by_text`, at the entry); kept on a MemoryStore only
         self.raw: dict[tuple[str, str], str] = {}
         self.hits = 0
         self.misses = 0
@@ -60,7 +60,7 @@ class CachePolicy(Policy):
             entries = self.entries
             self.raw = {k: v for k, v in aliases.items() if v in entries}
 
-    def hit_now(self, principal: str | None, raw: str) -> ToolSuccess[Any] | None:
+    def hit_by_text(self, principal: str | None, raw: str) -> ToolSuccess[Any] | None:
         """The kept result of a call whose arguments are this text, word for word (a MemoryStore
         only): what `intercept` would answer, without decoding or hashing the arguments."""
         key = self.raw.get(("" if self.cache.shared else (principal or ""), raw))

@@ -49,16 +49,6 @@ _canonical = msgspec.json.Encoder(order="sorted")
 _json = msgspec.json.Decoder()
 
 
-def run_now(step: Any) -> Any:
-    """The value of a store coroutine that cannot suspend (a MemoryStore's)."""
-    try:
-        step.send(None)
-    except StopIteration as stop:
-        return stop.value
-    step.close()
-    raise RuntimeError("a MemoryStore step suspended")  # pragma: no cover - a bug in the store
-
-
 class Gate:
     """At most `limit` calls through at once (`Budget(per_batch=)`, `Budget(per_principal=)`).
     A call takes its gates in order when admitted and gives its place back when its work is

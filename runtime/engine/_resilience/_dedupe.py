@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
+from ..._flows import now
 from ...messages import FailureKind, ToolFailure, ToolResult, ToolSuccess
 from ...tools import ToolOptions
 from .._policies import CallRequest, Policy, PolicyFlow, note, passes
-from ._common import Shared, _decode, _event, _result_codec, key_of, run_now
+from ._common import Shared, _decode, _event, _result_codec, key_of
 
 if TYPE_CHECKING:
     from .._call import Call
@@ -131,7 +132,7 @@ class Flight:
         journal, claim = f"journal:{self.key}", f"claim:{self.key}"
         if owner.r.local:
             if ttl:
-                run_now(store.set(journal, _result_codec.encode(result), ttl))
+                now(store.set(journal, _result_codec.encode(result), ttl))
             return
         claimed, self.claimed = self.claimed, False
 
