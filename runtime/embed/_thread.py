@@ -3,13 +3,18 @@
     with RuntimeThread(registry) as rt:
         result = rt.call(ToolCall(...))                 # from any thread (blocks that thread)
         results = rt.call_many(calls)
+        for result in rt.as_completed(calls): ...
 
     async def handler(request):                         # inside an asyncio server
-        results = await rt.acall_many(calls)            # never blocks the event loop
+        results = await rt.aio.call_many(calls)         # never blocks the event loop
+        results = await rt.acall_many(calls)            # the same
 
-A call from asyncio costs one hand-off to the trio thread and one back (no thread pool);
-cancelling the asyncio task cancels the call on the trio side (it fails CANCELLED there).
-The caller's context variables (its OpenTelemetry context) go with every call.
+Its call surface is every runtime's (`call`, `call_many`, `as_completed`, `stream`, `invoke`,
+`scoped`, with the same keywords), blocking; `rt.aio` is the same surface awaited from asyncio
+(any loop, any thread but the runtime's own), and so is a view's `.aio`. A call from asyncio
+costs one hand-off to the trio thread and one back (no thread pool); cancelling the asyncio task
+cancels the call on the trio side (it fails CANCELLED there). The caller's context variables
+(its OpenTelemetry context) go with every call.
 
 For an asyncio server, `open_asyncio_runtime` (runtime/embed/_asyncio.py) runs the runtime on
 the server's own loop instead, without this second thread; see docs/ARCHITECTURE.md.
@@ -23,19 +28,29 @@ import contextvars
 import functools
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import trio
 
-from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics, open_runtime
-from ..engine._entry import STREAM_BUFFER
-from ..engine._runtime import View, collect
-from ..engine._scope import Prepare, Scope
+from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
+from ..engine.lowlevel import (
+    STREAM_BUFFER,
+    Calls,
+    Entry,
+    Prepare,
+    Scope,
+    ScopedRuntime,
+    new_invoke_id,
+    open_engine,
+    routing_of,
+)
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall, ToolResult
 from ..registry import ToolLike, ToolRegistry
+from ..schema import ToolDescriptor
+from ..tools import ToolBase
 
 __all__ = ["RuntimeThread", "ThreadScopedRuntime"]
 
@@ -44,9 +59,235 @@ log = logging.getLogger("runtime.embed")
 _THREAD_EXIT_GRACE = 1.0  # seconds to wait for the thread once its runtime has closed
 
 T = TypeVar("T")
+_END = object()
 
 
-class RuntimeThread:
+class BlockingCalls:
+    """The call surface for sync code and other threads, declared once: a RuntimeThread's and
+    its views'. Each method blocks its thread until its result, on the runtime's own thread;
+    `aio` is the same surface for asyncio code (`await rt.aio.call(...)`)."""
+
+    _thread_of: RuntimeThread
+    _scope: Scope | None = None
+    _closed = False
+
+    def _target(self) -> Calls:
+        """The trio-side surface these calls go through (checked open)."""
+        thread = self._thread_of
+        rt = thread._open()
+        if self._closed:
+            raise RuntimeClosed("this view is closed; make another with rt.scoped(...)")
+        if self._scope is None:
+            return rt
+        return ScopedRuntime(thread._entry_now(), routing_of(rt), self._scope)
+
+    # -- what it sees (snapshots, safe to read from any thread) --------------------------------
+
+    @property
+    def principal(self) -> str | None:
+        return self._scope.principal if self._scope is not None else None
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools it sees now (an immutable snapshot)."""
+        return self._target().registry
+
+    def descriptors(self) -> list[ToolDescriptor]:
+        return self._target().descriptors()
+
+    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
+        return self._target().schemas(provider, strict=strict)
+
+    def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
+        return self._target().search(query, limit=limit)
+
+    # -- calling, blocking ----------------------------------------------------------------------
+
+    def call(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> ToolResult:
+        """`Runtime.call` from any thread but the runtime's own; blocks until the result."""
+        target = self._target()
+        return self._thread_of._blocking(
+            target.call, call, metadata=metadata, timeout=timeout, principal=principal
+        )
+
+    def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> list[ToolResult]:
+        """`Runtime.call_many` from any thread; results in the order of `calls`."""
+        target = self._target()
+        return self._thread_of._blocking(
+            target.call_many, list(calls), metadata=metadata, timeout=timeout, principal=principal
+        )
+
+    def as_completed(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> Iterator[ToolResult]:
+        """`Runtime.as_completed` from any thread: each result as it finishes. Leaving the loop
+        early cancels the calls still running (close the iterator to do it at once)."""
+        target = self._target()
+        return self._thread_of._iterate(
+            target.as_completed(list(calls), metadata=metadata, timeout=timeout, principal=principal)
+        )
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> Iterator[str | ToolResult]:
+        """`Runtime.stream` from any thread: a streaming tool's chunks as it yields them, then the
+        one result. Each item is fetched when asked for, so a slow reader holds the tool up once
+        `buffer` chunks wait; leaving the loop early cancels the call (close the iterator, or let
+        the loop end, to do it at once)."""
+        target = self._target()
+        return self._thread_of._iterate(
+            target.stream(call, metadata=metadata, timeout=timeout, principal=principal, buffer=buffer)
+        )
+
+    def invoke(
+        self,
+        tool: ToolBase[Any, Any] | str,
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolResult:
+        """`Runtime.invoke` from any thread (keyword arguments, validated like a model's)."""
+        name = tool if isinstance(tool, str) else tool.name
+        call = ToolCall(id=new_invoke_id(), name=name, arguments=arguments)
+        return self.call(call, metadata=_metadata, timeout=_timeout, principal=_principal)
+
+    def scoped(
+        self,
+        *,
+        principal: str | None = None,
+        only: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        tags: Iterable[str] | None = None,
+        prepare: Prepare | None = None,
+    ) -> ThreadScopedRuntime:
+        """A per-request view (`Runtime.scoped`), for other threads and asyncio tasks."""
+        self._thread_of._open()
+        scope = Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare, parent=self._scope)
+        return ThreadScopedRuntime(self._thread_of, scope)
+
+    # -- the same surface, from asyncio ---------------------------------------------------------
+
+    @property
+    def aio(self) -> Calls:
+        """This surface for asyncio code on any loop of another thread: each call is handed to
+        the runtime's thread and its result back (cancelling the asyncio task cancels it there)."""
+        thread = self._thread_of
+        thread._open()
+        return _AsyncFace(_ThreadDriver(thread), routing_of(thread._open()), self._scope)
+
+    async def acall(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> ToolResult:
+        """`rt.aio.call`: `Runtime.call` from an asyncio task, without blocking its event loop."""
+        return await self.aio.call(call, metadata=metadata, timeout=timeout, principal=principal)
+
+    async def acall_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> list[ToolResult]:
+        """`rt.aio.call_many`: `Runtime.call_many` from an asyncio task."""
+        return await self.aio.call_many(calls, metadata=metadata, timeout=timeout, principal=principal)
+
+
+class _AsyncFace(Calls):
+    """A RuntimeThread's (or a view's) call surface for asyncio code in other threads."""
+
+    def _open(self) -> Scope | None:
+        driver = self._driver
+        assert isinstance(driver, _ThreadDriver)
+        driver.thread._open()
+        return self._scope
+
+
+class _ThreadDriver:
+    """The driver of asyncio callers in other threads: each call, batch or stream runs on the
+    runtime's trio thread (through its `Entry`), and what it gives comes back to the caller's
+    loop; the caller's cancellation cancels it there."""
+
+    def __init__(self, thread: RuntimeThread) -> None:
+        self.thread = thread
+
+    async def call(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+    ) -> ToolResult:
+        entry = self.thread._entry_now()
+        return await self.thread._bridge(
+            entry.call, call, metadata=metadata, timeout=timeout, principal=principal, scope=scope
+        )
+
+    def batch(
+        self,
+        calls: Sequence[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+    ) -> AsyncGenerator[list[Any], None]:
+        entry = self.thread._entry_now()
+        return self.thread._bridge_items(lambda: entry.batch(calls, metadata, timeout, principal, scope))
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        entry = self.thread._entry_now()
+        return self.thread._bridge_items(
+            lambda: entry.stream(
+                call, metadata=metadata, timeout=timeout, principal=principal, scope=scope, buffer=buffer
+            )
+        )
+
+
+class RuntimeThread(BlockingCalls):
     """Run `open_runtime(registry, ...)` on a dedicated thread; a context manager.
 
     Args:
@@ -68,10 +309,12 @@ class RuntimeThread:
         self._startup_error: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._runtime: Runtime | None = None
+        self._entry: Entry | None = None
         self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
         self._closed = False
         self._runtime_closed = threading.Event()  # open_runtime has returned (the thread may linger)
+        self._thread_of = self
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -134,58 +377,59 @@ class RuntimeThread:
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
-        async with open_runtime(self._registry, options=self._options) as rt, trio.open_nursery() as nursery:
+        async with (
+            open_engine(self._registry, self._options) as (rt, entry),
+            trio.open_nursery() as nursery,
+        ):
             self._runtime = rt
+            self._entry = entry
             self._nursery = nursery
             self._ready.set()
             await self._stop.wait()
             # Leaving the nursery waits for the calls already handed over; then the runtime closes.
         self._runtime = None
+        self._entry = None
         self._runtime_closed.set()
 
-    # -- from other threads ----------------------------------------------------------
-
-    def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult:
-        """`Runtime.call` from any thread but the runtime's own; blocks until the result."""
+    def statistics(self) -> RuntimeStatistics:
+        """`Runtime.statistics()`, read on the runtime's thread."""
         rt = self._open()
-        return self._blocking(rt.call, call, metadata=metadata, timeout=timeout, principal=principal)
+        try:
+            return trio.from_thread.run_sync(rt.statistics, trio_token=self._token)
+        except trio.RunFinishedError:
+            raise RuntimeClosed("the RuntimeThread has stopped") from None
 
-    def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> list[ToolResult]:
-        """`Runtime.call_many` from any thread; results in the order of `calls`."""
+    def register(self, *tools: ToolLike, replace: bool = False) -> None:
+        """`Runtime.register` from any thread."""
         rt = self._open()
-        return self._blocking(
-            rt.call_many, list(calls), metadata=metadata, timeout=timeout, principal=principal
-        )
+        self._blocking(lambda: rt.register(*tools, replace=replace))
 
-    def stream(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-        buffer: int = STREAM_BUFFER,
-    ) -> Iterator[str | ToolResult]:
-        """`Runtime.stream` from any thread: a streaming tool's chunks as it yields them, then the
-        one result. Each item is fetched when asked for, so a slow reader holds the tool up once
-        `buffer` chunks wait; leaving the loop early cancels the call (close the iterator, or let
-        the loop end, to do it at once)."""
+    def unregister(self, *names: str) -> None:
+        """`Runtime.unregister` from any thread."""
         rt = self._open()
-        items = rt.stream(call, metadata=metadata, timeout=timeout, principal=principal, buffer=buffer)
+        self._blocking(lambda: rt.unregister(*names))
+
+    # -- internals -------------------------------------------------------------------
+
+    def _open(self) -> Runtime:
+        rt = self._runtime
+        if rt is None or self._closed:
+            raise RuntimeClosed("the RuntimeThread is not running; use it inside its `with` block")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(
+                "RuntimeThread methods are for other threads; on its own thread use the Runtime"
+            )
+        return rt
+
+    def _entry_now(self) -> Entry:
+        entry = self._entry
+        if entry is None or self._closed:
+            raise RuntimeClosed("the RuntimeThread is not running; use it inside its `with` block")
+        return entry
+
+    def _iterate(self, items: Any) -> Iterator[Any]:
+        """A trio async iterator (of the runtime's thread) as a blocking iterator: each item is
+        fetched when asked for; leaving early closes it there."""
         ended = False
         try:
             while True:
@@ -200,77 +444,59 @@ class RuntimeThread:
                 with contextlib.suppress(RuntimeClosed):
                     self._blocking(items.aclose)
 
-    def scoped(
-        self,
-        principal: str | None = None,
-        *,
-        only: Iterable[str] | None = None,
-        exclude: Iterable[str] = (),
-        tags: Iterable[str] | None = None,
-        prepare: Prepare | None = None,
-    ) -> ThreadScopedRuntime:
-        """A per-request view (`Runtime.scoped`), for other threads and asyncio tasks."""
-        rt = self._open()
-        return ThreadScopedRuntime(
-            self, rt, Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare)
-        )
+    async def _bridge_items(self, items: Callable[[], Any]) -> AsyncGenerator[Any, None]:
+        """What a trio async iterator of the runtime's thread yields, passed to this asyncio task
+        as it comes, each once the one before was taken (backpressure); closing this closes it."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        scope = trio.CancelScope()
+        taken = threading.Semaphore(0)
 
-    @property
-    def registry(self) -> ToolRegistry:
-        """The tools callable now (a snapshot: an immutable registry swapped whole, safe to read
-        from any thread)."""
-        rt = self._runtime
-        if rt is None or self._closed:
-            raise RuntimeClosed("the RuntimeThread is not running; use it inside its `with` block")
-        return rt.registry
+        async def pump() -> None:
+            try:
+                with scope:
+                    async with contextlib.aclosing(items()) as source:
+                        async for item in source:
+                            loop.call_soon_threadsafe(queue.put_nowait, (item, None))
+                            await trio.to_thread.run_sync(taken.acquire, abandon_on_cancel=True)
+                loop.call_soon_threadsafe(queue.put_nowait, (_END, None))
+            except BaseException as exc:  # the caller's closing, or the runtime's shutdown
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(queue.put_nowait, (_END, exc))
+                raise
 
-    def statistics(self) -> RuntimeStatistics:
-        """`Runtime.statistics()`, read on the runtime's thread."""
-        rt = self._open()
+        self._spawn(pump)
         try:
-            return trio.from_thread.run_sync(rt.statistics, trio_token=self._token)
+            while True:
+                item, error = await queue.get()
+                if item is _END:
+                    if error is not None and not isinstance(error, trio.Cancelled):
+                        raise error
+                    if error is not None:
+                        raise RuntimeClosed("the RuntimeThread stopped while these calls were running")
+                    return
+                taken.release()
+                yield item
+        finally:
+            token = self._token
+            if token is not None:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(scope.cancel)
+            taken.release()
+
+    def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Start `fn` as a trio task on the runtime's thread, in a copy of the caller's context."""
+
+        def spawn() -> None:
+            nursery = self._nursery
+            if nursery is not None and self._stop is not None and not self._stop.is_set():
+                nursery.start_soon(fn)
+
+        assert self._token is not None
+        try:
+            self._token.run_sync_soon(contextvars.copy_context().run, spawn)
         except trio.RunFinishedError:
             raise RuntimeClosed("the RuntimeThread has stopped") from None
-
-    # -- from asyncio ----------------------------------------------------------------
-
-    async def acall(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult:
-        """`Runtime.call` from an asyncio task, without blocking its event loop."""
-        rt = self._open()
-        return await self._bridge(rt.call, call, metadata=metadata, timeout=timeout, principal=principal)
-
-    async def acall_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> list[ToolResult]:
-        """`Runtime.call_many` from an asyncio task; results in the order of `calls`."""
-        rt = self._open()
-        return await self._bridge(
-            rt.call_many, list(calls), metadata=metadata, timeout=timeout, principal=principal
-        )
-
-    # -- internals -------------------------------------------------------------------
-
-    def _open(self) -> Runtime:
-        rt = self._runtime
-        if rt is None or self._closed:
-            raise RuntimeClosed("the RuntimeThread is not running; use it inside its `with` block")
-        if threading.current_thread() is self._thread:
-            raise RuntimeError(
-                "RuntimeThread methods are for other threads; on its own thread use the Runtime"
-            )
-        return rt
 
     def _blocking(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         async def run() -> T:
@@ -341,56 +567,22 @@ def _cancel(future: asyncio.Future[Any]) -> None:
         future.cancel()
 
 
-class ThreadScopedRuntime(View):
-    """A per-request view of a `RuntimeThread` (from `RuntimeThread.scoped`): `call` /
-    `call_many` from other threads, `acall` / `acall_many` from asyncio tasks, for this view's
-    principal and visible tools; `registry` / `schemas` of what it sees."""
+class ThreadScopedRuntime(BlockingCalls):
+    """A per-request view of a `RuntimeThread` (from `.scoped(...)`): the blocking call surface
+    for this view's principal and visible tools, `aio` for asyncio; a context manager whose end
+    closes it."""
 
-    def __init__(self, owner: RuntimeThread, rt: Runtime, scope: Scope) -> None:
-        super().__init__(scope, rt._routing)
-        self._owner = owner
-        self._entry = rt._entry
+    def __init__(self, thread: RuntimeThread, scope: Scope) -> None:
+        self._thread_of = thread
+        self._scope = scope
+        self._closed = False
+        scope.view = self  # what its `prepare` is given
 
-    def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
-    ) -> ToolResult:
-        """`RuntimeThread.call`, for this view."""
-        self._owner._open()
-        return self._owner._blocking(
-            self._entry.call, call, metadata=metadata, timeout=timeout, scope=self._check()
-        )
+    def close(self) -> None:
+        self._closed = True
 
-    def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> list[ToolResult]:
-        """`RuntimeThread.call_many`, for this view."""
-        self._owner._open()
-        return self._owner._blocking(
-            collect, self._entry, list(calls), metadata, timeout, None, self._check()
-        )
+    def __enter__(self) -> ThreadScopedRuntime:
+        return self
 
-    async def acall(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
-    ) -> ToolResult:
-        """`RuntimeThread.acall`, for this view."""
-        self._owner._open()
-        return await self._owner._bridge(
-            self._entry.call, call, metadata=metadata, timeout=timeout, scope=self._check()
-        )
-
-    async def acall_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> list[ToolResult]:
-        """`RuntimeThread.acall_many`, for this view."""
-        self._owner._open()
-        return await self._owner._bridge(
-            collect, self._entry, list(calls), metadata, timeout, None, self._check()
-        )
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

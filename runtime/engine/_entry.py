@@ -29,12 +29,17 @@ differs. Nothing here knows where a tool runs: that is its executor's.
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
+import functools
 import logging
 import math
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
+import outcome
+import sniffio
 import trio
 
 from .._flows import Flow, drive, drive_now
@@ -49,7 +54,9 @@ from ._resilience import Gate, Resilience
 from ._scope import Scope
 from ._supervisor import RegistryActor
 
-__all__ = ["STREAM_BUFFER", "Batch", "Entry", "lapse_due"]
+__all__ = ["STREAM_BUFFER", "AsyncioDriver", "Batch", "Entry", "lapse_due"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("runtime.engine")
 
@@ -220,11 +227,17 @@ class Entry:
 
     def view_of(self, scope: Scope | None, principal: str | None) -> Any:
         """The view a call's tool calls other tools through (`CallContext.runtime`): the one
-        its call came through, or the runtime's for its principal."""
-        return self.views(scope if scope is not None else Scope(principal))
+        its call came through, for the call's principal, waiting as the tool's code does (on
+        trio, or on the host asyncio loop)."""
+        driver: Any = self
+        if self.asyncio_driver is not None and sniffio.current_async_library() == "asyncio":
+            driver = self.asyncio_driver
+        return self.views(driver, Scope(principal, parent=scope))
 
     views: Any = None
-    """Makes a scoped view of the runtime from a `Scope` (set by `Runtime`)."""
+    """Makes a scoped view of the runtime from a driver and a `Scope` (set by `Runtime`)."""
+    asyncio_driver: AsyncioDriver | None = None
+    """The driver of asyncio callers, when the runtime is a guest of an asyncio loop."""
 
     def context_of(self, c: Call[ToolPlan]) -> CallContext:
         """`c`'s context, made the first time a policy asks for it (`CallRequest.ctx`)."""
@@ -232,13 +245,36 @@ class Entry:
             c.ctx = self.context(c.call, c.plan.tool if c.plan is not None else None, c.metadata, c.principal)
         return c.ctx
 
-    def admit_all(self, calls: Sequence[Call[ToolPlan]], host: bool = False) -> Call[ToolPlan] | None:
-        """Admit each call in turn; the first whose mailbox is full, if any (the caller waits for
-        room, then goes on from it)."""
+    def prepare_all(
+        self,
+        calls: Sequence[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        deadline: float,
+        timeout: float | None,
+        reply: Any,
+        principal: str | None,
+        scope: Scope | None,
+    ) -> list[Call[ToolPlan]]:
+        """`prepare` each call of a batch (`reply`: the batch's one reply slot), and its
+        per-batch budget (`gate_batch`)."""
+        prepare = self.prepare
+        cs = [
+            prepare(call, metadata, deadline, timeout, reply, i, principal, scope)
+            for i, call in enumerate(calls)
+        ]
+        if self._batch_gates:
+            self.gate_batch(cs)
+        return cs
+
+    def abandon_all(self, calls: Sequence[Call[ToolPlan]]) -> Sequence[Call[ToolPlan]]:
+        """The caller stopped waiting (its cancellation, or it stopped reading): each call not
+        answered yet is cancelled and answered CANCELLED now (a running call's work ends later,
+        in the one end). Returns `calls`, whose finishing flows are the caller's to drive."""
         for c in calls:
-            if c.state is QUEUED and not self.admit(c, host):
-                return c
-        return None
+            if not c.settled:
+                c.abandon(FailureKind.CANCELLED, CANCELLED_MESSAGE)
+                c.fail(FailureKind.CANCELLED, CANCELLED_MESSAGE)  # a running one: an orphan now
+        return calls
 
     def admit(self, c: Call[ToolPlan], host: bool = False, here: bool = False) -> bool:
         """Its tool's mailbox starts it, queues it or refuses it; False: full (wait for room).
@@ -546,16 +582,10 @@ class Entry:
                 return
 
     async def cancelled(self, calls: Sequence[Call[ToolPlan]]) -> None:
-        """The caller was cancelled: every call not yet answered fails CANCELLED, hooks included."""
-        for c in calls:
-            state = c.state
-            if state is not DONE and state is not REPORTED:
-                c.abandon(FailureKind.CANCELLED, CANCELLED_MESSAGE)
-                c.fail(
-                    FailureKind.CANCELLED, CANCELLED_MESSAGE
-                )  # a running call: its later result is dropped
+        """A trio caller was cancelled: every call not yet answered fails CANCELLED now, its
+        finishing flow shielded within `HOOK_GRACE`."""
         with trio.CancelScope(shield=True), trio.move_on_after(HOOK_GRACE):
-            for c in calls:
+            for c in self.abandon_all(calls):
                 await self.finish(c)
 
     async def batch(
@@ -571,13 +601,7 @@ class Entry:
         self.check_open()
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         batch = Batch(deadline)
-        prepare = self.prepare
-        cs = [
-            prepare(call, metadata, deadline, timeout, batch, i, principal, scope)
-            for i, call in enumerate(calls)
-        ]
-        if self._batch_gates:
-            self.gate_batch(cs)
+        cs = self.prepare_all(calls, metadata, deadline, timeout, batch, principal, scope)
         plans = {c.plan for c in cs}  # most batches call a few tools: what each needs, once
         plans.discard(None)
         if not batch.timed:
@@ -722,3 +746,292 @@ def _sanitized(call: ToolCall) -> tuple[ToolCall, _Problem | None]:
     elif len(name) > ECHO_LIMIT:
         name = echo(name)  # no tool has such a name: routing fails, and says so briefly
     return ToolCall(id=call_id, name=name, arguments=call.arguments), problem
+
+
+# -- an asyncio caller ----------------------------------------------------------------------------
+
+
+class _Waiter:
+    """The reply slot of an asyncio caller: its calls settle into `done` and wake it; its
+    deadlines are a timer of the loop, which lapses the calls that are due."""
+
+    __slots__ = ("_future", "_loop", "_timer", "_when", "calls", "done")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._when = math.inf
+        self.calls: Sequence[Call[ToolPlan]] = ()
+        self.done: collections.deque[Call[ToolPlan]] = collections.deque()
+
+    def settled(self, call: Call[Any]) -> None:
+        self.done.append(call)
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def expire_at(self, when: float) -> None:
+        if when < self._when:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._when = when
+        if when != math.inf:
+            delay = max(0.0, when - trio.current_time())
+            self._timer = self._loop.call_at(self._loop.time() + delay, self._lapse)
+
+    def _lapse(self) -> None:
+        self._timer = None
+        self._when = math.inf
+        self._arm(lapse_due(self.calls, trio.current_time()))
+
+    async def wait(self, also: asyncio.Future[Any] | None = None) -> None:
+        """Return once a call has settled into `done` (its deadlines lapse meanwhile), or `also` is done."""
+        if self.done:
+            return
+        if self._timer is None:
+            self._arm(min((c.expires for c in self.calls if not c.settled), default=math.inf))
+        future = self._future = self._loop.create_future()
+        try:
+            if also is None:
+                await future
+            else:
+                await asyncio.wait((future, also), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._future = None
+            future.cancel()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class AsyncioDriver:
+    """How asyncio code on the host loop of a guest trio run (`open_asyncio_runtime`) waits
+    for the entry's steps: the same steps as a trio caller's, its waiting an asyncio future
+    and a timer of the loop. A call that cannot suspend runs right there, a sync tool's thread
+    reports to the loop, an asyncio tool's coroutine becomes a task of the loop, a trio tool's
+    call is handed to a worker task of its actor. Only when a flow may suspend (a feature's hook,
+    a policy that `suspends`), and for a stream, do the calls go through a trio task instead.
+
+    Args:
+        entry: the engine's entry.
+        loop: the host loop (calls must come from its thread).
+        nursery: where calls that go through trio run (the guest run's).
+    """
+
+    def __init__(self, entry: Entry, loop: asyncio.AbstractEventLoop, nursery: trio.Nursery) -> None:
+        self._entry = entry
+        self._loop = loop
+        self._nursery = nursery
+        self.closing = False
+
+    def check(self) -> None:
+        """Raise unless called from the runtime's loop while it is open."""
+        if self.closing:
+            raise RuntimeClosed("the asyncio runtime is closed; use it inside its `async with` block")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            raise RuntimeError(
+                "this runtime runs on another event loop (or thread); from other threads use "
+                "runtime.embed.RuntimeThread"
+            )
+
+    async def call(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+    ) -> ToolResult:
+        result: ToolResult | None = None
+        async with contextlib.aclosing(self.batch([call], metadata, timeout, principal, scope)) as chunks:
+            async for chunk in chunks:
+                result = chunk[0].result
+        assert result is not None
+        return result
+
+    async def batch(
+        self,
+        calls: Sequence[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+    ) -> AsyncGenerator[list[Call[ToolPlan]], None]:
+        """The calls' chunks as they finish (as the trio `Entry.batch`), from this task."""
+        self.check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
+        entry = self._entry
+        if not entry.direct:  # a flow may suspend: the calls go through a trio task
+            pumped = self._pumped(lambda: entry.batch(calls, metadata, timeout, principal, scope))
+            async with contextlib.aclosing(pumped) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            return
+        entry.check_open()
+        waiter = _Waiter(self._loop)
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        cs = entry.prepare_all(calls, metadata, deadline, timeout, waiter, principal, scope)
+        waiter.calls = cs
+        finished = 0
+        try:
+            for c in cs:
+                drive_now(entry.starting(c))
+            for admitted, c in enumerate(cs, 1):
+                if c.state is QUEUED and not entry.admit(c, host=True):
+                    await self._wait_room(c, waiter)
+                if admitted % _EAGER_RUN == 0:
+                    await asyncio.sleep(0)  # a long batch lets others run too
+            while finished < len(cs):
+                await waiter.wait()
+                chunk = list(waiter.done)
+                waiter.done.clear()
+                for c in chunk:
+                    drive_now(entry.finishing(c))
+                finished += len(chunk)
+                yield chunk
+        except BaseException:  # stopped early, or cancelled: the calls not answered end CANCELLED
+            for c in entry.abandon_all(cs):
+                drive_now(entry.finishing(c))
+            raise
+        finally:
+            waiter.close()
+
+    async def _wait_room(self, c: Call[ToolPlan], waiter: _Waiter) -> None:
+        """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
+        plan = c.plan
+        assert plan is not None  # QUEUED: routed
+        while c.state is QUEUED and not self._entry.admit(c, host=True):
+            room: asyncio.Future[None] = self._loop.create_future()
+            withdraw = plan.mailbox.wait_room_soon(functools.partial(_resolve, room))
+            try:
+                await waiter.wait(room)  # room, or the call settled meanwhile (its deadline)
+            finally:
+                withdraw()
+                room.cancel()
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        """`Entry.stream` in a trio task, each item passed here once the one before was taken
+        (so the tool waits for this reader as it would for a trio one)."""
+        self.check()
+        entry = self._entry
+        return self._pumped(
+            lambda: entry.stream(
+                call, metadata=metadata, timeout=timeout, principal=principal, scope=scope, buffer=buffer
+            ),
+            paced=True,
+        )
+
+    async def _pumped(
+        self, items: Callable[[], AsyncGenerator[T, None]], paced: bool = False
+    ) -> AsyncGenerator[T, None]:
+        """What a trio async generator yields, passed here as it comes (`paced`: each only once
+        the one before was taken)."""
+        self.check()
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        taken = trio.Semaphore(1)  # released by this side (the guest run's state is this thread's)
+
+        async def pump() -> None:
+            async with contextlib.aclosing(items()) as source:
+                async for item in source:
+                    if paced:
+                        await taken.acquire()
+                    queue.put_nowait(item)
+
+        handle = self._spawn(pump)
+        handle.ended.add_done_callback(lambda _: queue.put_nowait(_END))
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    ended = handle.ended.result()
+                    if ended is None:
+                        raise RuntimeClosed("the asyncio runtime closed while these calls were running")
+                    ended.unwrap()
+                    return
+                if paced:
+                    taken.release()
+                yield item
+        finally:
+            if not handle.ended.done():
+                handle.cancel()
+            await asyncio.shield(handle.ended)
+
+    async def run(self, fn: Callable[[], Awaitable[T]], /) -> T:
+        """`await fn()` in a trio task of the guest run (registering tools, a call whose flows
+        may suspend); cancelling the asyncio caller cancels it there, and waits for it to end."""
+        handle = self._spawn(fn)
+        try:
+            ended = await asyncio.shield(handle.ended)
+        except asyncio.CancelledError:
+            handle.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(handle.ended)
+            raise
+        if ended is None:
+            raise RuntimeClosed("the asyncio runtime closed while this call was running")
+        value: T = ended.unwrap()
+        return value
+
+    def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> _Handle:
+        """Start `fn` as a trio task in a copy of the caller's context; its outcome comes back
+        through `handle.ended` (an asyncio future)."""
+        self.check()
+        handle = _Handle(self._loop.create_future())
+
+        async def run() -> None:
+            result: outcome.Outcome[Any] | None = None
+            try:
+                with handle.scope:
+                    try:
+                        result = outcome.Value(await fn())
+                    except Exception as exc:
+                        result = outcome.Error(exc)
+            finally:
+                if not handle.ended.done():
+                    handle.ended.set_result(result)  # None: cancelled before it could end
+
+        # start_soon from the host loop's thread: trio's run state is this thread's while the
+        # guest run lasts, and the new task starts in a copy of the current (the caller's) context.
+        self._nursery.start_soon(run)
+        return handle
+
+
+_END = object()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _Handle:
+    __slots__ = ("ended", "scope")
+
+    def __init__(self, ended: asyncio.Future[Any]) -> None:
+        self.ended = ended
+        self.scope = trio.CancelScope()
+
+    def cancel(self) -> None:
+        self.scope.cancel()

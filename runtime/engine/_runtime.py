@@ -1,18 +1,24 @@
-"""`Runtime`: the public face of a running engine (get one from `open_runtime`, in `_open`).
+"""The call surface, declared once, and `Runtime`, the public face of a running engine.
 
-Every call method goes through the one entry (`_entry.Entry`): prepare, begin, admit, wait,
-finish. `Runtime` has no public constructor: `open_runtime` makes one and closes it.
+`Calls` is every runtime's call surface: `call`, `call_many`, `as_completed`, `stream`, `invoke`
+and `scoped`, with the same keywords, and `registry` / `descriptors` / `schemas` / `search` of
+what it sees. `Runtime` (from `open_runtime`, for trio callers), a request's view of any
+runtime (`ScopedRuntime`, from `.scoped(...)`), the asyncio runtime (`runtime.embed`) and a
+RuntimeThread's asyncio face are each a `Calls` on a `Driver`: how its callers wait for the
+entry's one sequence of steps (prepare, begin, admit, wait, finish). The trio driver is the
+`Entry` itself; the asyncio driver is `_entry.AsyncioDriver`; a RuntimeThread bridges to the
+trio driver from other threads. That protocol is the documented internal port the embeddings
+use.
 
-A request's view of it (`Runtime.scoped`, a `ScopedRuntime`) has the same call methods, for
-its principal and the tools its `Scope` lets it see; `registry` / `schemas` show what it sees.
+`Runtime` has no public constructor: `open_runtime` makes one and closes it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable, Mapping
-from typing import Any, NoReturn, TypeVar, overload
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, NoReturn, Protocol, TypeVar, overload
 
 from ..exceptions import RuntimeClosed
 from ..features import Feature
@@ -21,14 +27,331 @@ from ..registry import ToolLike, ToolRegistry
 from ..schema import ToolDescriptor, render_tool
 from ..stores import ArtifactStore
 from ..tools import Asker, FunctionTool, ToolBase
+from ._call import Call
 from ._entry import STREAM_BUFFER, Entry
 from ._scope import Prepare, Scope
 from ._stats import RuntimeStatistics
 from ._supervisor import RegistryActor, Supervisor
 
-__all__ = ["Runtime", "ScopedRuntime", "View", "collect", "completed"]
+__all__ = ["Calls", "Driver", "Runtime", "ScopedRuntime", "new_invoke_id", "routing_of"]
 
 R = TypeVar("R")
+
+_invoke_ids = itertools.count(1)
+
+
+def routing_of(surface: Calls) -> RegistryActor:
+    """The registry actor a surface reads (for an embedding that puts a surface of its own on
+    the same runtime)."""
+    return surface._routing
+
+
+def new_invoke_id() -> str:
+    """An id for a call made from code (`invoke`): unique in this process, on every runtime."""
+    return f"invoke-{next(_invoke_ids)}"
+
+
+class Driver(Protocol):
+    """How a runtime's callers wait for the entry's steps (the internal port of the embeddings).
+
+    Each method takes the call's settings as the entry does; `scope` is the view's (None: the
+    whole runtime). `batch` yields the batch's calls in chunks, in the order they finish.
+    """
+
+    def call(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+    ) -> Awaitable[ToolResult]: ...
+
+    def batch(
+        self,
+        calls: Sequence[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+    ) -> AsyncGenerator[list[Call[Any]], None]: ...
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        scope: Scope | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncGenerator[str | ToolResult, None]: ...
+
+
+class Calls:
+    """The call surface, declared once (see the module docstring): a runtime's, or a view's.
+
+    Every call gets exactly one result (a ToolSuccess or a ToolFailure), which arrives by its
+    deadline (its `timeout`, its tool's, the runtime's default) even from a tool that ignores
+    cancellation. `principal`: who the call runs for (an id, never a secret: it is on the
+    call's span and keys per-principal policies); a view's calls run for its principal unless
+    a call names another. The only exceptions these raise are the caller's own: the runtime
+    (or the view) is closed, and the caller's cancellation.
+    """
+
+    def __init__(self, driver: Driver, routing: RegistryActor, scope: Scope | None) -> None:
+        self._driver = driver
+        self._routing = routing
+        self._scope = scope
+        self._closed = False
+        if scope is not None and scope.view is None:
+            scope.view = self  # what its `prepare` is given: the view its caller holds
+
+    # -- what it sees ------------------------------------------------------------------
+
+    @property
+    def principal(self) -> str | None:
+        """Who this view's calls run for (None: nobody said)."""
+        return self._scope.principal if self._scope is not None else None
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools it sees now (a snapshot, MCP tools included)."""
+        routing, scope = self._routing, self._scope
+        if scope is None:
+            return routing.registry
+        return scope.visible(routing.registry, routing.version)
+
+    def descriptors(self) -> list[ToolDescriptor]:
+        """What its model is told of each tool it sees (after a view's `prepare`)."""
+        routing, scope = self._routing, self._scope
+        if scope is None:
+            return routing.registry.descriptors()
+        return scope.descriptors(routing.registry, routing.version)
+
+    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
+        """The definitions of the tools it sees for `provider` (as `ToolRegistry.schemas`)."""
+        scope = self._scope
+        if scope is None or scope.prepare is None:
+            return self.registry.schemas(provider, strict=strict)
+        return [render_tool(d, provider, strict=strict) for d in self.descriptors()]
+
+    def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
+        """The tools it sees that best match `query`, best first (`ToolRegistry.search` over
+        the runtime's index, kept current as tools come and go), as it describes them."""
+        found = self.registry.search(query, limit=limit)
+        scope = self._scope
+        if scope is None or scope.prepare is None:
+            return found
+        shown = {d.name: d for d in self.descriptors()}
+        return [shown.get(d.name, d) for d in found]
+
+    # -- calling -----------------------------------------------------------------------
+
+    async def call(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> ToolResult:
+        """Run one tool call; always returns its result (a ToolSuccess or a ToolFailure)."""
+        return await self._driver.call(
+            call, metadata=metadata, timeout=timeout, principal=principal, scope=self._open()
+        )
+
+    async def call_many(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> list[ToolResult]:
+        """Run calls concurrently; results in the order of `calls`, one per call."""
+        batch = list(calls)
+        results: list[Any] = [None] * len(batch)
+        chunks = self._driver.batch(batch, metadata, timeout, principal, self._open())
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                for c in chunk:
+                    results[c.index] = c.result
+        return results
+
+    def as_completed(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+    ) -> AsyncIterator[ToolResult]:
+        """Run calls concurrently and yield each result as it finishes (fastest first).
+
+        Stopping early cancels the calls still running (each still gets its CANCELLED result
+        reported to the features). Python closes an async generator left by `break` only when
+        it is garbage-collected, so close it yourself to cancel at once::
+
+            async with contextlib.aclosing(rt.as_completed(calls)) as results:
+                async for result in results:
+                    ...
+        """
+        return self._completed(list(calls), metadata, timeout, principal, self._open())
+
+    async def _completed(
+        self,
+        calls: list[ToolCall],
+        metadata: Mapping[str, Any] | None,
+        timeout: float | None,
+        principal: str | None,
+        scope: Scope | None,
+    ) -> AsyncGenerator[ToolResult]:
+        # aclosing: a consumer that stops early closes this generator, and that must close the
+        # batch too (cancelling its calls now), not leave it to the garbage collector.
+        chunks = self._driver.batch(calls, metadata, timeout, principal, scope)
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                for c in chunk:
+                    yield c.result  # type: ignore[misc]  # settled: DONE
+
+    def stream(
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> AsyncGenerator[str | ToolResult, None]:
+        """Run one call and yield a streaming tool's chunks as it yields them, then its one result
+        (the last item, a ToolSuccess or ToolFailure; the only item for a tool that does not stream).
+
+        At most `buffer` chunks wait for the reader: a slower reader holds the tool up at its
+        next `yield` (backpressure). The call's deadline and the reader's cancellation stop the
+        tool (its generator is closed) and end the stream with its TIMEOUT or CANCELLED.
+        Stopping early cancels the call; close the generator to do it at once::
+
+            async with contextlib.aclosing(rt.stream(call)) as items:
+                async for item in items:
+                    if isinstance(item, str):
+                        print(item, end="")
+                    else:
+                        result = item
+        """
+        return self._driver.stream(
+            call, metadata=metadata, timeout=timeout, principal=principal, scope=self._open(), buffer=buffer
+        )
+
+    @overload
+    async def invoke(
+        self,
+        tool: FunctionTool[..., Coroutine[Any, Any, R]],
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolSuccess[R] | ToolFailure: ...
+    @overload
+    async def invoke(
+        self,
+        tool: FunctionTool[..., R],
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolSuccess[R] | ToolFailure: ...
+    @overload
+    async def invoke(
+        self,
+        tool: ToolBase[Any, R],
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolSuccess[R] | ToolFailure: ...
+    @overload
+    async def invoke(
+        self,
+        tool: str,
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolResult: ...
+    async def invoke(
+        self,
+        tool: ToolBase[Any, Any] | str,
+        /,
+        *,
+        _metadata: Mapping[str, Any] | None = None,
+        _timeout: float | None = None,
+        _principal: str | None = None,
+        **arguments: Any,
+    ) -> ToolResult:
+        """Call a tool from code, with keyword arguments, through the same pipeline.
+
+        Given the tool object, the result is typed from it: `ToolSuccess[int] | ToolFailure`
+        for `@tool def add(a: int, b: int) -> int`.
+
+        `await rt.invoke(add, a=1, b=2)`; the arguments are validated like a model's (a value
+        that is not JSON, such as `object()`, is INVALID_ARGUMENTS for this call alone). The
+        call's own settings are spelt with an underscore (`_principal=`, `_timeout=`...), so no
+        tool parameter is ever taken for one. Its id is unique in the process (`invoke-N`).
+        """
+        name = tool if isinstance(tool, str) else tool.name
+        call = ToolCall(id=new_invoke_id(), name=name, arguments=arguments)
+        return await self.call(call, metadata=_metadata, timeout=_timeout, principal=_principal)
+
+    def scoped(
+        self,
+        *,
+        principal: str | None = None,
+        only: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        tags: Iterable[str] | None = None,
+        prepare: Prepare | None = None,
+    ) -> ScopedRuntime:
+        """A view for one request: its calls run for `principal`, and it sees (and may call)
+        only the tools `only` / `exclude` (names or globs), `tags` and `prepare` leave it; a
+        view of a view sees only what both let it.
+
+            with rt.scoped(principal="user-42", exclude=["delete_*"]) as view:
+                tools = view.schemas("openai")     # what this request's model is shown
+                results = await view.call_many(calls)  # a hidden tool is UNKNOWN_TOOL
+        """
+        scope = Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare, parent=self._scope)
+        return ScopedRuntime(self._driver, self._routing, scope)
+
+    def _open(self) -> Scope | None:
+        """This surface's scope, checking it may still be called."""
+        if self._closed:
+            raise RuntimeClosed("this view is closed; make another with rt.scoped(...)")
+        return self._scope
+
+
+class ScopedRuntime(Calls):
+    """A per-request view of a runtime (from `.scoped(...)` on any runtime or view): the call
+    surface for its principal and the tools it may see; a context manager whose end closes it
+    (its calls then raise RuntimeClosed). It waits as the runtime it views does (trio, asyncio)."""
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> ScopedRuntime:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class _NoPublicConstructor(type):
@@ -41,29 +364,16 @@ class _NoPublicConstructor(type):
         return super().__call__(*args, **kwargs)
 
 
-class Runtime(metaclass=_NoPublicConstructor):
-    """A running tool system; get one from `open_runtime`."""
+class Runtime(Calls, metaclass=_NoPublicConstructor):
+    """A running tool system, for trio callers; get one from `open_runtime`."""
 
     def __init__(self, routing: RegistryActor, entry: Entry, supervisor: Supervisor) -> None:
-        self._routing = routing
+        super().__init__(entry, routing, None)
         self._entry = entry
         self._supervisor = supervisor
-        self._ids = itertools.count(1)
-        # The hot path: `rt.call` is the entry's own (same signature, one coroutine frame less).
-        self.call = entry.call  # type: ignore[method-assign]
-        entry.views = lambda scope: ScopedRuntime(self, scope)
+        entry.views = lambda driver, scope: ScopedRuntime(driver, routing, scope)
 
     # -- introspection ---------------------------------------------------------------
-
-    @property
-    def registry(self) -> ToolRegistry:
-        """The tools callable now (a snapshot, MCP tools included)."""
-        return self._routing.registry
-
-    def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
-        """The tools that best match `query`, best first (`ToolRegistry.search` over the live
-        registry, whose index is kept current as tools come and go, MCP tools included)."""
-        return self._routing.registry.search(query, limit=limit)
 
     @property
     def registry_version(self) -> int:
@@ -157,173 +467,6 @@ class Runtime(metaclass=_NoPublicConstructor):
         if self._entry.closing:
             raise RuntimeClosed("the runtime is shutting down; no tool can be added or removed")
 
-    # -- calling ---------------------------------------------------------------------
-
-    async def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult:
-        """Run one tool call; always returns its result (a ToolSuccess or a ToolFailure).
-
-        The result arrives by the call's deadline (its `timeout`, its tool's, the runtime's
-        default), even from a tool that ignores cancellation. `principal`: who the call runs
-        for (an id, never a secret: it is on the call's span and keys per-principal policies).
-
-        Raises:
-            RuntimeClosed: the runtime is closed (the only exception this raises, besides
-                the caller's own cancellation).
-        """
-        return await self._entry.call(call, metadata=metadata, timeout=timeout, principal=principal)
-
-    async def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> list[ToolResult]:
-        """Run calls concurrently; results in the order of `calls`, one per call."""
-        return await collect(self._entry, list(calls), metadata, timeout, principal, None)
-
-    def as_completed(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> AsyncIterator[ToolResult]:
-        """Run calls concurrently and yield each result as it finishes (fastest first).
-
-        Stopping early cancels the calls still running (each still gets its CANCELLED result
-        reported to the features). Python closes an async generator left by `break` only when
-        it is garbage-collected, so close it yourself to cancel at once::
-
-            async with contextlib.aclosing(rt.as_completed(calls)) as results:
-                async for result in results:
-                    ...
-        """
-        return completed(self._entry, list(calls), metadata, timeout, principal, None)
-
-    def stream(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-        buffer: int = STREAM_BUFFER,
-    ) -> AsyncGenerator[str | ToolResult, None]:
-        """Run one call and yield a streaming tool's chunks as it yields them, then its one result
-        (the last item, a ToolSuccess or ToolFailure; the only item for a tool that does not stream).
-
-        At most `buffer` chunks wait for the reader: a slower reader holds the tool up at its
-        next `yield` (backpressure). The call's deadline and the reader's cancellation stop the
-        tool (its generator is closed) and end the stream with its TIMEOUT or CANCELLED.
-        Stopping early cancels the call; close the generator to do it at once::
-
-            async with contextlib.aclosing(rt.stream(call)) as items:
-                async for item in items:
-                    if isinstance(item, str):
-                        print(item, end="")
-                    else:
-                        result = item
-        """
-        return self._entry.stream(
-            call, metadata=metadata, timeout=timeout, principal=principal, buffer=buffer
-        )
-
-    @overload
-    async def invoke(
-        self,
-        tool: FunctionTool[..., Coroutine[Any, Any, R]],
-        /,
-        *,
-        _metadata: Mapping[str, Any] | None = None,
-        _timeout: float | None = None,
-        _principal: str | None = None,
-        **arguments: Any,
-    ) -> ToolSuccess[R] | ToolFailure: ...
-    @overload
-    async def invoke(
-        self,
-        tool: FunctionTool[..., R],
-        /,
-        *,
-        _metadata: Mapping[str, Any] | None = None,
-        _timeout: float | None = None,
-        _principal: str | None = None,
-        **arguments: Any,
-    ) -> ToolSuccess[R] | ToolFailure: ...
-    @overload
-    async def invoke(
-        self,
-        tool: ToolBase[Any, R],
-        /,
-        *,
-        _metadata: Mapping[str, Any] | None = None,
-        _timeout: float | None = None,
-        _principal: str | None = None,
-        **arguments: Any,
-    ) -> ToolSuccess[R] | ToolFailure: ...
-    @overload
-    async def invoke(
-        self,
-        tool: str,
-        /,
-        *,
-        _metadata: Mapping[str, Any] | None = None,
-        _timeout: float | None = None,
-        _principal: str | None = None,
-        **arguments: Any,
-    ) -> ToolResult: ...
-    async def invoke(
-        self,
-        tool: ToolBase[Any, Any] | str,
-        /,
-        *,
-        _metadata: Mapping[str, Any] | None = None,
-        _timeout: float | None = None,
-        _principal: str | None = None,
-        **arguments: Any,
-    ) -> ToolResult:
-        """Call a tool from code, with keyword arguments, through the same pipeline.
-
-        Given the tool object, the result is typed from it: `ToolSuccess[int] | ToolFailure`
-        for `@tool def add(a: int, b: int) -> int`.
-
-        `await rt.invoke(add, a=1, b=2)`; the arguments are validated like a model's (a value
-        that is not JSON, such as `object()`, is INVALID_ARGUMENTS for this call alone). The
-        call's own settings are spelt with an underscore (`_principal=`, `_timeout=`...), so no
-        tool parameter is ever taken for one.
-        """
-        name = tool if isinstance(tool, str) else tool.name
-        call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
-        return await self._entry.call(call, metadata=_metadata, timeout=_timeout, principal=_principal)
-
-    def scoped(
-        self,
-        *,
-        principal: str | None = None,
-        only: Iterable[str] | None = None,
-        exclude: Iterable[str] = (),
-        tags: Iterable[str] | None = None,
-        prepare: Prepare | None = None,
-    ) -> ScopedRuntime:
-        """A view for one request: its calls run for `principal`, and it sees (and may call)
-        only the tools `only` / `exclude` (names or globs), `tags` and `prepare` leave it.
-
-            with rt.scoped(principal="user-42", exclude=["delete_*"]) as view:
-                tools = view.schemas("openai")     # what this request's model is shown
-                results = await view.call_many(calls)  # a hidden tool is UNKNOWN_TOOL
-        """
-        return ScopedRuntime(self, Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare))
-
     async def _close(self) -> None:
         if self._entry.closing:
             return
@@ -331,151 +474,3 @@ class Runtime(metaclass=_NoPublicConstructor):
         await self._supervisor.stop_all()
         self._routing.close()
         self._entry.closed = True
-
-
-class View:
-    """What every scoped view has (`rt.scoped(...)` on each kind of runtime); a context manager
-    whose end closes it (its calls then raise RuntimeClosed)."""
-
-    def __init__(self, scope: Scope, routing: Any) -> None:
-        self._scope = scope
-        self._routing = routing
-        self._closed = False
-        scope.view = self
-
-    @property
-    def principal(self) -> str | None:
-        return self._scope.principal
-
-    @property
-    def registry(self) -> ToolRegistry:
-        """The tools this view sees now."""
-        return self._scope.visible(self._routing.registry, self._routing.version)
-
-    def descriptors(self) -> list[ToolDescriptor]:
-        """What this view's model is told of each visible tool (after `prepare`)."""
-        return self._scope.descriptors(self._routing.registry, self._routing.version)
-
-    def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
-        """The tools this view sees that best match `query`, best first (as `ToolRegistry.search`,
-        over the runtime's index, kept current as tools come and go), as this view describes them."""
-        found = self.registry.search(query, limit=limit)
-        if self._scope.prepare is None:
-            return found
-        shown = {d.name: d for d in self.descriptors()}
-        return [shown.get(d.name, d) for d in found]
-
-    def schemas(self, provider: str = "jsonschema", *, strict: bool = False) -> list[dict[str, Any]]:
-        """The visible tools' definitions for `provider`, as `ToolRegistry.schemas` renders them."""
-        if self._scope.prepare is None:
-            return self.registry.schemas(provider, strict=strict)
-        return [render_tool(d, provider, strict=strict) for d in self.descriptors()]
-
-    def _check(self) -> Scope:
-        if self._closed:
-            raise RuntimeClosed("this view is closed; make another with rt.scoped(...)")
-        return self._scope
-
-    def close(self) -> None:
-        self._closed = True
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-class ScopedRuntime(View):
-    """A per-request view of a `Runtime` (from `Runtime.scoped`): the runtime's call methods,
-    for this view's principal and visible tools, and `registry` / `schemas` of what it sees."""
-
-    def __init__(self, runtime: Runtime, scope: Scope) -> None:
-        super().__init__(scope, runtime._routing)
-        self._entry = runtime._entry
-        self._ids = runtime._ids
-
-    async def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
-    ) -> ToolResult:
-        """`Runtime.call`, for this view."""
-        return await self._entry.call(call, metadata=metadata, timeout=timeout, scope=self._check())
-
-    async def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> list[ToolResult]:
-        """`Runtime.call_many`, for this view."""
-        return await collect(self._entry, list(calls), metadata, timeout, None, self._check())
-
-    def as_completed(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> AsyncIterator[ToolResult]:
-        """`Runtime.as_completed`, for this view."""
-        return completed(self._entry, list(calls), metadata, timeout, None, self._check())
-
-    def stream(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        buffer: int = STREAM_BUFFER,
-    ) -> AsyncGenerator[str | ToolResult, None]:
-        """`Runtime.stream`, for this view."""
-        return self._entry.stream(
-            call, metadata=metadata, timeout=timeout, scope=self._check(), buffer=buffer
-        )
-
-    async def invoke(
-        self,
-        tool: ToolBase[Any, Any] | str,
-        /,
-        *,
-        _metadata: Mapping[str, Any] | None = None,
-        _timeout: float | None = None,
-        **arguments: Any,
-    ) -> ToolResult:
-        """`Runtime.invoke`, for this view."""
-        name = tool if isinstance(tool, str) else tool.name
-        call = ToolCall(id=f"invoke-{next(self._ids)}", name=name, arguments=arguments)
-        return await self._entry.call(call, metadata=_metadata, timeout=_timeout, scope=self._check())
-
-
-async def collect(
-    entry: Entry,
-    calls: list[ToolCall],
-    metadata: Mapping[str, Any] | None,
-    timeout: float | None,
-    principal: str | None,
-    scope: Scope | None,
-) -> list[ToolResult]:
-    results: list[Any] = [None] * len(calls)
-    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
-        async for chunk in chunks:
-            for c in chunk:
-                results[c.index] = c.result
-    return results
-
-
-async def completed(
-    entry: Entry,
-    calls: list[ToolCall],
-    metadata: Mapping[str, Any] | None,
-    timeout: float | None,
-    principal: str | None,
-    scope: Scope | None,
-) -> AsyncGenerator[ToolResult]:
-    # aclosing: a consumer that stops early closes this generator, and that must close the
-    # batch too (cancelling its calls now), not leave it to the garbage collector.
-    async with contextlib.aclosing(entry.batch(calls, metadata, timeout, principal, scope)) as chunks:
-        async for chunk in chunks:
-            for c in chunk:
-                yield c.result  # type: ignore[misc]  # settled: DONE

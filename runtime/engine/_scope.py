@@ -33,6 +33,9 @@ class Scope:
         exclude: tool names (or globs) it may not see.
         tags: it sees only tools with one of these tags (the `tags` tool option); None: any.
         prepare: re-describes or hides a tool per request (see the module docstring).
+        parent: the scope of the view this one narrows (`view.scoped(...)`): this one sees only
+            what its parent sees, as its parent describes it, and runs for its parent's
+            principal unless it names its own.
     """
 
     __slots__ = (
@@ -41,6 +44,8 @@ class Scope:
         "_version",
         "exclude",
         "only",
+        "parent",
+        "plain",
         "prepare",
         "principal",
         "tags",
@@ -55,14 +60,20 @@ class Scope:
         exclude: Iterable[str] = (),
         tags: Iterable[str] | None = None,
         prepare: Prepare | None = None,
+        parent: Scope | None = None,
     ) -> None:
         if principal is not None and not isinstance(principal, str):
             raise TypeError(f"a principal is a string id, not {type(principal).__name__}")
-        self.principal = principal
+        if principal is None and parent is not None:
+            principal = parent.principal
+        self.parent = parent
+        self.principal: str | None = principal
         self.only = None if only is None else tuple(only)
         self.exclude = tuple(exclude)
         self.tags = None if tags is None else frozenset(tags)
         self.prepare = prepare
+        self.plain = only is None and not self.exclude and tags is None and prepare is None
+        """It narrows nothing (a principal alone): it sees what its parent (or the runtime) sees."""
         self.view: Any = None  # what `prepare` is given
         self._version = -1
         self._registry = ToolRegistry()
@@ -77,13 +88,17 @@ class Scope:
 
     def visible(self, registry: ToolRegistry, version: int) -> ToolRegistry:
         """The tools this scope sees in `registry` (worked out once per registry version)."""
+        if self.plain:
+            return self.parent.visible(registry, version) if self.parent is not None else registry
         if version != self._version:
             kept: dict[str, Any] = {}
             descriptors: dict[str, ToolDescriptor] = {}
-            for tool in registry:
+            parent = self.parent
+            seen = parent.visible(registry, version) if parent is not None else registry
+            for tool in seen:
                 if not self._admits(tool.name, tool):
                     continue
-                descriptor = tool.descriptor
+                descriptor = tool.descriptor if parent is None else parent._descriptors[tool.name]
                 if self.prepare is not None:
                     shown = self.prepare(self.view, descriptor)
                     if shown is None:
@@ -97,5 +112,9 @@ class Scope:
         return self._registry
 
     def descriptors(self, registry: ToolRegistry, version: int) -> list[ToolDescriptor]:
+        if self.plain:
+            if self.parent is not None:
+                return self.parent.descriptors(registry, version)
+            return registry.descriptors()
         self.visible(registry, version)
         return list(self._descriptors.values())

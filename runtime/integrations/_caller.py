@@ -48,7 +48,12 @@ class Caller(Protocol):
     def registry(self) -> ToolRegistry: ...
 
     async def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> ToolResult: ...
 
     async def call_many(
@@ -57,6 +62,7 @@ class Caller(Protocol):
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]: ...
 
 
@@ -70,6 +76,7 @@ class BlockingCaller(Caller, Protocol):
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]: ...
 
 
@@ -99,7 +106,8 @@ def caller_of(runtime: RuntimeLike) -> Caller:
 
 
 class _ThreadCaller:
-    """A `RuntimeThread` as a `BlockingCaller`."""
+    """A `RuntimeThread` as a `BlockingCaller`: its asyncio face (`rt.aio`), and its blocking
+    `call_many` for the frameworks' sync entry points."""
 
     __slots__ = ("_thread",)
 
@@ -111,9 +119,14 @@ class _ThreadCaller:
         return self._thread.registry
 
     async def call(
-        self, call: ToolCall, *, metadata: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        call: ToolCall,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> ToolResult:
-        return await self._thread.acall(call, metadata=metadata, timeout=timeout)
+        return await self._thread.aio.call(call, metadata=metadata, timeout=timeout, principal=principal)
 
     async def call_many(
         self,
@@ -121,8 +134,11 @@ class _ThreadCaller:
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]:
-        return await self._thread.acall_many(calls, metadata=metadata, timeout=timeout)
+        return await self._thread.aio.call_many(
+            calls, metadata=metadata, timeout=timeout, principal=principal
+        )
 
     def call_many_blocking(
         self,
@@ -130,8 +146,9 @@ class _ThreadCaller:
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> list[ToolResult]:
-        return self._thread.call_many(calls, metadata=metadata, timeout=timeout)
+        return self._thread.call_many(calls, metadata=metadata, timeout=timeout, principal=principal)
 
 
 class Selection:

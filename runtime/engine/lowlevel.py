@@ -1,0 +1,37 @@
+"""The engine's internal port: what `runtime.embed` builds its runtimes on (as `trio.lowlevel`).
+
+Not for applications: these names follow the engine. An embedding opens the engine
+(`open_engine`, which also gives its `Entry`), makes a driver for its callers (the asyncio
+driver for a guest run on a host loop; its own bridge for another thread), and puts the one call
+surface (`Calls`) on it; views of it are `ScopedRuntime`s on the same driver.
+"""
+
+from ._call import HOOK_GRACE as HOOK_GRACE
+from ._entry import STREAM_BUFFER as STREAM_BUFFER
+from ._entry import AsyncioDriver as AsyncioDriver
+from ._entry import Entry as Entry
+from ._open import open_engine as open_engine
+from ._runtime import Calls as Calls
+from ._runtime import Driver as Driver
+from ._runtime import Runtime as Runtime
+from ._runtime import ScopedRuntime as ScopedRuntime
+from ._runtime import new_invoke_id as new_invoke_id
+from ._runtime import routing_of as routing_of
+from ._scope import Prepare as Prepare
+from ._scope import Scope as Scope
+
+__all__ = [
+    "HOOK_GRACE",
+    "STREAM_BUFFER",
+    "AsyncioDriver",
+    "Calls",
+    "Driver",
+    "Entry",
+    "Prepare",
+    "Runtime",
+    "Scope",
+    "ScopedRuntime",
+    "new_invoke_id",
+    "open_engine",
+    "routing_of",
+]
