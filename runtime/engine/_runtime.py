@@ -371,6 +371,9 @@ class Runtime(Calls, metaclass=_NoPublicConstructor):
         super().__init__(entry, routing, None)
         self._entry = entry
         self._supervisor = supervisor
+        # The hot path: a trio caller's `rt.call` is the trio driver's own call (the same
+        # signature and steps as `Calls.call`, one coroutine frame less: 4% of a call).
+        self.call = entry.call  # type: ignore[method-assign]
         entry.views = lambda driver, scope: ScopedRuntime(driver, routing, scope)
 
     # -- introspection ---------------------------------------------------------------
