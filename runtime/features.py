@@ -18,8 +18,8 @@ from typing import Any
 
 from ._flows import Flow
 from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
-from .tools import CallContext, ToolBase, cannot_suspend
-from .tools._base import function_code
+from .tools import CallContext, ToolBase
+from .tools.lowlevel import cannot_suspend, function_code
 
 __all__ = [
     "CALL_ID_KEY",

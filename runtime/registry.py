@@ -10,7 +10,8 @@ from .exceptions import ToolDefinitionError
 from .messages import ECHO_LIMIT, echo
 from .schema import ToolDescriptor, render_tool
 from .search import ToolIndex, ToolSearch, deferred_schemas
-from .tools import FunctionTool, ToolBase, ToolSet, check_tool_name, tool
+from .tools import FunctionTool, ToolBase, ToolSet, tool
+from .tools.lowlevel import check_tool_name
 
 __all__ = ["ToolLike", "ToolRegistry", "duplicate_message"]
 

@@ -29,7 +29,7 @@ from runtime import (
     tool,
 )
 from runtime.exceptions import ToolDefinitionError
-from runtime.tools import elicitation_schema
+from runtime.tools.lowlevel import elicitation_schema
 
 
 class Size(enum.Enum):

@@ -35,7 +35,7 @@ from runtime.schema import (
 )
 from runtime.schema._from_jsonschema import DEFAULT_MAX_DEPTH
 from runtime.schema._to_python import arguments_struct, python_type
-from runtime.tools import ArgsCodec
+from runtime.tools.lowlevel import ArgsCodec
 
 
 def parse(schema: Any) -> Any:

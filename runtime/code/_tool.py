@@ -31,7 +31,8 @@ import trio
 from ..exceptions import ToolUnavailable
 from ..registry import ToolRegistry
 from ..schema import String, ToolDescriptor, render_tool
-from ..tools import CallContext, Description, ToolBase, check_tool_name
+from ..tools import CallContext, Description, ToolBase
+from ..tools.lowlevel import check_tool_name
 from ._limits import CodeLimits
 from ._program import Program, ProgramResult
 from ._stubs import Stubs, render_stubs

@@ -35,13 +35,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
-from typing import Unpack
 
 import outcome
 import trio
 
-from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
-from ..engine.lowlevel import AsyncioDriver, Calls, ScopedRuntime, open_engine, routing_of
+from ..engine import Runtime, RuntimeOptions, RuntimeStatistics
+from ..engine.lowlevel import AsyncioDriver, Calls, ScopedRuntime, open_engine, routing_of, settings_keywords
 from ..features import Feature
 from ..registry import ToolLike, ToolRegistry
 
@@ -96,19 +95,16 @@ class AsyncioRuntime(Calls):
         self._stop.set()
 
 
+@settings_keywords(RuntimeOptions)
 @contextlib.asynccontextmanager
 async def open_asyncio_runtime(
-    registry: ToolRegistry | Iterable[ToolLike] = (),
-    *,
-    options: RuntimeOptions | None = None,
-    **settings: Unpack[RuntimeOptionsKw],
+    registry: ToolRegistry | Iterable[ToolLike], built: RuntimeOptions
 ) -> AsyncIterator[AsyncioRuntime]:
     """Open a runtime on the running asyncio (or uvloop) loop, as trio's guest; an async
     context manager for an asyncio server's lifespan.
 
-    Args:
-        registry: the tools, as for `open_runtime`.
-        options, **settings: the runtime's settings, as for `open_runtime`.
+    `open_asyncio_runtime(registry, **settings)`: the tools and the settings (any field of
+    `RuntimeOptions`), as for `open_runtime`.
 
     On exit the runtime closes as `open_runtime` does: waiting calls fail at once, running ones
     get `shutdown_timeout` seconds, then they are cancelled (UNAVAILABLE) and, if their code
@@ -119,7 +115,6 @@ async def open_asyncio_runtime(
         Exception: whatever opening the runtime raised (a bad registry, an asyncio tool...).
     """
     loop = asyncio.get_running_loop()
-    built = RuntimeOptions.build(options, **settings)
     ready: asyncio.Future[AsyncioRuntime] = loop.create_future()
     finished: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
     # The runtime has closed: every call answered, what ignored its cancellation abandoned. The

@@ -30,11 +30,11 @@ import logging
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar
 
 import trio
 
-from ..engine import Runtime, RuntimeOptions, RuntimeOptionsKw, RuntimeStatistics
+from ..engine import Runtime, RuntimeOptions, RuntimeStatistics
 from ..engine.lowlevel import (
     STREAM_BUFFER,
     Calls,
@@ -45,6 +45,7 @@ from ..engine.lowlevel import (
     new_invoke_id,
     open_engine,
     routing_of,
+    settings_keywords_method,
 )
 from ..exceptions import RuntimeClosed
 from ..messages import ToolCall, ToolResult
@@ -295,15 +296,10 @@ class RuntimeThread(BlockingCalls):
         options, **settings: the runtime's settings, as for `open_runtime`.
     """
 
-    def __init__(
-        self,
-        registry: ToolRegistry | Iterable[ToolLike] = (),
-        *,
-        options: RuntimeOptions | None = None,
-        **settings: Unpack[RuntimeOptionsKw],
-    ) -> None:
+    @settings_keywords_method(RuntimeOptions)
+    def __init__(self, registry: ToolRegistry | Iterable[ToolLike], options: RuntimeOptions) -> None:
         self._registry = registry
-        self._options = RuntimeOptions.build(options, **settings)
+        self._options = options
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None

@@ -9,7 +9,6 @@ from ._artifacts import Artifacts as Artifacts
 from ._open import open_runtime as open_runtime
 from ._options import RestartPolicy as RestartPolicy
 from ._options import RuntimeOptions as RuntimeOptions
-from ._options import RuntimeOptionsKw as RuntimeOptionsKw
 from ._policies import CallRequest as CallRequest
 from ._policies import Policy as Policy
 from ._runtime import Runtime as Runtime
@@ -18,3 +17,19 @@ from ._source import ToolRegistrar as ToolRegistrar
 from ._source import ToolSource as ToolSource
 from ._stats import RuntimeStatistics as RuntimeStatistics
 from ._stats import ToolStatistics as ToolStatistics
+
+__all__ = [
+    "ActorState",
+    "Artifacts",
+    "CallRequest",
+    "Policy",
+    "RestartPolicy",
+    "Runtime",
+    "RuntimeOptions",
+    "RuntimeStatistics",
+    "ScopedRuntime",
+    "ToolRegistrar",
+    "ToolSource",
+    "ToolStatistics",
+    "open_runtime",
+]

@@ -35,6 +35,7 @@ import collections
 import enum
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any, cast
 
 import msgspec
@@ -44,7 +45,8 @@ from .._flows import drive
 from ..exceptions import ToolDefinitionError
 from ..features import FeaturePipeline
 from ..messages import FailureKind
-from ..tools import PlacementHost, ToolBase, is_cancellation
+from ..tools import ToolBase
+from ..tools.lowlevel import PlacementHost, is_cancellation
 from ._artifacts import Keeper
 from ._call import ABANDON_GRACE
 from ._executors import Executors
@@ -132,9 +134,7 @@ class Settings:
         """What keeps results over their limits whole (`RuntimeOptions.artifacts`); None: cut."""
 
 
-def policies_of(
-    tool: ToolBase[Any, Any], runtime: tuple[Any, ...], own: tuple[Any, ...]
-) -> tuple[Policy, ...]:
+def policies_of(tool: ToolBase[Any, Any], runtime: Sequence[Any], own: Sequence[Any]) -> tuple[Policy, ...]:
     """A tool's interceptors, outermost first: the runtime's that apply to it, then its own.
 
     Raises:

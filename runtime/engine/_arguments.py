@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..exceptions import InvalidArguments
-from ..tools import result_encoder
+from ..tools.lowlevel import result_encoder
 
 __all__ = ["check_arguments", "json_path_at", "not_unicode"]
 

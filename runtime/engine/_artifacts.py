@@ -257,9 +257,9 @@ class Keeper:
             )
             return None
         ctx = call.ctx
-        if ctx is not None and ctx._observer is not None:
-            ctx._observer.event(
-                ctx, "tool.artifact", {"tool.artifact.handle": info.handle, "tool.artifact.bytes": info.size}
+        if ctx is not None:
+            ctx.add_event(
+                "tool.artifact", {"tool.artifact.handle": info.handle, "tool.artifact.bytes": info.size}
             )
         return info
 

@@ -514,11 +514,9 @@ class Call(Generic[P]):
         if now + delay >= deadline or (self.interrupted and until is None):
             return False  # no time left (or the caller's own deadline stopped it)
         ctx = self.ctx
-        if ctx is not None and ctx._observer is not None:
-            ctx._observer.event(
-                ctx,
-                "tool.retry",
-                {"tool.retry.attempt": self.attempt, "tool.retry.outcome": result.kind.value},
+        if ctx is not None:
+            ctx.add_event(
+                "tool.retry", {"tool.retry.attempt": self.attempt, "tool.retry.outcome": result.kind.value}
             )
         plan.counters.retries += 1
         self.attempt += 1

@@ -45,7 +45,8 @@ import trio
 from .._flows import Flow, drive, drive_now
 from ..exceptions import RuntimeClosed
 from ..messages import ECHO_LIMIT, FailureKind, ToolCall, ToolResult, ToolSuccess, echo
-from ..tools import Asker, CallContext
+from ..tools import CallContext
+from ..tools.lowlevel import Asker
 from ._actor import Settings
 from ._call import CANCELLED_MESSAGE, DONE, HOOK_GRACE, QUEUED, REPORTED, RUNNING, Call
 from ._plan import ToolPlan, call_chain
@@ -391,9 +392,10 @@ class Entry:
     def _tell(self, c: Call[ToolPlan]) -> None:
         """The policies' decisions, on the call's span now that it has one."""
         notes, c.notes = c.notes or (), None
-        if notes and self._observer is not None and c.ctx is not None:
+        ctx = c.ctx
+        if notes and ctx is not None:
             for name, attributes in notes:
-                self._observer.event(c.ctx, name, attributes)
+                ctx.add_event(name, attributes)
 
     def _let_through(self, c: Call[ToolPlan], request: CallRequest | None) -> None:
         """The call as its policies let it through: rewritten (decoded again), sent to another

@@ -47,7 +47,8 @@ import trio
 
 from ..exceptions import CallStopped
 from ..messages import FailureKind, ToolFailure
-from ..tools import Placement, ToolBase, is_cancellation, reraise_own_cancellation
+from ..tools import Placement, ToolBase
+from ..tools.lowlevel import is_cancellation, reraise_own_cancellation
 from ._call import QUEUED, Call
 from ._outcome import failure
 from ._plan import InContext, ToolPlan

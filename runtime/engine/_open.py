@@ -8,20 +8,20 @@ import logging
 import math
 import sys
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, Unpack
+from typing import Any
 
 import trio
 
 from ..exceptions import ToolDefinitionError
 from ..features import Feature, FeaturePipeline
 from ..registry import ToolLike, ToolRegistry
-from ..tools import Asker
+from ..tools.lowlevel import Asker
 from ._actor import Settings
 from ._artifact_tools import READ_TOOLS, artifact_tools
-from ._artifacts import Keeper
+from ._artifacts import Artifacts, Keeper
 from ._call import HOST_GRACE
 from ._entry import Entry
-from ._options import RuntimeOptions, RuntimeOptionsKw
+from ._options import RuntimeOptions, settings_keywords
 from ._resilience import Resilience
 from ._runtime import Runtime
 from ._supervisor import Host, RegistryActor, Supervisor
@@ -31,26 +31,23 @@ __all__ = ["open_engine", "open_runtime"]
 log = logging.getLogger("runtime.engine")
 
 
+@settings_keywords(RuntimeOptions)
 @contextlib.asynccontextmanager
 async def open_runtime(
-    registry: ToolRegistry | Iterable[ToolLike] = (),
-    *,
-    options: RuntimeOptions | None = None,
-    **settings: Unpack[RuntimeOptionsKw],
+    registry: ToolRegistry | Iterable[ToolLike], options: RuntimeOptions
 ) -> AsyncIterator[Runtime]:
     """Start a runtime for `registry`; on exit, stop it (waiting calls fail, none are dropped).
 
-    Args:
-        registry: the tools (a ToolRegistry, or tools / ToolSets / functions).
-        options: the settings as one value (`RuntimeOptions`); keywords replace its fields.
-        **settings: any field of `RuntimeOptions` (features, tracing, default_timeout, restart,
-            mcp_servers, max_argument_bytes, max_argument_depth, max_result_chars, thread_limit,
-            shutdown_timeout, on_elicit, on_sample, on_roots).
+    `open_runtime(registry, **settings)`: the tools (a ToolRegistry, or tools / ToolSets /
+    functions), then any field of `RuntimeOptions` as a keyword (features, tracing,
+    default_timeout, restart, mcp_servers, max_argument_bytes, max_argument_depth,
+    max_result_chars, thread_limit, shutdown_timeout, on_elicit, on_sample, on_roots, policies,
+    long_call_warning, store, retry, breaker, budget, fair, weights, artifacts).
 
     Raises:
         TypeError: an unknown setting, or one of the wrong type.
     """
-    async with open_engine(registry, RuntimeOptions.build(options, **settings)) as (rt, _):
+    async with open_engine(registry, options) as (rt, _):
         yield rt
 
 
@@ -121,9 +118,10 @@ async def open_engine(
         feature_list.insert(0, tracing_feature)
     resilience = Resilience(options)
     keeper: Keeper | None = None
-    if options.artifacts is not None:
-        keeper = Keeper(options.artifacts, options.artifacts.open())
-        if options.artifacts.tools:
+    artifacts = options.artifacts if isinstance(options.artifacts, Artifacts) else None  # True: built
+    if artifacts is not None:
+        keeper = Keeper(artifacts, artifacts.open())
+        if artifacts.tools:
             taken = [name for name in READ_TOOLS if name in registry]
             if taken:
                 raise ToolDefinitionError(

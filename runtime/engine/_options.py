@@ -1,27 +1,28 @@
 """The runtime's settings, declared once: `RuntimeOptions` and the supervisor's `RestartPolicy`.
 
-`open_runtime`, `open_asyncio_runtime` and `RuntimeThread` take the same keywords
-(`RuntimeOptionsKw`, typed for checkers with `Unpack`), or a `RuntimeOptions` value; both are
-validated by msgspec (constraints as `Meta`), so a bad setting fails where the runtime is opened.
+`open_runtime`, `open_asyncio_runtime` and `RuntimeThread` take the same keywords: the fields
+of `RuntimeOptions`, declared once there (`settings_keywords` gives a function that keyword
+form, which type checkers read off the struct's own constructor), validated by msgspec
+(constraints as `Meta`), so a bad setting fails where the runtime is opened.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 
 from ..features import Feature
+from ..registry import ToolLike, ToolRegistry
 from ..tools import Budget, CircuitBreaker, Retry
 from ._artifacts import Artifacts
 from ._policies import Policy
 from ._source import ToolSource
 
-if TYPE_CHECKING:
-    from ..tools import ElicitHandler, RootsHandler, SampleHandler
-
-__all__ = ["RestartPolicy", "RuntimeOptions", "RuntimeOptionsKw"]
+__all__ = ["RestartPolicy", "RuntimeOptions", "settings_keywords", "settings_keywords_method"]
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -108,11 +109,11 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             the end, and how to read more. None (the default): they are cut.
     """
 
-    features: tuple[Feature, ...] = ()
+    features: Sequence[Feature] = ()
     tracing: Any = True  # True, False or a Feature (msgspec has no union of bool and a class)
     default_timeout: Positive | None = None
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
-    mcp_servers: tuple[Any, ...] = ()
+    mcp_servers: Sequence[ToolSource] = ()
     max_argument_bytes: Count = 1 << 20
     max_argument_depth: Count = 64
     max_result_chars: Count = 100_000
@@ -121,7 +122,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     on_elicit: Any = None
     on_sample: Any = None
     on_roots: Any = None
-    policies: tuple[Policy, ...] = ()
+    policies: Sequence[Policy] = ()
     long_call_warning: Positive | None = 60.0
     store: Any = None
     retry: Retry | None = None
@@ -129,7 +130,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     budget: Budget | None = None
     fair: bool = False
     weights: dict[str, Positive] = msgspec.field(default_factory=dict)
-    artifacts: Artifacts | None = None
+    artifacts: Artifacts | bool | None = None  # True: Artifacts() (the defaults, in memory)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tracing, bool | Feature):
@@ -179,28 +180,56 @@ def _sentence(exc: msgspec.ValidationError) -> str:
     return text
 
 
-class RuntimeOptionsKw(TypedDict, total=False):
-    """`RuntimeOptions` as keywords (see it for each); a test keeps the two equal."""
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+Registry = ToolRegistry | Iterable[ToolLike]
 
-    features: Iterable[Feature]
-    tracing: bool | Feature
-    default_timeout: float | None
-    restart: RestartPolicy
-    mcp_servers: Iterable[ToolSource]
-    max_argument_bytes: int
-    max_argument_depth: int
-    max_result_chars: int
-    thread_limit: int
-    shutdown_timeout: float
-    on_elicit: ElicitHandler | None
-    on_sample: SampleHandler | None
-    on_roots: RootsHandler | None
-    policies: Iterable[Policy]
-    long_call_warning: float | None
-    store: Any
-    retry: Retry | None
-    breaker: CircuitBreaker | None
-    budget: Budget | None
-    fair: bool
-    weights: dict[str, float]
-    artifacts: Artifacts | bool | None
+
+def settings_keywords(
+    options: Callable[P, RuntimeOptions],
+) -> Callable[[Callable[[Registry, RuntimeOptions], R]], Callable[Concatenate[Registry, P], R]]:
+    """Give `fn(registry, options)` the keyword form of `options`' fields (its type checkers
+    read them off `RuntimeOptions`, declared once), validated (`RuntimeOptions.build`)."""
+
+    def decorate(fn: Callable[[Registry, RuntimeOptions], R]) -> Callable[Concatenate[Registry, P], R]:
+        @functools.wraps(fn)
+        def with_settings(registry: Registry = (), /, *args: P.args, **settings: P.kwargs) -> R:
+            values: dict[str, Any] = dict(settings)
+            return fn(registry, RuntimeOptions.build(None, **values))
+
+        with_settings.__signature__ = _signature(fn)  # type: ignore[attr-defined]
+        return with_settings
+
+    return decorate
+
+
+def settings_keywords_method(
+    options: Callable[P, RuntimeOptions],
+) -> Callable[[Callable[[S, Registry, RuntimeOptions], None]], Callable[Concatenate[S, Registry, P], None]]:
+    """`settings_keywords` for an `__init__(self, registry, options)`."""
+
+    def decorate(
+        fn: Callable[[S, Registry, RuntimeOptions], None],
+    ) -> Callable[Concatenate[S, Registry, P], None]:
+        @functools.wraps(fn)
+        def with_settings(self: S, registry: Registry = (), /, *args: P.args, **settings: P.kwargs) -> None:
+            values: dict[str, Any] = dict(settings)
+            fn(self, registry, RuntimeOptions.build(None, **values))
+
+        with_settings.__signature__ = _signature(fn, method=True)  # type: ignore[attr-defined]
+        return with_settings
+
+    return decorate
+
+
+def _signature(fn: Callable[..., Any], method: bool = False) -> inspect.Signature:
+    """`fn(registry=(), /, *, <every RuntimeOptions field with its default>)`, for help() and IDEs."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter("registry", inspect.Parameter.POSITIONAL_ONLY, default=())]
+    if method:
+        params.insert(0, inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY))
+    defaults = RuntimeOptions()
+    for name in RuntimeOptions.__struct_fields__:
+        params.append(inspect.Parameter(name, kw, default=getattr(defaults, name)))
+    return inspect.Signature(params, return_annotation=inspect.signature(fn).return_annotation)

@@ -31,17 +31,8 @@ import trio
 from ..exceptions import RemoteToolError, ResultTypeError
 from ..features import FeaturePipeline
 from ..messages import ContentPart, FailureKind, ToolFailure, ToolResult, ToolSuccess
-from ..tools import (
-    CallContext,
-    PlacedTool,
-    Retry,
-    ToolBase,
-    ToolOptions,
-    cannot_suspend,
-    chunk_handler,
-    result_encoder,
-    run_to_end,
-)
+from ..tools import CallContext, Retry, ToolBase, ToolOptions
+from ..tools.lowlevel import PlacedTool, cannot_suspend, chunk_handler, result_encoder, run_to_end
 from ._arguments import check_arguments, not_unicode
 from ._artifacts import Keeper
 from ._call import ABANDON_GRACE, Breaker, Call, InCallerExecutor
@@ -246,10 +237,8 @@ class ToolPlan:
                         except Exception:
                             log.exception("the chunk handler failed for call %s", call.call.id)
         finally:
-            if ctx is not None and ctx._observer is not None:
-                ctx._observer.event(
-                    ctx, "tool.stream", {"tool.stream.chunks": len(pieces), "tool.stream.bytes": size}
-                )
+            if ctx is not None:
+                ctx.add_event("tool.stream", {"tool.stream.chunks": len(pieces), "tool.stream.bytes": size})
         return "".join(pieces)
 
     async def _approved(self, call: Call[ToolPlan]) -> Any:

@@ -200,8 +200,8 @@ def note(call: Call[Any], name: str, attributes: dict[str, Any]) -> None:
         call.notes.append((name, attributes))
         return
     ctx = call.ctx
-    if ctx is not None and ctx._observer is not None:
-        ctx._observer.event(ctx, name, attributes)
+    if ctx is not None:
+        ctx.add_event(name, attributes)
 
 
 def redacted(arguments: Any, fields: tuple[str, ...]) -> Any:

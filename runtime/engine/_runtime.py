@@ -26,7 +26,8 @@ from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..registry import ToolLike, ToolRegistry
 from ..schema import ToolDescriptor, render_tool
 from ..stores import ArtifactStore
-from ..tools import Asker, FunctionTool, ToolBase
+from ..tools import FunctionTool, ToolBase
+from ..tools.lowlevel import Asker
 from ._call import Call
 from ._entry import STREAM_BUFFER, Entry
 from ._scope import Prepare, Scope

@@ -27,7 +27,8 @@ import trio
 
 from ..exceptions import RuntimeClosed, ToolDefinitionError
 from ..registry import ToolRegistry, duplicate_message
-from ..tools import ToolBase, check_tool_name
+from ..tools import ToolBase
+from ..tools.lowlevel import check_tool_name
 from ._actor import Settings, ToolActor
 from ._call import KILL_GRACE, KILL_TURN
 from ._options import RestartPolicy

@@ -11,6 +11,8 @@ from ._entry import STREAM_BUFFER as STREAM_BUFFER
 from ._entry import AsyncioDriver as AsyncioDriver
 from ._entry import Entry as Entry
 from ._open import open_engine as open_engine
+from ._options import settings_keywords as settings_keywords
+from ._options import settings_keywords_method as settings_keywords_method
 from ._runtime import Calls as Calls
 from ._runtime import Driver as Driver
 from ._runtime import Runtime as Runtime
@@ -34,4 +36,6 @@ __all__ = [
     "new_invoke_id",
     "open_engine",
     "routing_of",
+    "settings_keywords",
+    "settings_keywords_method",
 ]

@@ -18,3 +18,20 @@ from ._oauth import oauth as oauth
 from ._schema_tool import JsonSchemaTool as JsonSchemaTool
 from ._server import serve_stdio as serve_stdio
 from ._server_http import serve_http as serve_http
+
+__all__ = [
+    "Header",
+    "HttpServer",
+    "JsonSchemaTool",
+    "McpTool",
+    "MemoryTokenStorage",
+    "ServerSpec",
+    "SseServer",
+    "StdioServer",
+    "http",
+    "oauth",
+    "serve_http",
+    "serve_stdio",
+    "sse",
+    "stdio",
+]

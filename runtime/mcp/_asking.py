@@ -42,16 +42,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..exceptions import CannotAsk, ToolUnavailable
 from ..messages import AudioPart, ImagePart, TextPart
-from ..tools import (
-    Answer,
-    Asker,
-    Elicitation,
-    Root,
-    RootsRequest,
-    Sampled,
-    Sampling,
-    SamplingMessage,
-)
+from ..tools import Answer, Elicitation, Root, RootsRequest, Sampled, Sampling, SamplingMessage
+from ..tools.lowlevel import Asker
 
 __all__ = ["InputRequired", "ServedAsker", "client_callbacks"]
 

@@ -66,7 +66,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace
 
 from ..exceptions import CannotAsk, RuntimeClosed, ToolRejected, ToolUnavailable
-from ..tools import CallContext, is_cancellation
+from ..tools import CallContext
+from ..tools.lowlevel import is_cancellation
 from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
 from ._client_pool import Held, SessionPool

@@ -21,8 +21,9 @@ from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 
 from ..exceptions import InvalidArguments, SchemaError, ToolRejected
 from ..schema import ToolDescriptor, descriptor_from_json_schema
-from ..schema._notes import json_type
-from ..tools import CallContext, ToolBase, check_tool_name
+from ..schema.lowlevel import json_type
+from ..tools import CallContext, ToolBase
+from ..tools.lowlevel import check_tool_name
 from ._quick_schema import quick_check
 
 __all__ = ["JsonSchemaTool", "SchemaCheck", "schema_descriptor", "schema_validator"]

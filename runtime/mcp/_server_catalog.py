@@ -28,8 +28,7 @@ from ..messages import (
     ToolSuccess,
 )
 from ..schema import ToolDescriptor, render_tool, type_node
-from ..schema._from_python import output_type
-from ..schema._to_jsonschema import output_document
+from ..schema.lowlevel import output_document, output_type
 from ..tools import ToolBase
 
 __all__ = ["Catalog", "ServedTool", "error_result", "plain_result"]

@@ -22,7 +22,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..exceptions import InvalidArguments, ResultTypeError, ToolOverloaded, ToolRejected, ToolUnavailable
 from ..messages import ToolCallMetadata, ToolSuccess
-from ..tools import LOG_LEVELS, CallContext, ToolBase, reraise_own_cancellation
+from ..tools import LOG_LEVELS, CallContext, ToolBase
+from ..tools.lowlevel import reraise_own_cancellation
 from ._protocol import Done, Load, LogRecord, Progress, Raised, Reply, encode, encode_request
 from ._reference import resolve
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 
 import trio
 
-from ..tools import PlacementHost
+from ..tools.lowlevel import PlacementHost
 
 __all__ = ["ReplicaPool", "open_pool"]
 

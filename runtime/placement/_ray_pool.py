@@ -34,7 +34,8 @@ import trio
 
 from ..exceptions import RemoteToolError, ToolUnavailable, WorkerLost
 from ..messages import ToolCall, ToolSuccess
-from ..tools import CallContext, PlacementHost, PlacementStatistics, ToolBase
+from ..tools import CallContext, PlacementStatistics, ToolBase
+from ..tools.lowlevel import PlacementHost
 from ._autoscale import Autoscaling, LoadMeter, Scaler
 from ._hedge import HedgeCounts, LatencyWindow, race
 from ._pieces import reply_from_frames

@@ -42,7 +42,8 @@ from ..exceptions import (
     ToolUnavailable,
 )
 from ..messages import ToolCall, ToolSuccess
-from ..tools import CallContext, PlacedTool, Placement, PlacementHost, PlacementStatistics, ToolBase
+from ..tools import CallContext, Placement, PlacementStatistics, ToolBase
+from ..tools.lowlevel import PlacedTool, PlacementHost
 from ._frames import FdFrames
 from ._lines import LineSplitter
 from ._pieces import assemble

@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..exceptions import ToolDefinitionError
-from ..tools import PlacedTool, Placement, PlacementHost, ToolBase
+from ..tools import Placement, ToolBase
+from ..tools.lowlevel import PlacedTool, PlacementHost
 from ._autoscale import Autoscaling
 from ._hedge import Hedge
 from ._pool import open_pool

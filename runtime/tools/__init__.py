@@ -1,9 +1,11 @@
-"""The authoring layer: functions and classes become tools."""
+"""The authoring layer: functions and classes become tools.
+
+What the engine, the placements and MCP need of it beyond that is `runtime.tools.lowlevel`.
+"""
 
 from ..exceptions import CannotAsk as CannotAsk
 from ..exceptions import ToolRejected as ToolRejected
 from ._asking import Answer as Answer
-from ._asking import Asker as Asker
 from ._asking import Elicitation as Elicitation
 from ._asking import Elicited as Elicited
 from ._asking import ElicitHandler as ElicitHandler
@@ -15,26 +17,15 @@ from ._asking import SampleHandler as SampleHandler
 from ._asking import Sampling as Sampling
 from ._asking import SamplingMessage as SamplingMessage
 from ._asking import asking as asking
-from ._asking import elicitation_schema as elicitation_schema
 from ._base import SimpleTool as SimpleTool
 from ._base import Tool as Tool
 from ._base import ToolBase as ToolBase
-from ._base import cannot_suspend as cannot_suspend
-from ._base import result_encoder as result_encoder
-from ._base import run_to_end as run_to_end
-from ._cancel import is_cancellation as is_cancellation
-from ._cancel import reraise_own_cancellation as reraise_own_cancellation
-from ._codec import ArgField as ArgField
-from ._codec import ArgsCodec as ArgsCodec
 from ._context import LOG_LEVELS as LOG_LEVELS
 from ._context import CallContext as CallContext
-from ._context import CallObserver as CallObserver
 from ._context import ChunkHandler as ChunkHandler
 from ._context import Description as Description
 from ._context import LogHandler as LogHandler
 from ._context import ProgressHandler as ProgressHandler
-from ._context import check_tool_name as check_tool_name
-from ._context import chunk_handler as chunk_handler
 from ._context import fail as fail
 from ._context import reporting as reporting
 from ._context import validate as validate
@@ -42,9 +33,7 @@ from ._function import FunctionTool as FunctionTool
 from ._function import tool as tool
 from ._options import ToolOptions as ToolOptions
 from ._placement import InProcess as InProcess
-from ._placement import PlacedTool as PlacedTool
 from ._placement import Placement as Placement
-from ._placement import PlacementHost as PlacementHost
 from ._placement import PlacementStatistics as PlacementStatistics
 from ._resilience import NEVER_RETRIED as NEVER_RETRIED
 from ._resilience import TRANSPORT as TRANSPORT
@@ -56,3 +45,48 @@ from ._resilience import RateLimit as RateLimit
 from ._resilience import Retry as Retry
 from ._toolset import ToolSet as ToolSet
 from ._toolset import tools_of as tools_of
+
+__all__ = [
+    "Answer",
+    "Budget",
+    "Cache",
+    "CallContext",
+    "CannotAsk",
+    "ChunkHandler",
+    "CircuitBreaker",
+    "Dedupe",
+    "Description",
+    "ElicitHandler",
+    "Elicitation",
+    "Elicited",
+    "FunctionTool",
+    "InProcess",
+    "LOG_LEVELS",
+    "LogHandler",
+    "NEVER_RETRIED",
+    "Placement",
+    "PlacementStatistics",
+    "ProgressHandler",
+    "RateLimit",
+    "Retry",
+    "Root",
+    "RootsHandler",
+    "RootsRequest",
+    "SampleHandler",
+    "Sampled",
+    "Sampling",
+    "SamplingMessage",
+    "SimpleTool",
+    "TRANSPORT",
+    "Tool",
+    "ToolBase",
+    "ToolOptions",
+    "ToolRejected",
+    "ToolSet",
+    "asking",
+    "fail",
+    "reporting",
+    "tool",
+    "tools_of",
+    "validate",
+]

@@ -22,10 +22,14 @@ import msgspec
 from ..exceptions import ToolDefinitionError
 from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, parse_docstring
-from ..schema._annotations import normalize
-from ..schema._docstring import attribute_docs
-from ..schema._from_python import descriptor_from_fields, descriptor_from_type, shown_default
-from ..schema._pydantic import is_model
+from ..schema.lowlevel import (
+    attribute_docs,
+    descriptor_from_fields,
+    descriptor_from_type,
+    is_model,
+    normalize,
+    shown_default,
+)
 from ._codec import ArgField, ArgsCodec, ModelArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
 from ._options import Loop, OnFull, ToolOptions

@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple, Optional
 import msgspec
 
 from ..exceptions import InvalidArguments, ToolDefinitionError
-from ..schema._pydantic import adapter, invalid, mentions_model
+from ..schema.lowlevel import adapter, invalid, mentions_model
 from ._integral import decode_integral, refused_float
 
 __all__ = ["ArgField", "ArgsCodec", "ModelArgsCodec", "accepts_none", "translate_error"]

@@ -248,6 +248,13 @@ class CallContext:
         views = self._views
         return views.view_of(self._scope, self.principal) if views is not None else None
 
+    def add_event(self, name: str, attributes: dict[str, Any]) -> None:
+        """Record that `name` happened during the call (an event on its span, for the features
+        that hear the calls' events); costs nothing when nobody hears them."""
+        observer = self._observer
+        if observer is not None:
+            observer.event(self, name, attributes)
+
     @property
     def hears_progress(self) -> bool:
         """Whether a progress report would reach anyone (a handler, or a recording span).

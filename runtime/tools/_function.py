@@ -38,8 +38,7 @@ import msgspec
 
 from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, parse_docstring
-from ..schema._annotations import field_default, normalize
-from ..schema._from_python import descriptor_from_fields, shown_default
+from ..schema.lowlevel import descriptor_from_fields, field_default, normalize, shown_default
 from ._base import ToolBase, check_streaming, function_code
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from ..exceptions import ResultTypeError
-from ..schema._pydantic import adapter, is_model, mentions_model
+from ..schema.lowlevel import adapter, is_model, mentions_model
 
 __all__ = ["ResultCodec", "default_enc_hook", "encode_value", "type_name"]
 
@@ -236,7 +236,7 @@ class ResultCodec:
             errors = getattr(exc, "errors", None)
             if not callable(errors):
                 raise
-            from ..schema._pydantic import invalid
+            from ..schema.lowlevel import invalid
 
             self._mismatch(value, str(invalid(exc)), native)
 
