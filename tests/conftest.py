@@ -116,3 +116,11 @@ def redis(redis_server: RedisServer) -> RedisServer:
     """The session's redis-server, emptied for this test."""
     redis_server.flush()
     return redis_server
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs two workers), the tests of the session's Ray cluster
+    all go to one worker (`--dist loadgroup`): one cluster per run, not one per worker."""
+    for item in items:
+        if {"ray_cluster", "local_ray"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("ray"))
