@@ -29,11 +29,12 @@ class Attempts(CallPart):
 
     attempt: int
     until: tuple[float, float | None] | None
+    error: BaseException | None
 
     def retried(self, result: ToolFailure) -> bool:
-        """Its `Retry` tries a failure of this kind again, and attempts remain."""
+        """Its `Retry` tries this failure again (its kind, or what raised it), and attempts remain."""
         retry = self.plan.retry if self.plan is not None else None
-        return retry is not None and result.kind in retry.on and self.attempt < retry.attempts
+        return retry is not None and self.attempt < retry.attempts and retry.retries(result.kind, self.error)
 
     def _again(self, result: ToolFailure) -> bool:
         """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
@@ -60,6 +61,7 @@ class Attempts(CallPart):
             )
         plan.counters.retries += 1
         self.attempt += 1
+        self.error = None
         self.state = QUEUED
         self.interrupted = False
         self.deadline = self.expires = deadline

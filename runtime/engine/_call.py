@@ -92,6 +92,7 @@ class Call(Waiting, Attempts, Running):
         gates: the budgets it waits in before its mailbox (`Gate`s), and how many it holds.
         handed: its caller gave up while identical calls wait for its work (`Flight`): the work
             runs on for them, not as an orphan of its caller (`stop_handed` ends it).
+        error: what its tool raised in its last attempt, for `Retry(on=ExceptionType)`.
     """
 
     __slots__ = (
@@ -103,6 +104,7 @@ class Call(Waiting, Attempts, Running):
         "context",
         "ctx",
         "deadline",
+        "error",
         "executor",
         "expires",
         "flows",
@@ -168,6 +170,7 @@ class Call(Waiting, Attempts, Running):
         self.gates: tuple[Any, ...] | None = None
         self.passed = 0
         self.handed = False
+        self.error: BaseException | None = None
 
     # -- settling ----------------------------------------------------------------------
 

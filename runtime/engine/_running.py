@@ -44,6 +44,7 @@ class Running(CallPart):
     handed: bool
     passed: int
     until: tuple[float, float | None] | None
+    error: BaseException | None
 
     if TYPE_CHECKING:  # the other halves' (Call, Waiting, Attempts): declared for mypy only
 
@@ -106,6 +107,7 @@ class Running(CallPart):
         """The tool raised `exc` (not a cancellation of this call)."""
         plan = self.plan
         assert plan is not None
+        self.error = exc  # for its Retry's `on` (an exception type, a predicate)
         self._end(plan.failure(self, exc))  # type: ignore[arg-type]  # self is the Call
 
     def stopped(self) -> None:

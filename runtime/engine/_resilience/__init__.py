@@ -31,7 +31,7 @@ from ...tools import ToolBase, ToolOptions
 from .._policy import Policy
 from ._breaker import BreakerPolicy, BreakerState
 from ._cache import CachePolicy
-from ._common import Gate, args_key, key_of, run_now
+from ._common import Gate, args_key, key_of, log, run_now
 from ._dedupe import DedupePolicy, Flight
 from ._limits import LimitPolicy
 
@@ -129,8 +129,10 @@ class Resilience:
         nursery.start_soon(self._after, delay, call)
 
     async def _after(self, delay: float, call: Call) -> None:
+        """A retry's wait, in the runtime's nursery: nothing here may raise (it would stop the
+        runtime), so the wait is never negative (nor nan) and a failure is the call's."""
         try:
-            await trio.sleep(delay)
+            await trio.sleep(max(0.0, delay))
         except trio.Cancelled:
             call.fail(
                 FailureKind.UNAVAILABLE, f"tool {call.call.name!r}: the runtime shut down before a retry"
@@ -138,7 +140,11 @@ class Resilience:
             raise
         if call.state.value == "queued":
             plan = call.plan
-            self.readmit(call, plan is not None and call.executor is plan.host_executor is not None)
+            try:
+                self.readmit(call, plan is not None and call.executor is plan.host_executor is not None)
+            except Exception as exc:  # pragma: no cover - a bug of admission: this call's, not the runtime's
+                log.exception("call %s could not be admitted for its retry", call.call.id)
+                call.fail(FailureKind.ERROR, f"the call could not be retried: {type(exc).__name__}: {exc}")
 
 
 def _nothing(call: Call, host: bool) -> None:  # pragma: no cover - replaced when the runtime opens
