@@ -277,7 +277,9 @@ class CircuitBreaker(_Value, frozen=True):
 
     Opened by `failures` transport failures (UNAVAILABLE, TIMEOUT: a server down, a connection
     refused, no answer in time) within `window` seconds, never by a tool's own ERROR, REJECTED
-    or an MCP `isError`. While open, calls fail UNAVAILABLE at once with the seconds until it is
+    or an MCP `isError`. A TIMEOUT counts only when the tool's own timeout passed (its
+    `timeout`, or the runtime's `default_timeout`), never a caller's shorter deadline: one
+    principal's impatient calls do not open it for everyone. While open, calls fail UNAVAILABLE at once with the seconds until it is
     tried again; then one call goes through (half-open): its success closes the breaker, its
     transport failure opens it again.
 

@@ -59,7 +59,12 @@ class BreakerState:
         probe = self.probe is call
         if probe:
             self.probe = None
-        if type(result) is ToolFailure and result.kind in TRANSPORT and not call.cancelled:
+        if (
+            type(result) is ToolFailure
+            and result.kind in TRANSPORT
+            and not call.cancelled
+            and _against(call, result)
+        ):
             now = trio.current_time()
             failures = self.failures
             failures.append(now)
@@ -113,6 +118,20 @@ class BreakerPolicy(Policy):
             elif probing and b.state == "closed":
                 yield from self.r.step(self.r.store.delete(f"breaker:{b.key}"))
         return result
+
+
+def _against(call: Call, result: ToolFailure) -> bool:
+    """Whether a transport failure is evidence against the server. A TIMEOUT is only when the
+    deadline that passed was at least the tool's own timeout (its `timeout`, or the runtime's
+    default): a caller's shorter deadline says what the caller could wait, not that the server is
+    down, and one principal's impatient calls must not open the breaker for everyone."""
+    if result.kind is not FailureKind.TIMEOUT:
+        return True
+    plan = call.plan
+    if plan is None:  # pragma: no cover - a call the breaker heard ran on a plan
+        return False
+    own = plan.timeout if plan.timeout is not None else plan.default_timeout
+    return own is not None and call.limit is not None and call.limit >= own
 
 
 def _what(key: str) -> str:
