@@ -100,8 +100,9 @@ class BreakerPolicy(Policy):
     def intercept(self, request: CallRequest) -> PolicyFlow:
         b, now = self.b, trio.current_time()
         local = self.r.local
+        store = self.r.store_for(request)
         if not local and b.state == "closed":  # another process may have opened it
-            shared = yield from self.r.step(self.r.store.get(f"breaker:{b.key}"))
+            shared = yield from self.r.step(store.get(f"breaker:{b.key}"))
             if shared is not None:
                 b.state, b.open_until = "open", now + max(0.0, float(shared) - _wall())
         refused = b.refusal(now, request._call)
@@ -114,9 +115,9 @@ class BreakerPolicy(Policy):
         if not local:  # tell the other processes what this call's attempts decided
             if b.state == "open" and b.open_until != seen:
                 until = str(_wall() + (b.open_until - trio.current_time())).encode()
-                yield from self.r.step(self.r.store.set(f"breaker:{b.key}", until, b.config.cool_down))
+                yield from self.r.step(store.set(f"breaker:{b.key}", until, b.config.cool_down))
             elif probing and b.state == "closed":
-                yield from self.r.step(self.r.store.delete(f"breaker:{b.key}"))
+                yield from self.r.step(store.delete(f"breaker:{b.key}"))
         return result
 
 

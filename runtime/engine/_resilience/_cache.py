@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ...messages import ToolResult, ToolSuccess
+from ...stores import Store
 from ...tools import ToolOptions
 from .._policy import CallRequest, Policy, PolicyFlow
 from ._common import _decode, _event, _result_codec, args_key, key_given, key_of
@@ -39,7 +40,8 @@ class CachePolicy(Policy):
 
     def intercept(self, request: CallRequest) -> PolicyFlow:
         key = key_of(request, self.tool, self.cache.shared)
-        hit = yield from self._get(key)
+        store = self.r.store_for(request)
+        hit = yield from self._get(key, store)
         if hit is not None:
             self.hits += 1
             _event(request, "tool.cache", {"tool.cache.hit": True})
@@ -48,7 +50,7 @@ class CachePolicy(Policy):
         _event(request, "tool.cache", {"tool.cache.hit": False})
         result: ToolResult = yield request
         if type(result) is ToolSuccess:
-            yield from self._put(key, result)
+            yield from self._put(key, result, store)
             raw = request._call.call.arguments
             if self.r.local and type(raw) is str and key_given(request) is None:
                 self._alias("" if self.cache.shared else (request.principal or ""), raw, key)
@@ -74,7 +76,7 @@ class CachePolicy(Policy):
         self.hits += 1
         return entry[1]
 
-    def _get(self, key: str) -> Generator[Any, Any, ToolSuccess[Any] | None]:
+    def _get(self, key: str, store: Store) -> Generator[Any, Any, ToolSuccess[Any] | None]:
         if self.r.local:
             entry = self.entries.get(key)
             if entry is None:
@@ -84,13 +86,13 @@ class CachePolicy(Policy):
                 return None
             self.entries.move_to_end(key)
             return entry[1]
-        data = yield from self.r.step(self.r.store.get(f"cache:{key}"))
+        data = yield from self.r.step(store.get(f"cache:{key}"))
         if data is None:
             return None
         found = _decode(data)
         return found if type(found) is ToolSuccess else None
 
-    def _put(self, key: str, result: ToolSuccess[Any]) -> Generator[Any, Any, None]:
+    def _put(self, key: str, result: ToolSuccess[Any], store: Store) -> Generator[Any, Any, None]:
         if self.r.local:
             entries = self.entries
             entries[key] = (trio.current_time() + self.cache.ttl, result)
@@ -98,7 +100,7 @@ class CachePolicy(Policy):
             while len(entries) > self.cache.max_entries:
                 entries.popitem(last=False)
             return
-        yield from self.r.step(self.r.store.set(f"cache:{key}", _result_codec.encode(result), self.cache.ttl))
+        yield from self.r.step(store.set(f"cache:{key}", _result_codec.encode(result), self.cache.ttl))
 
     def invalidate(self, principal: str | None, args: Any) -> Generator[Any, Any, int]:
         """Forget this tool's results: all, a principal's (`principal`), or one call's (`args`:

@@ -35,13 +35,14 @@ class LimitPolicy(Policy):
         return "RateLimit"
 
     def intercept(self, request: CallRequest) -> PolicyFlow:
+        store = self.r.store_for(request)
         for limit, scope in self.limits:
             key = f"rate:tool:{self.tool}" if scope == "tool" else f"rate:principal:{request.principal or ''}"
             while True:
-                wait = yield from self.r.step(self.r.store.take(key, limit.rate, limit.capacity))
+                wait = yield from self.r.step(store.take(key, limit.rate, limit.capacity))
                 if not wait:
                     break
-                if not limit.wait or trio.current_time() + wait >= request._call.deadline:
+                if not limit.wait or trio.current_time() + wait >= request.deadline:
                     who = f"tool {self.tool!r}" if scope == "tool" else f"principal {request.principal!r}"
                     return request.fail(
                         FailureKind.OVERLOADED,
