@@ -37,7 +37,11 @@ class LimitPolicy(Policy):
     def intercept(self, request: CallRequest) -> PolicyFlow:
         store = self.r.store_for(request)
         for limit, scope in self.limits:
-            key = f"rate:tool:{self.tool}" if scope == "tool" else f"rate:principal:{request.principal or ''}"
+            key = (
+                f"rate:tool:{self.tool}"
+                if scope == "tool"
+                else f"rate:principal\x00{request.principal or ''}"
+            )
             while True:
                 wait = yield from self.r.step(store.take(key, limit.rate, limit.capacity))
                 if not wait:
