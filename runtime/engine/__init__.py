@@ -4,6 +4,7 @@ behind their mailboxes, a registry actor, a supervisor.
 The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
 """
 
+from ._artifact_tools import READ_TOOLS as READ_TOOLS
 from ._artifacts import Artifacts as Artifacts
 from ._incarnation import ActorState as ActorState
 from ._open import open_runtime as open_runtime

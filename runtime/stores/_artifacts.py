@@ -310,16 +310,25 @@ class ArtifactStore:
         scope = _scope(principal)
         chunk = info.chunk
         first, last = offset // chunk, (end - 1) // chunk
-        pieces: list[bytes] = []
+        start = offset - first * chunk
+        pieces: list[Any] = []
         for i in range(first, last + 1):
             piece = await self.store.get(_data_key(scope, handle, i))
             if piece is None:  # expired between the description and this chunk
                 raise ArtifactMissing(self._why_missing(scope, handle))
-            pieces.append(piece)
-        start = offset - first * chunk
-        if info.is_text:
-            return "".join(p.decode() for p in pieces)[start : start + end - offset]
-        return b"".join(pieces)[start : start + end - offset]
+            # each chunk cut to what is read (and a text's decoded) as it comes: the whole is
+            # joined once, never held twice beside its chunks
+            lo = start if i == first else 0
+            hi = end - i * chunk if i == last else None
+            if info.is_text:
+                text = piece.decode()
+                pieces.append(text[lo:hi] if lo or hi is not None else text)
+            else:
+                pieces.append(piece[lo:hi] if lo or hi is not None else piece)
+            del piece
+        if len(pieces) == 1:
+            return pieces[0]  # type: ignore[no-any-return]
+        return "".join(pieces) if info.is_text else b"".join(pieces)
 
     async def grep(
         self, principal: str | None, handle: str, pattern: str, *, max_matches: int = 50, max_line: int = 200
