@@ -117,8 +117,8 @@ async def test_the_runtime_as_an_mcp_client_sends_one_idempotency_key_per_call_a
     tmp_path: Path,
 ) -> None:
     """The runtime as an MCP client sent no key, so a server could not tell a retry from a new
-    call. Each call now sends one, the same for all its attempts; a caller's own key is sent as
-    it is."""
+    call. Each call of a tool its server says is idempotent (the only ones retried) now sends
+    one, the same for all its attempts; a caller's own key is sent as it is."""
     log = tmp_path / "calls.jsonl"
     spec = mcp.stdio(
         sys.executable,

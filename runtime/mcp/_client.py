@@ -446,7 +446,7 @@ class RemoteServer:
         try:
             # Progress is asked for only when someone hears it (no token, no notifications).
             wanted = _progress_to(ctx) if ctx is not None and ctx.hears_progress else None
-            meta = _idempotency(ctx) if ctx is not None else None
+            meta = _idempotency(ctx) if ctx is not None and _keyed(tool, ctx) else None
             result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted, meta=meta)
             if self.spec.max_links:
                 for block in result.content:  # a loop: no generator a call
@@ -557,6 +557,12 @@ def _progress_to(ctx: CallContext) -> ProgressFnT:
             await ctx.report_progress(progress, total, message)
 
     return on_progress
+
+
+def _keyed(tool: McpTool, ctx: CallContext) -> bool:
+    """Whether a call's `tools/call` carries an idempotency key: its caller gave one, or its tool
+    may be run again (the server says it is idempotent or read-only: only such a tool is retried)."""
+    return tool.idempotent or tool.read_only or "idempotency_key" in ctx.metadata
 
 
 def _idempotency(ctx: CallContext) -> Any:
