@@ -12,6 +12,9 @@ Each row is a ratio against something measured in the same run, or an exact coun
   number running at once, which must be N exactly; also when some callers give up midway.
 - Redis: two OS processes sharing a `RateLimit` in one `RedisStore` (a `redis-server` this
   bench starts on a free loopback port and stops) -> calls admitted against the limit.
+- a hung store: p100 latency of 64 concurrent calls with timeout=1.5 while the store of their
+  policies does not answer (Redis stopped with SIGSTOP; an SQLite file another connection holds
+  with BEGIN EXCLUSIVE): every store step waits a share of the call's deadline, never more.
 - policies off: W1's instructions per call against 5f48cd9, the commit before the policies
   (`benchmarks/w1_instructions.py`, which reruns that row alone).
 
@@ -26,9 +29,12 @@ import contextlib
 import gc
 import json
 import math
+import os
 import random
 import shutil
+import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -41,8 +47,8 @@ from typing import Any
 
 import trio
 
-from runtime import Budget, Cache, Dedupe, RateLimit, ToolCall, open_runtime, tool
-from runtime.stores import RedisStore
+from runtime import Budget, Cache, CircuitBreaker, Dedupe, RateLimit, ToolCall, open_runtime, tool
+from runtime.stores import RedisStore, SQLiteStore, Store
 
 from . import bench_runtime, w1_instructions
 from ._harness import Report, Row
@@ -455,6 +461,13 @@ def _ping(port: int) -> bool:
 def redis_server() -> Iterator[str | None]:
     """A `redis-server` of our own on a free loopback port, in a temporary directory, with no
     persistence; its URL, or None when Redis is not installed (`make bench` installs it)."""
+    with redis_process() as started:
+        yield None if started is None else started[0]
+
+
+@contextlib.contextmanager
+def redis_process() -> Iterator[tuple[str, subprocess.Popen[bytes]] | None]:
+    """`redis_server`, with its process (to stop it with SIGSTOP: up, answering nobody)."""
     exe = shutil.which("redis-server")
     if exe is None:
         yield None
@@ -482,8 +495,10 @@ def redis_server() -> Iterator[str | None]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start on port {port}")
                 time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
+            yield f"redis://127.0.0.1:{port}/0", server
         finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server.pid, signal.SIGCONT)
             server.terminate()
             try:
                 server.wait(10)
@@ -598,6 +613,109 @@ def redis_rows(report: Report, quick: bool) -> None:
     )
 
 
+# -- a store that hangs: the call's deadline holds ------------------------------------------------
+
+HUNG_CALLS, HUNG_TIMEOUT, HUNG_GOAL = 64, 1.5, 1.6  # issue 42: p100 of 64 calls at most 1.6 s
+
+
+async def hung_store_round(
+    store: Store, hang: Callable[[], contextlib.AbstractContextManager[None]]
+) -> tuple[list[float], int]:
+    """64 concurrent calls with timeout=1.5 of a tool whose dedupe journal, rate limit and
+    breaker live in `store`, while `hang()` makes the store stop answering: each call's
+    latency (seconds), and how many did not succeed."""
+
+    @tool(
+        idempotent=True,
+        dedupe=Dedupe(ttl=60),
+        rate_limit=RateLimit(rate=10_000, burst=10_000),
+        breaker=CircuitBreaker(failures=5),
+    )
+    async def charge(order: str) -> str:
+        await trio.sleep(0.01)
+        return order
+
+    latencies: list[float] = []
+    failed = 0
+    async with open_runtime([charge], store=store, tracing=False) as rt:
+        assert (await rt.call(ToolCall(id="warm", name="charge", arguments='{"order": "warm"}'))).ok
+
+        async def one(i: int) -> None:
+            nonlocal failed
+            start = trio.current_time()
+            result = await rt.call(
+                ToolCall(id=f"c{i}", name="charge", arguments=f'{{"order": "o{i}"}}'), timeout=HUNG_TIMEOUT
+            )
+            latencies.append(trio.current_time() - start)
+            failed += not result.ok
+
+        with hang():
+            async with trio.open_nursery() as nursery:
+                for i in range(HUNG_CALLS):
+                    nursery.start_soon(one, i)
+    return latencies, failed
+
+
+def hung_store_rows(report: Report, quick: bool) -> None:
+    repeats = 1 if quick else 3
+    rows: list[tuple[str, tuple[list[float], int]]] = []
+    with redis_process() as started:
+        if started is None:
+            print("no redis-server: the hung-Redis figure is not measured")
+        else:
+            url, server = started
+
+            @contextlib.contextmanager
+            def stopped() -> Iterator[None]:
+                os.kill(server.pid, signal.SIGSTOP)
+                try:
+                    yield
+                finally:
+                    os.kill(server.pid, signal.SIGCONT)
+
+            worst = max(
+                (
+                    trio.run(hung_store_round, RedisStore(url, prefix=f"hung{i}:"), stopped)
+                    for i in range(repeats)
+                ),
+                key=lambda r: max(r[0]),
+            )
+            rows.append(("Redis stopped (SIGSTOP)", worst))
+    with tempfile.TemporaryDirectory(prefix="bench-sqlite-") as tmp:
+        path = Path(tmp) / "state.db"
+
+        @contextlib.contextmanager
+        def locked() -> Iterator[None]:
+            other = sqlite3.connect(path, isolation_level=None, timeout=0)
+            other.execute("BEGIN EXCLUSIVE")
+            try:
+                yield
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+
+        worst = max(
+            (trio.run(hung_store_round, SQLiteStore(path), locked) for _ in range(repeats)),
+            key=lambda r: max(r[0]),
+        )
+        rows.append(("SQLite file locked (BEGIN EXCLUSIVE elsewhere)", worst))
+    for what, (latencies, failed) in rows:
+        report.add(
+            Figure(
+                f"{what}: p100 of {HUNG_CALLS} calls, timeout={HUNG_TIMEOUT:g}",
+                "p100",
+                "timeout",
+                max(latencies),
+                HUNG_TIMEOUT,
+                target=HUNG_GOAL / HUNG_TIMEOUT,
+                unit="s",
+                note=f"worst of {repeats} rounds; p50 {statistics.median(latencies):.3f} s; a tool with "
+                f"Dedupe, RateLimit and CircuitBreaker on the store; goal: at most {HUNG_GOAL:g} s "
+                f"(issue 42); calls that did not succeed: {failed}",
+            )
+        )
+
+
 # -- every policy off: W1 in instructions -------------------------------------------------------
 
 
@@ -667,6 +785,7 @@ def main(quick: bool = False) -> Report:
     budget_rows(report, quick)
     fair_rows(report, quick)
     redis_rows(report, quick)
+    hung_store_rows(report, quick)
     instruction_rows(report, quick)
     one_path_rows(report, quick)
     return report

@@ -36,7 +36,7 @@ from runtime import (
     tool,
 )
 from runtime.embed import open_asyncio_runtime
-from runtime.exceptions import ToolUnavailable
+from runtime.exceptions import ToolDefinitionError, ToolUnavailable
 from runtime.tracing import Tracing
 
 ran: Counter[str] = Counter()
@@ -217,7 +217,7 @@ def test_cache_is_refused_for_a_tool_that_is_not_read_only() -> None:
 
 @pytest.mark.parametrize("kind", ["invalid_arguments", "rejected", "unknown_tool", "cancelled"])
 def test_retry_refuses_kinds_another_attempt_cannot_change(kind: str) -> None:
-    with pytest.raises(ValueError, match="cannot retry"):
+    with pytest.raises(ToolDefinitionError, match="cannot retry"):
         Retry(on={kind})  # type: ignore[arg-type]
 
 

@@ -5,6 +5,7 @@ The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
 """
 
 from ._actor import ActorState as ActorState
+from ._artifact_tools import READ_TOOLS as READ_TOOLS
 from ._artifacts import Artifacts as Artifacts
 from ._open import open_runtime as open_runtime
 from ._options import RestartPolicy as RestartPolicy

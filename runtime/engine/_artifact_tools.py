@@ -66,7 +66,12 @@ def artifact_tools(store: ArtifactStore, max_chars: int) -> list[FunctionTool[..
 
     async def grep_artifact(
         handle: Annotated[str, Description("the artifact's handle, as the result showed it (art_...)")],
-        pattern: Annotated[str, Description("a regular expression (Python's) to find in its lines")],
+        pattern: Annotated[
+            str,
+            Description(
+                "a regular expression (RE2 syntax: no backreferences nor lookaround) to find in its lines"
+            ),
+        ],
         ctx: CallContext,
         max_matches: Annotated[int, Description("the most lines to return")] = 20,
     ) -> str:

@@ -48,6 +48,7 @@ from ..messages import (
     ToolSuccess,
 )
 from ..stores import ArtifactInfo, ArtifactStore, FolderStore, StoreError
+from ..tools import MAX_SECONDS, check_fields
 from ._outcome import failure, success, truncate
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ __all__ = ["Artifacts", "Keeper"]
 
 log = logging.getLogger("runtime.engine")
 
-_Positive = Annotated[float, msgspec.Meta(gt=0)]
+_Positive = Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)]
 _Count = Annotated[int, msgspec.Meta(ge=1)]
 
 
@@ -87,6 +88,7 @@ class Artifacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     tools: bool = True
 
     def __post_init__(self) -> None:
+        check_fields(self, skip=("store",))
         store = self.store
         if store is None or isinstance(store, str) or hasattr(store, "__fspath__"):
             return

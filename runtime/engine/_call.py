@@ -257,6 +257,7 @@ class Call(Generic[P]):
         handed: its caller gave up while identical calls wait for its work (a dedupe `Flight`):
             the work runs on for them, not as an orphan of its caller (`stop_handed` ends it).
         settled_at: when it was answered while its work still ran.
+        error: what its tool raised in its last attempt, for `Retry(on=ExceptionType)`.
     """
 
     __slots__ = (
@@ -268,6 +269,7 @@ class Call(Generic[P]):
         "context",
         "ctx",
         "deadline",
+        "error",
         "executor",
         "expires",
         "flows",
@@ -333,6 +335,7 @@ class Call(Generic[P]):
         self.gates: tuple[Gate, ...] | None = None
         self.passed = 0
         self.handed = False
+        self.error: BaseException | None = None
 
     def __repr__(self) -> str:
         return f"<Call {self.call.id!r} {self.call.name!r} {self.state.value}>"
@@ -493,9 +496,9 @@ class Call(Generic[P]):
     # -- attempts under its tool's `Retry` -----------------------------------------------
 
     def retried(self, result: ToolFailure) -> bool:
-        """Its `Retry` tries a failure of this kind again, and attempts remain."""
+        """Its `Retry` tries this failure again (its kind, or what raised it), and attempts remain."""
         retry = self.plan.retry if self.plan is not None else None
-        return retry is not None and result.kind in retry.on and self.attempt < retry.attempts
+        return retry is not None and self.attempt < retry.attempts and retry.retries(result.kind, self.error)
 
     def _again(self, result: ToolFailure) -> bool:
         """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
@@ -520,6 +523,7 @@ class Call(Generic[P]):
             )
         plan.counters.retries += 1
         self.attempt += 1
+        self.error = None
         self.state = QUEUED
         self.interrupted = False
         self.deadline = self.expires = deadline
@@ -584,6 +588,7 @@ class Call(Generic[P]):
         """The tool raised `exc` (not a cancellation of this call)."""
         plan = self.plan
         assert plan is not None
+        self.error = exc  # for its Retry's `on` (an exception type, a predicate)
         self._end(plan.failure(self, exc))
 
     def stopped(self) -> None:

@@ -9,6 +9,7 @@ its own burst, not in front of everyone else's; one with weight 2 gets twice the
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
@@ -65,6 +66,7 @@ class FairQueue(Generic[T]):
         if not self._len:
             raise IndexError("pop from an empty FairQueue")
         ring, deficit = self._ring, self._deficit
+        idle = 0  # lanes turned in a row that had no call's worth of credit
         while True:
             key = ring[0]
             owed = deficit[key]
@@ -73,6 +75,10 @@ class FairQueue(Generic[T]):
                 if owed < 1.0:  # a weight under 1 saves up over turns
                     deficit[key] = owed
                     ring.rotate(-1)
+                    idle += 1
+                    if idle >= len(ring):  # a whole round served no one: skip the rounds that would not
+                        self._skip()
+                        idle = 0
                     continue
             lane = self._lanes[key]
             item = lane.popleft()
@@ -87,6 +93,17 @@ class FairQueue(Generic[T]):
             else:
                 deficit[key] = owed
             return item
+
+    def _skip(self) -> None:
+        """Credit every lane at once with the rounds in which none of them would be served (all
+        their weights under 1), instead of turning the ring 1/weight times: a pop's work is
+        bounded by the lanes, whatever the weights."""
+        deficit, weights = self._deficit, self._weights
+        rounds = min(math.ceil((1.0 - deficit[k]) / weights.get(k, 1.0)) for k in self._ring if k is not None)
+        if rounds > 1:
+            for k in self._ring:
+                if k is not None:
+                    deficit[k] += (rounds - 1) * weights.get(k, 1.0)
 
     def keep(self, wanted: Callable[[T], bool]) -> None:
         """Drop the items `wanted` says no to (the answered calls), keeping every order."""

@@ -17,7 +17,7 @@ import msgspec
 
 from ..features import Feature
 from ..registry import ToolLike, ToolRegistry
-from ..tools import Budget, CircuitBreaker, Retry
+from ..tools import Budget, CircuitBreaker, Retry, check_fields
 from ._artifacts import Artifacts
 from ._policies import Policy
 from ._source import ToolSource
@@ -27,6 +27,8 @@ __all__ = ["RestartPolicy", "RuntimeOptions", "settings_keywords", "settings_key
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
+Weight = Annotated[float, msgspec.Meta(ge=1e-3, le=1e3)]
+"""A principal's share under fair admission: from a thousandth to a thousand times the others'."""
 
 
 class RestartPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -54,6 +56,9 @@ class RestartPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_backoff: Seconds = 5.0
     cool_down: Positive | None = 30.0
     max_cool_down: Positive = 600.0
+
+    def __post_init__(self) -> None:
+        check_fields(self)  # its constraints, when it is made in code too (not only decoded)
 
     def delay(self, recent: int) -> float:
         """The wait before a restart when `recent` restarts happened within the period."""
@@ -103,7 +108,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         budget: caps per batch and per principal (`Budget`).
         fair: a tool's waiting calls are served fairly across principals (deficit round robin),
             so one principal's burst cannot starve another's calls.
-        weights: principals' shares under `fair` (default 1.0 each).
+        weights: principals' shares under `fair` (default 1.0 each; from 0.001 to 1000).
         artifacts: keep results over their limit whole instead of cutting them (`Artifacts`;
             True: the defaults, in memory): the model reads a handle, the size, the start and
             the end, and how to read more. None (the default): they are cut.
@@ -129,7 +134,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     breaker: CircuitBreaker | None = None
     budget: Budget | None = None
     fair: bool = False
-    weights: dict[str, Positive] = msgspec.field(default_factory=dict)
+    weights: dict[str, Weight] = msgspec.field(default_factory=dict)
     artifacts: Artifacts | bool | None = None  # True: Artifacts() (the defaults, in memory)
 
     def __post_init__(self) -> None:

@@ -34,10 +34,12 @@ span.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, ClassVar
 
 import msgspec
+import trio
 
 from .._flows import Flow
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
@@ -102,6 +104,7 @@ class CallRequest:
         arguments: the arguments as the model sent them (JSON text, or an object).
         args: the arguments decoded into the tool's args type (None once `replace`d: decoded later).
         principal: who the call runs for (None: nobody said).
+        deadline: when the call must end (trio time; inf: no limit).
         metadata: the call's merged metadata.
         ctx: its CallContext (when the call has one).
     """
@@ -122,6 +125,20 @@ class CallRequest:
     @property
     def principal(self) -> str | None:
         return self._call.principal
+
+    @property
+    def deadline(self) -> float:
+        """When the call must end, in trio time (inf: no limit): its caller's deadline, or the
+        sooner of that and its tool's own timeout once it runs; before it runs, a tool's own
+        timeout counts from now (the soonest it could start)."""
+        call = self._call
+        deadline: float = call.deadline
+        plan = call.plan
+        if deadline == math.inf and plan is not None:
+            own: float | None = plan.timeout if plan.timeout is not None else plan.default_timeout
+            if own is not None:
+                return trio.current_time() + own
+        return deadline
 
     @property
     def running(self) -> bool:

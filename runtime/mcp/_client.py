@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import warnings
 from collections.abc import Coroutine
 from contextvars import ContextVar
@@ -446,7 +447,8 @@ class RemoteServer:
         try:
             # Progress is asked for only when someone hears it (no token, no notifications).
             wanted = _progress_to(ctx) if ctx is not None and ctx.hears_progress else None
-            result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted)
+            meta = _idempotency(ctx) if ctx is not None and _keyed(tool, ctx) else None
+            result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted, meta=meta)
             if self.spec.max_links:
                 for block in result.content:  # a loop: no generator a call
                     if isinstance(block, types.ResourceLink):
@@ -556,6 +558,24 @@ def _progress_to(ctx: CallContext) -> ProgressFnT:
             await ctx.report_progress(progress, total, message)
 
     return on_progress
+
+
+def _keyed(tool: McpTool, ctx: CallContext) -> bool:
+    """Whether a call's `tools/call` carries an idempotency key: its caller gave one, or its tool
+    may be run again (the server says it is idempotent or read-only: only such a tool is retried)."""
+    return tool.idempotent or tool.read_only or "idempotency_key" in ctx.metadata
+
+
+def _idempotency(ctx: CallContext) -> Any:
+    """The `_meta` of a call's `tools/call`: its idempotency key, the same for each of its
+    attempts (a `Retry`), so a server that keeps a journal answers a retry of work it did without
+    doing it again. The caller's own key (metadata `idempotency_key`) when it gave one; else one
+    made for the call on its first attempt and kept in its metadata."""
+    key = ctx.metadata.get("idempotency_key")
+    if not isinstance(key, str) or not key:
+        key = secrets.token_hex(16)
+        ctx.metadata = ctx.metadata | {"idempotency_key": key}
+    return {"idempotency_key": key}
 
 
 def _connection_gone(exc: MCPError, link: _Link) -> bool:

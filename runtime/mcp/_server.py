@@ -15,13 +15,27 @@ turn: a slow client slows the tool down. When the runtime keeps artifacts (`Arti
 result over its limit goes out as its preview and a `resource_link` to `artifact://art_...`,
 and the server declares `resources` and serves `resources/list` and `resources/read` of the
 artifacts of the request's principal (its verified token's); an anonymous client of the
-handshake era sees only those its own session made. A handle that is not the reader's, or that
-expired, is `-32602` "Resource not found" with the URI in its data (SEP-2164).
+handshake era sees only those its own session made, through `resources/*` and the artifact
+tools alike; an anonymous request with no session (2026-07-28, stateless) lists none and reads
+one only by the handle its result gave it. A handle that is not the reader's, or that expired,
+is `-32602` "Resource not found" with the URI in its data (SEP-2164). Reads are bounded: the
+artifacts being read at once hold at most `max_read_bytes` (a read waits for room), however many
+clients read a large one together.
+
+A client's idempotency key (`_meta` `idempotency_key`, or `idempotencyKey`) becomes the call's
+metadata `idempotency_key`: a tool with `Dedupe` answers a repeated `tools/call` with that key
+(within its principal) from its journal, without running again.
+
+Per-principal state is bounded: a principal's view is made on its first request and kept while
+it is used, at most `max_views` of them (the least recently used goes first) and none idle for
+longer than `view_idle` seconds.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
+import hashlib
 import importlib.metadata
 import logging
 import warnings
@@ -46,18 +60,34 @@ from mcp_types import INVALID_PARAMS
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..engine import Runtime
+from ..engine import READ_TOOLS, Runtime
 from ..exceptions import ArtifactMissing, RuntimeClosed
 from ..messages import ResourceLinkPart, ToolCall, ToolResult, ToolSuccess
 from ..tools import LOG_LEVELS, CallContext, asking, reporting
 from ._asking import ServedAsker
 from ._server_catalog import Catalog, error_result, plain_result
+from ._server_reads import ReadBudget
 
-__all__ = ["DEFAULT_NAME", "ServedRuntime", "serve_stdio", "trace_metadata"]
+__all__ = [
+    "DEFAULT_MAX_READ_BYTES",
+    "DEFAULT_MAX_VIEWS",
+    "DEFAULT_NAME",
+    "DEFAULT_VIEW_IDLE",
+    "ServedRuntime",
+    "call_metadata",
+    "serve_stdio",
+    "trace_metadata",
+]
 
 log = logging.getLogger("runtime.mcp")
 
 DEFAULT_NAME = "tool-runtime"
+DEFAULT_MAX_VIEWS = 1024  # principals' views kept at once
+DEFAULT_VIEW_IDLE = 600.0  # seconds an unused principal's view is kept
+DEFAULT_MAX_READ_BYTES = 64 << 20  # bytes of artifacts read at once (resources/read)
+IDEMPOTENCY_KEYS = ("idempotency_key", "idempotencyKey")  # where a client's key may be in `_meta`
+_LONG_KEY = 128  # a longer key is kept as its digest
+READ_COPIES = 3  # what a read holds at its peak, in copies of the artifact: its text, JSON, the bytes written
 _ARTIFACT = "artifact://"
 _NOTIFY_TIMEOUT = 5.0  # seconds one slow client may hold up a list_changed fan-out
 _W3C = TraceContextTextMapPropagator()
@@ -97,6 +127,8 @@ class ServedRuntime:
     Attributes:
         server: the SDK's low-level server; run it over any transport while
             `announce_changes` runs beside it.
+        reading: the bytes of artifacts being served at once (`resources/read`); an HTTP app
+            tells it what it writes (`CountSent`).
     """
 
     def __init__(
@@ -107,10 +139,17 @@ class ServedRuntime:
         instructions: str | None = None,
         sse_poll_after: float | None = None,
         view_of: Callable[[str | None], Any] | None = None,
+        max_views: int = DEFAULT_MAX_VIEWS,
+        view_idle: float = DEFAULT_VIEW_IDLE,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
     ) -> None:
         self._rt = rt
         self._view_of = view_of
-        self._views: dict[str | None, Any] = {}  # principal -> its view, made once
+        # principal -> (its view, when last used), least recently used first
+        self._views: collections.OrderedDict[str | None, tuple[Any, float]] = collections.OrderedDict()
+        self._max_views = max_views
+        self._view_idle = view_idle
+        self.reading = ReadBudget(max_read_bytes)
         self._poll_after = sse_poll_after
         self._catalog = Catalog(rt)
         self._bus = InMemorySubscriptionBus()
@@ -164,14 +203,21 @@ class ServedRuntime:
         principal = principal_of_token(get_access_token())
         if principal is None and self._view_of is None:
             return None
-        view = self._views.get(principal)
-        if view is None:
+        views, now = self._views, trio.current_time()
+        held = views.get(principal)
+        if held is None:
             view = (
                 self._view_of(principal)
                 if self._view_of is not None
                 else self._rt.scoped(principal=principal)
             )
-            self._views[principal] = view
+        else:
+            view = held[0]
+            views.move_to_end(principal)
+        views[principal] = (view, now)
+        idle = now - self._view_idle
+        while len(views) > self._max_views or next(iter(views.values()))[1] < idle:
+            views.popitem(last=False)  # the least recently used (never this one: it is the newest)
         return view
 
     async def _call_tool(
@@ -184,6 +230,11 @@ class ServedRuntime:
         served = self._catalog.get(params.name) if listed else None
         if not listed:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {registry.missing_message(params.name)}")
+        if params.name in READ_TOOLS and self._rt.artifacts is not None:
+            _, own, _ = self._reader(ctx)
+            handle = (params.arguments or {}).get("handle")
+            if own is not None and handle not in own:  # an anonymous session reads only its own
+                return error_result(f"Error: no artifact {handle} was made in this session")
         call = ToolCall(
             id=f"mcp-{ctx.request_id}" if ctx.request_id is not None else "mcp",
             name=params.name,
@@ -224,11 +275,11 @@ class ServedRuntime:
             ):
                 close = ctx.close_sse_stream
                 if close is None or self._poll_after is None:
-                    result = await caller.call(call, metadata=trace_metadata(params.meta))
+                    result = await caller.call(call, metadata=call_metadata(params.meta))
                 else:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(_release_stream, close, self._poll_after)
-                        result = await caller.call(call, metadata=trace_metadata(params.meta))
+                        result = await caller.call(call, metadata=call_metadata(params.meta))
                         nursery.cancel_scope.cancel()
         except RuntimeClosed as exc:
             return error_result(f"Error: {exc}")
@@ -257,22 +308,27 @@ class ServedRuntime:
                 made = self._made[connection] = set()
             made.update(handles)
 
-    def _reader(self, ctx: ServerRequestContext[Any]) -> tuple[str | None, set[str] | None]:
-        """Whose artifacts this request reads (the principal its calls run for), and, for an
-        anonymous session of the handshake era, the only handles it may read (its own)."""
+    def _reader(self, ctx: ServerRequestContext[Any]) -> tuple[str | None, set[str] | None, bool]:
+        """Whose artifacts this request reads (the principal its calls run for); for an anonymous
+        session of the handshake era, the only handles it may read (its own); and whether it may
+        list them (an anonymous request with no session may not: nothing says which are its own)."""
         view = self._view()
         principal = getattr(view, "principal", None) if view is not None else None
+        if principal is not None:
+            return principal, None, True
         connection = _connection_of(ctx.session)  # one per client; a session object per request
-        if principal is None and connection in self._handshakes:
-            return None, self._made.get(connection, set())
-        return principal, None
+        if connection in self._handshakes:
+            return None, self._made.get(connection, set()), True
+        return None, None, False
 
     async def _list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         store = self._rt.artifacts
         assert store is not None  # served only with artifacts
-        principal, own = self._reader(ctx)
+        principal, own, may_list = self._reader(ctx)
+        if not may_list:
+            return types.ListResourcesResult(resources=[])
         listed = [
             types.Resource(
                 uri=info.uri,
@@ -297,23 +353,34 @@ class ServedRuntime:
         assert store is not None  # served only with artifacts
         uri = str(params.uri)
         handle = uri.removeprefix(_ARTIFACT)
-        principal, own = self._reader(ctx)
+        principal, own, _ = self._reader(ctx)
         try:
             if not uri.startswith(_ARTIFACT):
                 raise ArtifactMissing(f"{uri} is not an artifact of this server (artifact://art_...)")
             if own is not None and handle not in own:
                 raise ArtifactMissing(f"no artifact {handle} was made in this session")
             info = await store.info(principal, handle)
-            data = await store.read(principal, handle)
+            # room among the reads under way (a whole artifact is joined, then encoded and written
+            # by the SDK: six readers of 40 MiB grew the server by 500-900 MiB): `ReadBudget`
+            held = await self.reading.take(info.size * READ_COPIES)
+            try:
+                data = await store.read(principal, handle)
+            except BaseException:
+                self.reading.give(held)
+                raise
         except ArtifactMissing as exc:
             raise MCPError(INVALID_PARAMS, f"Resource not found: {exc}", {"uri": uri}) from None
         contents: types.TextResourceContents | types.BlobResourceContents
         if isinstance(data, str):
             contents = types.TextResourceContents(uri=uri, mime_type=info.mime_type, text=data)
         else:
-            contents = types.BlobResourceContents(
-                uri=uri, mime_type=info.mime_type, blob=base64.b64encode(data).decode("ascii")
-            )
+            blob = base64.b64encode(data).decode("ascii")
+            del data
+            contents = types.BlobResourceContents(uri=uri, mime_type=info.mime_type, blob=blob)
+        if self.reading.counts_sent:  # given back as the HTTP app writes the response
+            self.reading.owe(held, info.size)
+        else:  # given back once the SDK lets go of it
+            weakref.finalize(contents, self.reading.give, held)
         return types.ReadResourceResult(contents=[contents])
 
     async def _set_level(
@@ -366,6 +433,22 @@ async def _release_stream(close: Any, after: float) -> None:
 def _connection_of(session: ServerSession) -> Any:
     """The connection a request's session belongs to (one per client; private in the SDK)."""
     return getattr(session, "_connection", session)
+
+
+def call_metadata(meta: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """A served call's metadata from its request's `_meta`: the W3C trace context it continues
+    (`trace_metadata`) and the client's idempotency key, if it sent one (a key longer than 128
+    characters is kept as its SHA-256)."""
+    metadata = trace_metadata(meta)
+    if meta is not None:
+        for name in IDEMPOTENCY_KEYS:
+            key = meta.get(name)
+            if isinstance(key, str) and key:
+                if len(key) > _LONG_KEY:
+                    key = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+                metadata = {**metadata, "idempotency_key": key} if metadata else {"idempotency_key": key}
+                break
+    return metadata
 
 
 def trace_metadata(meta: Mapping[str, Any] | None) -> dict[str, str] | None:

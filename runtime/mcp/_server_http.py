@@ -56,7 +56,8 @@ from starlette.types import ASGIApp
 from ..engine import Runtime
 from ._http_limits import DEFAULT_LOG_INTERVAL, BoundBodies, LogRefusals, RefusalLog
 from ._http_sessions import FairSessions
-from ._server import DEFAULT_NAME, ServedRuntime
+from ._server import DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_VIEWS, DEFAULT_NAME, DEFAULT_VIEW_IDLE, ServedRuntime
+from ._server_reads import CountSent
 
 __all__ = ["StaticToken", "Tokens", "serve_http"]
 
@@ -71,25 +72,35 @@ BODY_BUFFER_BODIES = 16  # max_body_buffer defaults to this many bodies of max_b
 DEFAULT_SESSION_IDLE_TIMEOUT = 30 * 60.0
 RETRY_INTERVAL_MS = 1000  # what SSE clients are told to wait before they reconnect
 MAX_STORED_EVENTS = 10_000  # events kept for clients that reconnect with Last-Event-ID
+MAX_STORED_BYTES = 32 << 20  # and the most they may weigh together (the newest is always kept)
+_WEIGHED_NODES = 10_000  # values looked at to weigh one message (a larger one weighs as many MiB)
 
 
 class RecentEvents(EventStore):
-    """The last `limit` SSE events of every stream, so a client that lost its stream resumes it.
+    """The last SSE events of every stream, so a client that lost its stream resumes it.
 
-    Bounded: the oldest events go first; a client that comes back later than that gets what is left.
+    Bounded twice: at most `limit` events, and at most `max_bytes` of them (as their strings
+    weigh; the newest one is kept whatever it weighs). The oldest go first; a client that comes
+    back later than that gets what is left. (Counted in events only, ten thousand responses to
+    `resources/read` of a 40 MiB artifact were 400 GB.)
     """
 
-    def __init__(self, limit: int = MAX_STORED_EVENTS) -> None:
+    def __init__(self, limit: int = MAX_STORED_EVENTS, max_bytes: int = MAX_STORED_BYTES) -> None:
         self._limit = limit
-        self._events: dict[EventId, tuple[StreamId, JSONRPCMessage | None]] = {}
+        self._max_bytes = max_bytes
+        self._events: dict[EventId, tuple[StreamId, JSONRPCMessage | None, int]] = {}
         self._next = 0
+        self.bytes = 0
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         self._next += 1
         event_id = str(self._next)
-        self._events[event_id] = (stream_id, message)
-        if len(self._events) > self._limit:
-            del self._events[next(iter(self._events))]
+        weight = _weight(message)
+        self._events[event_id] = (stream_id, message, weight)
+        self.bytes += weight
+        events = self._events
+        while len(events) > self._limit or (self.bytes > self._max_bytes and len(events) > 1):
+            self.bytes -= events.pop(next(iter(events)))[2]
         return event_id
 
     async def replay_events_after(
@@ -100,10 +111,36 @@ class RecentEvents(EventStore):
             return None
         stream_id = found[0]
         after = int(last_event_id)
-        for event_id, (stream, message) in list(self._events.items()):
+        for event_id, (stream, message, _) in list(self._events.items()):
             if stream == stream_id and int(event_id) > after and message is not None:
                 await send_callback(EventMessage(message, event_id))
         return stream_id
+
+
+def _weight(message: Any) -> int:
+    """About how many bytes a message holds: its strings' lengths, its other values 8 each,
+    found by a walk of at most `_WEIGHED_NODES` values (never an encoding of it)."""
+    if message is None:
+        return 0
+    stack: list[Any] = [getattr(message, name, None) for name in ("result", "params", "error")]
+    weight, seen = 64, 0
+    while stack and seen < _WEIGHED_NODES:
+        value = stack.pop()
+        seen += 1
+        if isinstance(value, str | bytes):
+            weight += len(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+            weight += 8 * len(value)
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif hasattr(value, "__dict__"):  # a model the SDK has not dumped
+            stack.extend(vars(value).values())
+        else:
+            weight += 8
+    if stack:
+        weight += len(stack) << 20
+    return weight
 
 
 class StaticToken:
@@ -185,6 +222,9 @@ async def serve_http(
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
     sse_poll_after: float | None = None,
     log_interval: float = DEFAULT_LOG_INTERVAL,
+    max_views: int = DEFAULT_MAX_VIEWS,
+    view_idle: float = DEFAULT_VIEW_IDLE,
+    max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
     name: str = DEFAULT_NAME,
     instructions: str | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
@@ -224,6 +264,12 @@ async def serve_http(
         sse_poll_after: a call still running after this many seconds closes its SSE stream, and
             the client polls for the rest (SEP-1699: no connection held by a long call; the
             SDK offers it to 2025-11-25 sessions); None: streams stay open.
+        max_views: the most principals' views kept at once (the least recently used goes first;
+            a principal's next request makes it again).
+        view_idle: seconds an unused principal's view is kept.
+        max_read_bytes: the most memory `resources/read` may hold at once, each read counted as
+            three copies of its artifact (its text, its JSON, the bytes written); a read waits for
+            room, and one larger than this is served alone.
         log_interval: after a refused request is logged, more refusals within this many seconds
             make one line at its end (with their count), not one each.
         name: the server's name in the handshake.
@@ -249,6 +295,9 @@ async def serve_http(
         ("max_sessions_per_principal", max_sessions_per_principal),
         ("session_idle_timeout", session_idle_timeout),
         ("log_interval", log_interval),
+        ("max_views", max_views),
+        ("view_idle", view_idle),
+        ("max_read_bytes", max_read_bytes),
     ):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError(f"serve_http {option} must be a positive number, not {value!r}")
@@ -259,7 +308,14 @@ async def serve_http(
             f"serve_http sse_poll_after must be a positive number or None, not {sse_poll_after!r}"
         )
     served = ServedRuntime(
-        rt, name=name, instructions=instructions, sse_poll_after=sse_poll_after, view_of=view_of
+        rt,
+        name=name,
+        instructions=instructions,
+        sse_poll_after=sse_poll_after,
+        view_of=view_of,
+        max_views=max_views,
+        view_idle=view_idle,
+        max_read_bytes=max_read_bytes,
     )
     verifier: TokenVerifier | None = StaticToken(token) if token is not None else token_verifier
     if verifier is not None and auth is None:
@@ -282,7 +338,7 @@ async def serve_http(
     refusals = RefusalLog(log, log_interval)
     app: ASGIApp = LogRefusals(
         BoundBodies(
-            _starlette_app(sessions, path, verifier, auth),
+            CountSent(_starlette_app(sessions, path, verifier, auth), served.reading),
             read_timeout=read_timeout,
             max_buffered=int(max_body_buffer),
         ),

@@ -24,17 +24,27 @@ import collections
 import hashlib
 import math
 import re
+import time
 from collections.abc import Callable, Generator
 from typing import Any, Final
 
 import msgspec
+import re2
 import trio
 
 from .._flows import drive, now
 from ..exceptions import ArtifactMissing
 from ._memory import MemoryStore
 
-__all__ = ["CHUNK", "INLINE", "ArtifactInfo", "ArtifactMatch", "ArtifactStore", "is_handle"]
+__all__ = [
+    "CHUNK",
+    "INLINE",
+    "ArtifactInfo",
+    "ArtifactMatch",
+    "ArtifactStore",
+    "compile_pattern",
+    "is_handle",
+]
 
 CHUNK: Final = 1 << 20
 """Characters of a text, or bytes of binary data, per stored chunk."""
@@ -46,6 +56,8 @@ _HANDLE = re.compile(r"^art_[0-9a-f]{24}$")
 _SAFE_PRINCIPAL = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _PER_THREAD = 1  # chunks encoded and hashed per trip to a worker thread: the loop waits less for the GIL
 _GONE_KEPT = 10_000  # handles remembered as expired or dropped (to say so, not just "unknown")
+_PATTERN_CHARS = 4096  # the longest pattern `grep` takes
+_PATTERN_MEMORY = 8 << 20  # bytes RE2 may use for one compiled pattern
 
 
 def is_handle(text: str) -> bool:
@@ -111,7 +123,15 @@ class ArtifactStore:
         ttl: seconds an artifact is kept.
         max_bytes: the most all the artifacts this store keeps may hold together.
         chunk: characters (a text) or bytes per stored chunk.
-        clock: the clock of `created` / `expires` and of this store's own accounting (trio's).
+        clock: the clock of `created` / `expires` and of this store's own accounting: trio's
+            for a MemoryStore (MockClock moves it), the wall clock for a store that outlives
+            the process (its artifacts mean the same after a restart).
+
+    The cap holds under concurrent keeping: a keeping counts its bytes before it writes any
+    (room is made for it first; when the keepings under way leave none, it is cut instead), and
+    identical results kept at once are one artifact, counted once. A store that outlives the
+    process (a folder, SQLite, Redis) is read once, on the first keeping, so the cap counts what
+    earlier runs left there too.
     """
 
     def __init__(
@@ -130,13 +150,17 @@ class ArtifactStore:
         self.ttl = float(ttl)
         self.max_bytes = max_bytes
         self.chunk = chunk
-        self._clock = clock if clock is not None else trio.current_time
+        self._clock = clock if clock is not None else (trio.current_time if self.local else time.time)
         self._kept: collections.OrderedDict[tuple[str, str], tuple[int, int, float]] = (
             collections.OrderedDict()
         )  # (scope, handle) -> (bytes, chunks, expires): what this store kept, oldest first
         self._gone: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
+        self._keeping: dict[tuple[str, str], trio.Event] = {}  # keepings under way, set when done
+        self._loading: trio.Event | None = None  # the first keeping reads what the store holds
+        self._loaded = self.local  # a MemoryStore of its own holds nothing from before
         self.total = 0
-        """Bytes held by the artifacts this store kept (and that have not expired or been dropped)."""
+        """Bytes held by the artifacts this store kept (and that have not expired or been dropped),
+        and by those being kept now."""
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -179,41 +203,95 @@ class ArtifactStore:
         scope = _scope(principal)
         handle = "art_" + hasher.hexdigest()[:24]
         meta_key = _meta_key(scope, handle)
-        known = yield from self._step(self.store.get(meta_key))
-        if known is not None:  # kept already (content-addressed): the same artifact
-            found: ArtifactInfo = _info_decoder.decode(known)
-            return found
-        now = self._clock()
-        yield from self._make_room(size, now)
-        ttl = self.ttl
-        for i, piece in enumerate(pieces):
-            yield from self._step(self.store.set(_data_key(scope, handle, i), piece, ttl))
-        info = ArtifactInfo(
-            handle=handle,
-            size=size,
-            chars=len(data) if text else None,
-            mime_type=mime_type,
-            created=now,
-            expires=now + ttl,
-            chunk=chunk,
-            chunks=count,
-        )
-        yield from self._step(self.store.set(meta_key, _info_encoder.encode(info), ttl))
-        self._kept[(scope, handle)] = (size, count, now + ttl)
-        self._gone.pop((scope, handle), None)
-        self.total += size
-        return info
+        key = (scope, handle)
+        if not self._loaded:
+            yield from self._load()
+        while (under_way := self._keeping.get(key)) is not None:  # the same, being kept: its result
+            yield under_way.wait()
+        done = self._keeping[key] = trio.Event()  # before anything is awaited: one keeping a key
+        kept = counted = False
+        try:
+            known = yield from self._step(self.store.get(meta_key))
+            if known is not None:  # kept already (content-addressed): the same artifact
+                found: ArtifactInfo = _info_decoder.decode(known)
+                kept = True
+                return found
+            self.total += size  # counted before any write: concurrent keepings see it
+            counted = True
+            now = self._clock()
+            yield from self._make_room(now)
+            if self.total > self.max_bytes:
+                raise ValueError(
+                    f"no room for an artifact of {size} bytes: the ones being kept now hold the rest "
+                    f"of the store's {self.max_bytes}"
+                )
+            ttl = self.ttl
+            for i, piece in enumerate(pieces):
+                yield from self._step(self.store.set(_data_key(scope, handle, i), piece, ttl))
+            info = ArtifactInfo(
+                handle=handle,
+                size=size,
+                chars=len(data) if text else None,
+                mime_type=mime_type,
+                created=now,
+                expires=now + ttl,
+                chunk=chunk,
+                chunks=count,
+            )
+            yield from self._step(self.store.set(meta_key, _info_encoder.encode(info), ttl))
+            self._kept[key] = (size, count, now + ttl)
+            self._gone.pop(key, None)
+            kept = True
+            return info
+        finally:
+            if counted and not kept:  # refused, failed or stopped: its bytes are not held (chunks expire)
+                self.total -= size
+            del self._keeping[key]
+            done.set()
 
-    def _make_room(self, size: int, now: float) -> Generator[Any, Any, None]:
-        """Drop what expired, then the oldest, until `size` more bytes fit under `max_bytes`."""
+    def _load(self) -> Generator[Any, Any, None]:
+        """Count what the store holds from before this process (once; the first keeping waits)."""
+        loading = self._loading
+        if loading is not None:
+            yield loading.wait()
+            return
+        loading = self._loading = trio.Event()
+        try:
+            found: list[tuple[str, ArtifactInfo]] = []
+            for meta_key in (yield from self._step(self.store.keys("artifact:"))):
+                data = yield from self._step(self.store.get(meta_key))
+                if data is not None:
+                    try:
+                        found.append((meta_key.split(":", 2)[1], _info_decoder.decode(data)))
+                    except msgspec.DecodeError:  # not ours, or cut short: not counted
+                        continue
+            found.sort(key=lambda item: item[1].created)
+            kept = self._kept
+            for scope, info in found:
+                key = (scope, info.handle)
+                if key not in kept:
+                    kept[key] = (info.size, info.chunks, info.expires)
+                    kept.move_to_end(key, last=False)  # older than what this process kept
+                    self.total += info.size
+            self._loaded = True
+        finally:
+            self._loading = None if not self._loaded else loading
+            loading.set()
+
+    def _make_room(self, now: float) -> Generator[Any, Any, None]:
+        """Drop what expired, then the oldest, until `total` (the new one counted) fits under
+        `max_bytes`, or nothing kept is left to drop."""
         kept = self._kept
         for key in [k for k, (_, _, expires) in kept.items() if expires <= now]:
             yield from self._drop(key, "expired")
-        while kept and self.total + size > self.max_bytes:
+        while kept and self.total > self.max_bytes:
             yield from self._drop(next(iter(kept)), "dropped")
 
     def _drop(self, key: tuple[str, str], why: str) -> Generator[Any, Any, None]:
-        size, count, _ = self._kept.pop(key)
+        entry = self._kept.pop(key, None)
+        if entry is None:  # another keeping dropped it meanwhile
+            return
+        size, count, _ = entry
         self.total -= size
         self._remember(key, why)
         scope, handle = key
@@ -296,22 +374,32 @@ class ArtifactStore:
         scope = _scope(principal)
         chunk = info.chunk
         first, last = offset // chunk, (end - 1) // chunk
-        pieces: list[bytes] = []
+        start = offset - first * chunk
+        pieces: list[Any] = []
         for i in range(first, last + 1):
             piece = await self.store.get(_data_key(scope, handle, i))
             if piece is None:  # expired between the description and this chunk
                 raise ArtifactMissing(self._why_missing(scope, handle))
-            pieces.append(piece)
-        start = offset - first * chunk
-        if info.is_text:
-            return "".join(p.decode() for p in pieces)[start : start + end - offset]
-        return b"".join(pieces)[start : start + end - offset]
+            # each chunk cut to what is read (and a text's decoded) as it comes: the whole is
+            # joined once, never held twice beside its chunks
+            lo = start if i == first else 0
+            hi = end - i * chunk if i == last else None
+            if info.is_text:
+                text = piece.decode()
+                pieces.append(text[lo:hi] if lo or hi is not None else text)
+            else:
+                pieces.append(piece[lo:hi] if lo or hi is not None else piece)
+            del piece
+        if len(pieces) == 1:
+            return pieces[0]  # type: ignore[no-any-return]
+        return "".join(pieces) if info.is_text else b"".join(pieces)
 
     async def grep(
         self, principal: str | None, handle: str, pattern: str, *, max_matches: int = 50, max_line: int = 200
     ) -> list[ArtifactMatch]:
-        """The lines of a text artifact in which `pattern` (a Python regular expression) is found,
-        first to last, at most `max_matches`; each line cut to `max_line` characters.
+        """The lines of a text artifact in which `pattern` (an RE2 regular expression, searched in
+        time linear in the text: see `compile_pattern`) is found, first to last, at most
+        `max_matches`; each line cut to `max_line` characters.
 
         Raises:
             ArtifactMissing: see `info`.
@@ -320,10 +408,7 @@ class ArtifactStore:
         info = await self.info(principal, handle)
         if not info.is_text:
             raise ValueError(f"artifact {handle} is binary ({info.mime_type}); only a text can be searched")
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"the pattern {pattern!r} is not a regular expression: {exc}") from None
+        regex = compile_pattern(pattern)
         scope = _scope(principal)
         scan = _Scan(regex, max_matches, max_line)
         for i in range(info.chunks):
@@ -364,10 +449,35 @@ class ArtifactStore:
         return {"artifacts": len(self._kept), "bytes": self.total}
 
 
+def compile_pattern(pattern: str) -> Any:
+    """`pattern` compiled by RE2 (google-re2), whose searches take time linear in the text: a
+    model's pattern is not trusted code, and Python's backtracking `re` took seconds to hours on
+    one short line for `(.*){5}!`, with the whole event loop frozen meanwhile. RE2 has no
+    backreferences nor lookaround; its compiled form is capped at `_PATTERN_MEMORY` bytes.
+
+    Raises:
+        ValueError: the pattern is not one RE2 takes (or is too large); the message says why.
+    """
+    if len(pattern) > _PATTERN_CHARS:
+        raise ValueError(f"the pattern is {len(pattern):,} characters; at most {_PATTERN_CHARS:,}")
+    options = re2.Options()
+    options.max_mem = _PATTERN_MEMORY
+    options.log_errors = False
+    options.never_capture = True
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ValueError(
+            f"the pattern {pattern!r} is not a regular expression RE2 takes ({reason}; RE2 has no "
+            "backreferences nor lookaround)"
+        ) from None
+
+
 class _Scan:
     """A search over a text's chunks: a line cut by a chunk's end is completed by the next one."""
 
-    def __init__(self, regex: re.Pattern[str], max_matches: int, max_line: int) -> None:
+    def __init__(self, regex: Any, max_matches: int, max_line: int) -> None:
         self.regex = regex
         self.max_matches = max_matches
         self.max_line = max_line

@@ -1,11 +1,15 @@
-"""A store that keeps working when its real store does not: memory while the primary is down."""
+"""A store that keeps working when its real store does not: memory while the primary is down,
+and never waited out by a call whose deadline it would cost."""
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any
+
+import trio
 
 from ._memory import MemoryStore
 from ._protocol import Store, StoreError
@@ -14,73 +18,240 @@ __all__ = ["DegradingStore"]
 
 log = logging.getLogger("runtime.stores")
 
-T = TypeVar("T")
+_ADDED = ("added",)  # a claim taken in the fallback: never copied (a delete of it cancels out)
+_DELETED = ("deleted",)  # a key deleted in the fallback: deleted in the primary too
 
 
-class DegradingStore:
-    """`primary`, or `fallback` (a MemoryStore) while the primary fails.
+class _Steps:
+    """The store's steps, written once over `_step(op, *args)` (a `DegradingStore`'s, or a call's
+    view of it, `DegradingStore.within`)."""
+
+    async def _step(self, op: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    async def get(self, key: str) -> bytes | None:
+        value: bytes | None = await self._step("get", key)
+        return value
+
+    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        await self._step("set", key, value, ttl)
+
+    async def add(self, key: str, value: bytes, ttl: float | None = None) -> bool:
+        added: bool = await self._step("add", key, value, ttl)
+        return added
+
+    async def delete(self, key: str) -> bool:
+        deleted: bool = await self._step("delete", key)
+        return deleted
+
+    async def delete_prefix(self, prefix: str) -> int:
+        count: int = await self._step("delete_prefix", prefix)
+        return count
+
+    async def keys(self, prefix: str) -> list[str]:
+        found: list[str] = await self._step("keys", prefix)
+        return found
+
+    async def incr(self, key: str, amount: int = 1, ttl: float | None = None) -> int:
+        value: int = await self._step("incr", key, amount, ttl)
+        return value
+
+    async def take(self, key: str, rate: float, burst: float, cost: float = 1.0) -> float:
+        wait: float = await self._step("take", key, rate, burst, cost)
+        return wait
+
+
+class DegradingStore(_Steps):
+    """`primary`, or `fallback` (a MemoryStore) while the primary fails or is too slow.
 
     A failed step (StoreError, OSError, a timeout) is answered by the fallback, counted in
     `failures` and logged once per outage; for `retry_after` seconds every step goes to the
     fallback, then the primary is tried again. So a Redis outage costs the runtime its shared
     state (each process counts alone for a while), never its calls.
+
+    A call's steps go through `within(deadline)`: each waits for the primary at most `share` of
+    the time the call has left (never less than `min_step`, never more than `step_timeout`), so
+    a primary that hangs (a Redis stopped, an SQLite file another connection locked) is never
+    waited out: the step is answered by the fallback, counted, and that call's later steps go
+    to the fallback at once. A primary that answered nothing for `step_timeout` while it was
+    asked is down for everyone, as if it had failed.
+
+    What the fallback wrote meanwhile (`set`, `delete`, `delete_prefix`) is copied to the primary
+    when it answers again, before any other step reaches it: a dedupe journal written while Redis
+    was down is there once it is back, and a replay does not run the tool again. Counters,
+    token buckets and claims are not copied: they start afresh (a claim expires on its own).
     """
 
-    def __init__(self, primary: Store, fallback: Store | None = None, *, retry_after: float = 5.0) -> None:
+    def __init__(
+        self,
+        primary: Store,
+        fallback: Store | None = None,
+        *,
+        retry_after: float = 5.0,
+        step_timeout: float = 1.0,
+        share: float = 0.1,
+        min_step: float = 0.05,
+        max_pending: int = 100_000,
+    ) -> None:
         self.primary = primary
         self.fallback: Store = fallback if fallback is not None else MemoryStore(clock=time.monotonic)
         self.retry_after = retry_after
+        self.step_timeout = step_timeout
+        self.share = share
+        self.min_step = min_step
+        self.max_pending = max_pending
         self.failures = 0
+        """Steps the primary did not answer (failed, or too slow for their call): the fallback did."""
+        self.copied = 0
+        """Writes of the fallback copied to the primary once it answered again."""
         self._down_until: float | None = None
+        self._unanswered_since: float | None = None  # asked, and no answer since (time.monotonic)
+        # what the fallback wrote, to copy to the primary: key -> (value, expires) | _ADDED | _DELETED
+        self._pending: collections.OrderedDict[str, tuple[Any, ...]] = collections.OrderedDict()
+        self._prefixes: collections.deque[str] = collections.deque()  # delete_prefix, in order
+        self._copying = trio.Lock()
+        self._dropped = False
 
     @property
     def degraded(self) -> bool:
         """True while steps go to the fallback."""
         return self._down_until is not None
 
-    async def _do(self, step: Callable[[Store], Awaitable[T]]) -> T:
+    def within(self, deadline: float) -> Store:
+        """This store as one call's steps see it: the call must end by `deadline` (trio time;
+        inf: no limit of its own), and none of its steps waits out a primary that does not
+        answer (see the class)."""
+        return _CallSteps(self, deadline)
+
+    async def _step(self, op: str, *args: Any) -> Any:
+        return await self._do(op, args, None)
+
+    async def _do(self, op: str, args: tuple[Any, ...], call: _CallSteps | None) -> Any:
         down = self._down_until
-        if down is not None and time.monotonic() < down:
-            return await step(self.fallback)
+        if (down is not None and time.monotonic() < down) or (call is not None and call.down):
+            return await self._fallback(op, args)
+        limit = math.inf if call is None else call.limit()
+        if self._unanswered_since is None:
+            self._unanswered_since = time.monotonic()
         try:
-            value = await step(self.primary)
+            with trio.move_on_after(limit) as cut:
+                if self._pending or self._prefixes:
+                    await self._copy()
+                value = await getattr(self.primary, op)(*args)
         except (StoreError, OSError, TimeoutError) as exc:
+            self._down(exc)
+            return await self._fallback(op, args)
+        if cut.cancelled_caught:  # too slow for this call: down for it, counted
+            assert call is not None  # only a call's steps have a limit
+            call.down = True
             self.failures += 1
-            if self._down_until is None:
-                log.warning("store %s failed (%s); using memory for now", type(self.primary).__name__, exc)
-            self._down_until = time.monotonic() + self.retry_after
-            return await step(self.fallback)
+            since = self._unanswered_since
+            if since is not None and time.monotonic() - since >= self.step_timeout:
+                self.failures -= 1  # counted once, by `_down`
+                self._down(StoreError(f"no answer for {self.step_timeout:g}s"))
+            return await self._fallback(op, args)
+        self._unanswered_since = None
         if down is not None:
             log.warning("store %s answers again", type(self.primary).__name__)
             self._down_until = None
         return value
 
-    async def get(self, key: str) -> bytes | None:
-        return await self._do(lambda s: s.get(key))
+    def _down(self, exc: BaseException) -> None:
+        self.failures += 1
+        if self._down_until is None:
+            log.warning("store %s failed (%s); using memory for now", type(self.primary).__name__, exc)
+        self._down_until = time.monotonic() + self.retry_after
 
-    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
-        await self._do(lambda s: s.set(key, value, ttl))
+    async def _fallback(self, op: str, args: tuple[Any, ...]) -> Any:
+        value = await getattr(self.fallback, op)(*args)
+        pending = self._pending
+        if op == "set":
+            key, data, ttl = args
+            pending[key] = (data, None if ttl is None else time.monotonic() + ttl)
+            pending.move_to_end(key)
+        elif op == "add":
+            if value and args[0] not in pending:
+                pending[args[0]] = _ADDED
+        elif op == "delete":
+            key = args[0]
+            if pending.get(key) is _ADDED:
+                del pending[key]  # claimed and let go while down: nothing for the primary
+            else:
+                pending[key] = _DELETED
+                pending.move_to_end(key)
+        elif op == "delete_prefix":
+            prefix = args[0]
+            for key in [k for k in pending if k.startswith(prefix)]:
+                del pending[key]
+            self._prefixes.append(prefix)
+        else:
+            return value
+        while len(pending) > self.max_pending:
+            pending.popitem(last=False)
+            if not self._dropped:
+                self._dropped = True
+                log.warning(
+                    "store %s: more than %d writes waiting to be copied back; the oldest are dropped",
+                    type(self.primary).__name__,
+                    self.max_pending,
+                )
+        return value
 
-    async def add(self, key: str, value: bytes, ttl: float | None = None) -> bool:
-        return await self._do(lambda s: s.add(key, value, ttl))
-
-    async def delete(self, key: str) -> bool:
-        return await self._do(lambda s: s.delete(key))
-
-    async def delete_prefix(self, prefix: str) -> int:
-        return await self._do(lambda s: s.delete_prefix(prefix))
-
-    async def keys(self, prefix: str) -> list[str]:
-        return await self._do(lambda s: s.keys(prefix))
-
-    async def incr(self, key: str, amount: int = 1, ttl: float | None = None) -> int:
-        return await self._do(lambda s: s.incr(key, amount, ttl))
-
-    async def take(self, key: str, rate: float, burst: float, cost: float = 1.0) -> float:
-        return await self._do(lambda s: s.take(key, rate, burst, cost))
+    async def _copy(self) -> None:
+        """Copy the fallback's writes to the primary, oldest first, once (one copier at a time;
+        what is copied leaves the list, so a copy cut short goes on at the next step)."""
+        async with self._copying:
+            primary, pending, prefixes = self.primary, self._pending, self._prefixes
+            while prefixes:
+                await primary.delete_prefix(prefixes[0])
+                prefixes.popleft()
+                self.copied += 1
+            while pending:
+                key, entry = next(iter(pending.items()))
+                if entry is _DELETED:
+                    await primary.delete(key)
+                elif entry is not _ADDED:
+                    data, expires = entry
+                    ttl = None if expires is None else expires - time.monotonic()
+                    if ttl is None or ttl > 0:
+                        await primary.set(key, data, ttl)
+                if pending.get(key) is entry:  # not written again meanwhile
+                    del pending[key]
+                if entry is not _ADDED:
+                    self.copied += 1
+            if self._dropped:
+                self._dropped = False
+            log.info(
+                "store %s: the writes made while it was down are copied to it", type(self.primary).__name__
+            )
 
     async def aclose(self) -> None:
         try:
             await self.primary.aclose()
         finally:
             await self.fallback.aclose()
+
+
+class _CallSteps(_Steps):
+    """A `DegradingStore` as one call's steps see it (`DegradingStore.within`)."""
+
+    __slots__ = ("deadline", "down", "store")
+
+    def __init__(self, store: DegradingStore, deadline: float) -> None:
+        self.store = store
+        self.deadline = deadline
+        self.down = False  # a step got no answer in time: the rest of this call's go to the fallback
+
+    def limit(self) -> float:
+        """Seconds the next step may wait for the primary."""
+        store = self.store
+        left = self.deadline - trio.current_time()
+        if left == math.inf:
+            return store.step_timeout
+        return min(store.step_timeout, max(store.min_step, store.share * left))
+
+    async def _step(self, op: str, *args: Any) -> Any:
+        return await self.store._do(op, args, self)
+
+    async def aclose(self) -> None:  # pragma: no cover - a call's view closes nothing
+        pass

@@ -168,29 +168,33 @@ class RedisStore:
     async def _do(self, *args: bytes | str | int | float) -> Any:
         if self._closed:
             raise StoreError("the RedisStore is closed")
-        async with self._slots:
-            conn = self._pooled()
-            try:
-                with trio.fail_after(self.timeout):
-                    if conn is None:
-                        conn = await self._connect()
-                    reply = await conn.command(*args)
-            except _ReplyError as exc:
-                if conn is not None:  # an error reply leaves the connection in step
+        conn: _Connection | None = None
+        try:
+            # the wait for a pooled connection is part of the step's time: with the server hung
+            # and every connection taken, a step failed only after its turn came (4 s, not 1)
+            with trio.fail_after(self.timeout):
+                async with self._slots:
+                    conn = self._pooled()
+                    try:
+                        if conn is None:
+                            conn = await self._connect()
+                        reply = await conn.command(*args)
+                    except _ReplyError:
+                        if conn is not None:  # an error reply leaves the connection in step
+                            self._idle.append(conn)
+                        raise
+                    except BaseException:  # the connection's state is unknown: drop it
+                        if conn is not None:
+                            await trio.aclose_forcefully(conn.stream)
+                        raise
                     self._idle.append(conn)
-                raise StoreError(f"redis: {exc}") from exc
-            except BaseException as exc:  # the connection's state is unknown: drop it
-                if conn is not None:
-                    await trio.aclose_forcefully(conn.stream)
-                if isinstance(exc, trio.TooSlowError):
-                    raise StoreError(
-                        f"redis at {self.host}:{self.port} did not answer in {self.timeout}s"
-                    ) from None
-                if isinstance(exc, (OSError, ValueError, trio.BrokenResourceError)):  # a reset: broken
-                    raise StoreError(f"redis at {self.host}:{self.port}: {exc}") from exc
-                raise
-            self._idle.append(conn)
-            return reply
+                    return reply
+        except _ReplyError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+        except trio.TooSlowError:
+            raise StoreError(f"redis at {self.host}:{self.port} did not answer in {self.timeout}s") from None
+        except (OSError, ValueError, trio.BrokenResourceError) as exc:  # a reset: broken
+            raise StoreError(f"redis at {self.host}:{self.port}: {exc}") from exc
 
     def _key(self, key: str) -> str:
         return self.prefix + key

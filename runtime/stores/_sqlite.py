@@ -76,7 +76,11 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
 
-        return await trio.to_thread.run_sync(work, limiter=self._limiter)
+        # A step whose caller stops waiting (its call's deadline: `DegradingStore.within`) leaves
+        # its thread to end on its own: the file may be locked by another connection for the
+        # whole busy `timeout`, which no call has to wait out. The limiter stays held until the
+        # thread ends, so the connection is never used by two threads at once.
+        return await trio.to_thread.run_sync(work, limiter=self._limiter, abandon_on_cancel=True)
 
     @staticmethod
     def _value(db: sqlite3.Connection, key: str, now: float) -> bytes | None:

@@ -35,6 +35,7 @@ from ._options import ToolOptions as ToolOptions
 from ._placement import InProcess as InProcess
 from ._placement import Placement as Placement
 from ._placement import PlacementStatistics as PlacementStatistics
+from ._resilience import MAX_SECONDS as MAX_SECONDS
 from ._resilience import NEVER_RETRIED as NEVER_RETRIED
 from ._resilience import TRANSPORT as TRANSPORT
 from ._resilience import Budget as Budget
@@ -43,6 +44,8 @@ from ._resilience import CircuitBreaker as CircuitBreaker
 from ._resilience import Dedupe as Dedupe
 from ._resilience import RateLimit as RateLimit
 from ._resilience import Retry as Retry
+from ._resilience import RetryOn as RetryOn
+from ._resilience import check_fields as check_fields
 from ._toolset import ToolSet as ToolSet
 from ._toolset import tools_of as tools_of
 

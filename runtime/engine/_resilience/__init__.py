@@ -11,7 +11,9 @@ Each is a `Policy` the actor puts inside the user's (`policies_for`), outermost 
 so an answer that costs nothing (a hit, a replay) spends no budget. What outlives a call lives
 in the runtime's store (`runtime.stores`): a `MemoryStore` is used in place (its steps never
 suspend, so these policies do not either); any other store is wrapped in a `DegradingStore`
-(down: memory, logged and counted) and its policies suspend (their calls go through a trio task).
+(down: memory, logged and counted) and its policies suspend (their calls go through a trio task);
+each call's steps run within its deadline (`store_for`): a store that does not answer in time is
+down for that call, never waited out.
 Waiting for a budget (`wait=True`) happens at admission, in a `Gate`, never inside a policy: a
 batch lets its calls through their policies together, and a policy that waited there for a call
 of its own batch to end would wait for ever.
@@ -29,10 +31,10 @@ from ..._flows import now
 from ...messages import FailureKind
 from ...stores import DegradingStore, MemoryStore, Store
 from ...tools import ToolBase, ToolOptions
-from .._policies import Policy
+from .._policies import CallRequest, Policy
 from ._breaker import BreakerPolicy, BreakerState
 from ._cache import CachePolicy
-from ._common import Gate, args_key, key_of
+from ._common import Gate, args_key, key_of, log
 from ._dedupe import DedupePolicy, Flight
 from ._limits import LimitPolicy
 
@@ -62,7 +64,9 @@ class Resilience:
     def __init__(self, options: RuntimeOptions) -> None:
         store = options.store if options.store is not None else MemoryStore()
         self.local = isinstance(store, MemoryStore)  # its steps never suspend
-        self.store: Store = store if self.local else DegradingStore(store)
+        self.store: Store = (
+            store if self.local or isinstance(store, DegradingStore) else DegradingStore(store)
+        )
         self.options = options
         self.breakers: dict[str, BreakerState] = {}
         self.caches = 0  # cache policies made (the entry looks for hits only when there are some)
@@ -76,6 +80,15 @@ class Resilience:
     def store_failures(self) -> int:
         store = self.store
         return store.failures if isinstance(store, DegradingStore) else 0
+
+    def store_for(self, request: CallRequest) -> Store:
+        """The store as the steps of one call use it: a MemoryStore as it is; any other within
+        the call's deadline (a step never waits out a store that does not answer: it is
+        answered from memory, counted, `DegradingStore.within`)."""
+        store = self.store
+        if isinstance(store, DegradingStore):
+            return store.within(request.deadline)
+        return store
 
     def step(self, coro: Any) -> Generator[Any, Any, Any]:
         """A store step inside a policy flow: run in place (memory) or yielded to be awaited."""
@@ -132,8 +145,10 @@ class Resilience:
         nursery.start_soon(self._after, delay, call)
 
     async def _after(self, delay: float, call: Call[ToolPlan]) -> None:
+        """A retry's wait, in the runtime's nursery: nothing here may raise (it would stop the
+        runtime), so the wait is never negative (nor nan) and a failure is the call's."""
         try:
-            await trio.sleep(delay)
+            await trio.sleep(max(0.0, delay))
         except trio.Cancelled:
             call.fail(
                 FailureKind.UNAVAILABLE, f"tool {call.call.name!r}: the runtime shut down before a retry"
@@ -141,7 +156,11 @@ class Resilience:
             raise
         if call.state.value == "queued":
             plan = call.plan
-            self.readmit(call, plan is not None and call.executor is plan.host_executor is not None)
+            try:
+                self.readmit(call, plan is not None and call.executor is plan.host_executor is not None)
+            except Exception as exc:  # pragma: no cover - a bug of admission: this call's, not the runtime's
+                log.exception("call %s could not be admitted for its retry", call.call.id)
+                call.fail(FailureKind.ERROR, f"the call could not be retried: {type(exc).__name__}: {exc}")
 
 
 def _nothing(call: Call[ToolPlan], host: bool) -> None:  # pragma: no cover - replaced when the runtime opens

@@ -63,7 +63,12 @@ class BreakerState:
             self.probe = None
         if not ran:
             return
-        if type(result) is ToolFailure and result.kind in TRANSPORT and not call.cancelled:
+        if (
+            type(result) is ToolFailure
+            and result.kind in TRANSPORT
+            and not call.cancelled
+            and _against(call, result)
+        ):
             now = trio.current_time()
             failures = self.failures
             failures.append(now)
@@ -101,8 +106,9 @@ class BreakerPolicy(Policy):
             return (yield from passes(request))
         b, now = self.b, trio.current_time()
         local = self.r.local
+        store = self.r.store_for(request)
         if not local and b.state == "closed":  # another process may have opened it
-            shared = yield from self.r.step(self.r.store.get(f"breaker:{b.key}"))
+            shared = yield from self.r.step(store.get(f"breaker:{b.key}"))
             if shared is not None:
                 b.state, b.open_until = "open", now + max(0.0, float(shared) - _wall())
         refused = b.refusal(now, request._call)
@@ -115,10 +121,24 @@ class BreakerPolicy(Policy):
         if not local:  # tell the other processes what this call's attempts decided
             if b.state == "open" and b.open_until != seen:
                 until = str(_wall() + (b.open_until - trio.current_time())).encode()
-                yield from self.r.step(self.r.store.set(f"breaker:{b.key}", until, b.config.cool_down))
+                yield from self.r.step(store.set(f"breaker:{b.key}", until, b.config.cool_down))
             elif probing and b.state == "closed":
-                yield from self.r.step(self.r.store.delete(f"breaker:{b.key}"))
+                yield from self.r.step(store.delete(f"breaker:{b.key}"))
         return result
+
+
+def _against(call: Call[ToolPlan], result: ToolFailure) -> bool:
+    """Whether a transport failure is evidence against the server. A TIMEOUT is only when the
+    deadline that passed was at least the tool's own timeout (its `timeout`, or the runtime's
+    default): a caller's shorter deadline says what the caller could wait, not that the server is
+    down, and one principal's impatient calls must not open the breaker for everyone."""
+    if result.kind is not FailureKind.TIMEOUT:
+        return True
+    plan = call.plan
+    if plan is None:  # pragma: no cover - a call the breaker heard ran on a plan
+        return False
+    own = plan.timeout if plan.timeout is not None else plan.default_timeout
+    return own is not None and call.limit is not None and call.limit >= own
 
 
 def _what(key: str) -> str:

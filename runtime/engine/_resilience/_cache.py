@@ -8,7 +8,8 @@ from typing import Any
 
 import trio
 
-from ...messages import ToolResult, ToolSuccess
+from ...messages import ResourceLinkPart, ToolResult, ToolSuccess
+from ...stores import Store
 from ...tools import ToolOptions
 from .._policies import CallRequest, Policy, PolicyFlow, passes
 from ._common import Shared, _decode, _event, _result_codec, args_key, key_given, key_of
@@ -29,6 +30,7 @@ class CachePolicy(Policy):
         self.raw: dict[tuple[str, str], str] = {}
         self.hits = 0
         self.misses = 0
+        self.personal = 0  # a shared cache's entries kept per principal (they link artifacts)
 
     @property
     def name(self) -> str:
@@ -37,8 +39,12 @@ class CachePolicy(Policy):
     def intercept(self, request: CallRequest) -> PolicyFlow:
         if request.answered is not None:  # answered before it ran: nothing to keep, join or count
             return (yield from passes(request))
-        key = key_of(request, self.tool, self.cache.shared)
-        hit = yield from self._get(key)
+        shared = self.cache.shared
+        key = key_of(request, self.tool, shared)
+        store = self.r.store_for(request)
+        hit = yield from self._get(key, store)
+        if hit is None and shared and self.personal:  # a result that links its caller's artifacts
+            hit = yield from self._get(key_of(request, self.tool), store)
         if hit is not None:
             self.hits += 1
             _event(request, "tool.cache", {"tool.cache.hit": True})
@@ -47,10 +53,16 @@ class CachePolicy(Policy):
         _event(request, "tool.cache", {"tool.cache.hit": False})
         result: ToolResult = yield request
         if type(result) is ToolSuccess:
-            yield from self._put(key, result)
+            who = "" if shared else (request.principal or "")
+            if shared and _links_artifacts(result):
+                # its artifacts are kept for this principal alone: a shared entry would hand
+                # their handles to others, who may not read them. Kept as this principal's.
+                key, who = key_of(request, self.tool), request.principal or ""
+                self.personal += 1
+            yield from self._put(key, result, store)
             raw = request._call.call.arguments
             if self.r.local and type(raw) is str and key_given(request) is None:
-                self._alias("" if self.cache.shared else (request.principal or ""), raw, key)
+                self._alias(who, raw, key)
         return result
 
     def _alias(self, principal: str, raw: str, key: str) -> None:
@@ -64,6 +76,8 @@ class CachePolicy(Policy):
         """The kept result of a call whose arguments are this text, word for word (a MemoryStore
         only): what `intercept` would answer, without decoding or hashing the arguments."""
         key = self.raw.get(("" if self.cache.shared else (principal or ""), raw))
+        if key is None and self.personal:
+            key = self.raw.get((principal or "", raw))
         if key is None:
             return None
         entry = self.entries.get(key)
@@ -73,7 +87,7 @@ class CachePolicy(Policy):
         self.hits += 1
         return entry[1]
 
-    def _get(self, key: str) -> Generator[Any, Any, ToolSuccess[Any] | None]:
+    def _get(self, key: str, store: Store) -> Generator[Any, Any, ToolSuccess[Any] | None]:
         if self.r.local:
             entry = self.entries.get(key)
             if entry is None:
@@ -83,13 +97,13 @@ class CachePolicy(Policy):
                 return None
             self.entries.move_to_end(key)
             return entry[1]
-        data = yield from self.r.step(self.r.store.get(f"cache:{key}"))
+        data = yield from self.r.step(store.get(f"cache:{key}"))
         if data is None:
             return None
         found = _decode(data)
         return found if type(found) is ToolSuccess else None
 
-    def _put(self, key: str, result: ToolSuccess[Any]) -> Generator[Any, Any, None]:
+    def _put(self, key: str, result: ToolSuccess[Any], store: Store) -> Generator[Any, Any, None]:
         if self.r.local:
             entries = self.entries
             entries[key] = (trio.current_time() + self.cache.ttl, result)
@@ -97,7 +111,7 @@ class CachePolicy(Policy):
             while len(entries) > self.cache.max_entries:
                 entries.popitem(last=False)
             return
-        yield from self.r.step(self.r.store.set(f"cache:{key}", _result_codec.encode(result), self.cache.ttl))
+        yield from self.r.step(store.set(f"cache:{key}", _result_codec.encode(result), self.cache.ttl))
 
     def invalidate(self, principal: str | None, args: Any) -> Generator[Any, Any, int]:
         """Forget this tool's results: all, a principal's (`principal`), or one call's (`args`:
@@ -105,11 +119,17 @@ class CachePolicy(Policy):
         shared = self.cache.shared
         who = "" if shared else (principal or "")
         if args is not None:
-            key = args_key(self.tool, who, args)
-            if self.r.local:
-                return 1 if self.entries.pop(key, None) is not None else 0
-            deleted: bool = yield from self.r.step(self.r.store.delete(f"cache:{key}"))
-            return int(deleted)
+            keys = [args_key(self.tool, who, args)]
+            if shared and self.personal:  # and the principal's own entry of it (it links artifacts)
+                keys.append(args_key(self.tool, principal or "", args))
+            forgotten = 0
+            for key in keys:
+                if self.r.local:
+                    forgotten += self.entries.pop(key, None) is not None
+                else:
+                    deleted: bool = yield from self.r.step(self.r.store.delete(f"cache:{key}"))
+                    forgotten += deleted
+            return forgotten
         prefix = f"{self.tool}\x00" if shared or principal is None else f"{self.tool}\x00{who}\x00"
         if self.r.local:
             doomed = [k for k in self.entries if k.startswith(prefix)]
@@ -118,3 +138,8 @@ class CachePolicy(Policy):
             return len(doomed)
         count: int = yield from self.r.step(self.r.store.delete_prefix(f"cache:{prefix}"))
         return count
+
+
+def _links_artifacts(result: ToolSuccess[Any]) -> bool:
+    """Whether a result links artifacts (kept for its principal: `runtime.engine._artifacts`)."""
+    return any(type(p) is ResourceLinkPart and p.uri.startswith("artifact://") for p in result.parts)

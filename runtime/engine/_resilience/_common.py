@@ -35,6 +35,10 @@ class Shared(Protocol):
         """A store step inside a policy flow: run in place (memory) or yielded to be awaited."""
         ...
 
+    def store_for(self, request: CallRequest) -> Store:
+        """The store as one call's steps use it: within the call's deadline."""
+        ...
+
 
 _result_codec = msgspec.json.Encoder(order="sorted")
 _results = msgspec.json.Decoder(ToolSuccess | ToolFailure)

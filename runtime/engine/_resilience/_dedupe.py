@@ -253,7 +253,7 @@ class DedupePolicy(Policy):
         key = key_of(request, self.tool)
         call = request._call
         flight = self.flights.get(key)
-        store, step = self.r.store, self.r.step
+        store, step = self.r.store_for(request), self.r.step
         journal, claim = f"journal:{key}", f"claim:{key}"
         if flight is None:  # nothing identical runs here: a replay, or another process's run?
             if self.dedupe.ttl:

@@ -31,13 +31,18 @@ class LimitPolicy(Policy):
     def intercept(self, request: CallRequest) -> PolicyFlow:
         if request.answered is not None:  # answered before it ran: nothing to keep, join or count
             return (yield from passes(request))
+        store = self.r.store_for(request)
         for limit, scope in self.limits:
-            key = f"rate:tool:{self.tool}" if scope == "tool" else f"rate:principal:{request.principal or ''}"
+            key = (
+                f"rate:tool:{self.tool}"
+                if scope == "tool"
+                else f"rate:principal\x00{request.principal or ''}"
+            )
             while True:
-                wait = yield from self.r.step(self.r.store.take(key, limit.rate, limit.capacity))
+                wait = yield from self.r.step(store.take(key, limit.rate, limit.capacity))
                 if not wait:
                     break
-                if not limit.wait or trio.current_time() + wait >= request._call.deadline:
+                if not limit.wait or trio.current_time() + wait >= request.deadline:
                     who = f"tool {self.tool!r}" if scope == "tool" else f"principal {request.principal!r}"
                     return request.fail(
                         FailureKind.OVERLOADED,
