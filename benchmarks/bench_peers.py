@@ -290,6 +290,86 @@ async def _openai_agents_parked(n: int) -> float:
     return (during - before) / n
 
 
+async def _runtime_parked_callers(n: int, in_caller: bool) -> float:
+    """Issue 41's shape: `n` trio tasks, each `await rt.call(...)` of one `async def` tool that
+    awaits a shared event; traced bytes (tracemalloc, one frame) once all are inside the tool,
+    over `n`. `in_caller`: the tool says its code stops when cancelled, so each call runs in
+    its caller's own task (no worker task)."""
+    import tracemalloc
+
+    import trio.testing
+
+    from runtime import ToolCall, open_runtime, tool
+
+    release = trio.Event()
+    inside = 0
+
+    async def hold(x: int) -> int:
+        """Wait, then answer."""
+        nonlocal inside
+        inside += 1
+        await release.wait()
+        return x
+
+    held = tool(in_caller=in_caller)(hold)
+    async with open_runtime([held], tracing=False) as rt:
+        gc.collect()
+        tracemalloc.start(1)
+        before = tracemalloc.get_traced_memory()[0]
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(rt.call, ToolCall(id=f"c{i}", name="hold", arguments='{"x": 1}'))
+            while inside < n:
+                await trio.sleep(0)
+            await trio.testing.wait_all_tasks_blocked()
+            during = tracemalloc.get_traced_memory()[0]
+            release.set()
+        tracemalloc.stop()
+    return (during - before) / n
+
+
+async def _openai_agents_gathered(n: int) -> float:
+    """The same shape for openai-agents: the tool as a `FunctionTool`, `n` `on_invoke_tool`
+    coroutines under `asyncio.gather`, traced bytes once all are inside the tool, over `n`."""
+    import tracemalloc
+
+    from agents import function_tool
+    from agents.tool_context import ToolContext
+
+    release = asyncio.Event()
+    inside = 0
+
+    async def hold(x: int) -> int:
+        """Wait, then answer."""
+        nonlocal inside
+        inside += 1
+        await release.wait()
+        return x
+
+    fn_tool = function_tool(hold)
+    raw = '{"x": 1}'
+    gc.collect()
+    tracemalloc.start(1)
+    before = tracemalloc.get_traced_memory()[0]
+    gathered = asyncio.ensure_future(
+        asyncio.gather(
+            *(
+                fn_tool.on_invoke_tool(
+                    ToolContext(None, tool_name="hold", tool_call_id=f"c{i}", tool_arguments=raw), raw
+                )
+                for i in range(n)
+            )
+        )
+    )
+    while inside < n:
+        await asyncio.sleep(0)
+    during = tracemalloc.get_traced_memory()[0]
+    release.set()
+    assert await gathered == [1] * n
+    tracemalloc.stop()
+    return (during - before) / n
+
+
 def best_peer_rows(report: Report, quick: bool) -> None:
     """W1, W1s, W2 (from the table above) and W4 as ratios to openai-agents, the best peer."""
     if importlib.util.find_spec("agents") is None:
@@ -319,6 +399,16 @@ def best_peer_rows(report: Report, quick: bool) -> None:
             1.0,
         )
     )
+    callers = 2_000 if quick else 10_000
+    for label, in_caller in (("a worker task each", False), ("in_caller=True: the caller's own task", True)):
+        pairs.append(
+            (
+                f"W4c bytes per parked call, {callers:,} trio callers of rt.call ({label})",
+                lambda in_caller=in_caller: trio.run(_runtime_parked_callers, callers, in_caller),  # type: ignore[misc]
+                lambda: asyncio.run(_openai_agents_gathered(callers)),
+                1.0,
+            )
+        )
     for workload, ours, theirs, target in pairs:
         s, f = compare(ours, theirs, repeats)
         report.add(Row(f"{workload} vs peer", "runtime", "openai-agents", s, f, target=target))

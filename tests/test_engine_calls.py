@@ -1467,3 +1467,38 @@ async def test_already_parsed_arguments_are_held_to_the_same_byte_limit() -> Non
     assert isinstance(big, ToolFailure)
     assert big.message == "invalid arguments for tool 'counting': 111 bytes, over the limit of 64"
     assert CountingDecode.decoded == 1
+
+
+async def test_an_in_caller_tool_runs_in_its_trio_callers_own_task_and_still_meets_its_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    from runtime import FailureKind
+
+    seen: list[object] = []
+
+    @tool(in_caller=True)
+    async def here(wait: float) -> str:
+        """Runs where its caller is."""
+        seen.append(trio.lowlevel.current_task())
+        await trio.sleep(wait)
+        return "done"
+
+    @tool
+    async def elsewhere() -> str:
+        """Runs on a worker task (the default)."""
+        seen.append(trio.lowlevel.current_task())
+        await trio.lowlevel.checkpoint()
+        return "done"
+
+    async with open_runtime([here, elsewhere], tracing=False) as rt:
+        me = trio.lowlevel.current_task()
+        assert (await rt.call(ToolCall(id="1", name="here", arguments='{"wait": 0.1}'))).ok
+        assert seen[-1] is me
+        assert (await rt.call(ToolCall(id="2", name="elsewhere"))).ok
+        assert seen[-1] is not me
+        late = await rt.call(ToolCall(id="3", name="here", arguments='{"wait": 10}'), timeout=1)
+        assert not late.ok
+        assert late.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+        assert trio.current_time() < 1.5
+        stats = rt.statistics().tools["here"]
+        assert (stats.calls, stats.in_flight) == (2, 0)

@@ -451,13 +451,20 @@ class Entry:
         if self.closed or self._dormant:
             self.check_open()
         if self._resilience.caches and self.pipeline is None and scope is None and metadata is None:
-            hit = self._cached(call, principal)
-            if hit is not None:
+            result = self._cached(call, principal)
+            if result is not None:
                 await _checkpoint_if_cancelled()
                 await _cancel_shielded_checkpoint()
-                return hit
-        deadline = _INF if timeout is None else trio.current_time() + timeout
-        c = self.prepare(call, metadata, deadline, timeout, None, 0, principal, scope)
+                return result
+        # A parked call keeps this frame: few locals (each costs every waiting call 8 bytes).
+        c = self.prepare(
+            call,
+            metadata,
+            _INF if timeout is None else trio.current_time() + timeout,
+            timeout,
+            principal=principal,
+            scope=scope,
+        )
         pipeline = self.pipeline
         suspended = False
         try:
@@ -477,10 +484,9 @@ class Entry:
                     else self.admit(c, here=True)
                 ):
                     await self._wait_room(c)
-                elif c.state is RUNNING and (runner := plan.in_caller) is not None and c.executor is runner:
-                    suspended = await runner.run(c)  # here, in this task: no hop to a worker and back
-            state = c.state
-            if state is DONE:
+                elif c.state is RUNNING and plan.in_caller is not None and c.executor is plan.in_caller:
+                    suspended = await plan.in_caller.run(c)  # here, in this task: no hop to a worker
+            if c.state is DONE:
                 if not suspended:  # trio's rule: a schedule point, unless the tool's code gave one
                     await _cancel_shielded_checkpoint()
             elif c.expires == _INF and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope

@@ -39,6 +39,7 @@ import asyncio
 import collections
 import functools
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -419,8 +420,8 @@ class InCaller(_Outside):
     def start(self, call: Call[ToolPlan]) -> None:
         if not call.start(self):
             self._plan.mailbox.release()
-            return
-        self.running.add(call)
+        # its calls are found among the plan's running ones (`kill`): no set of its own, which
+        # would weigh on each of thousands of parked calls
 
     def cancel(self, call: Call[ToolPlan]) -> None:
         job = call.job
@@ -433,16 +434,19 @@ class InCaller(_Outside):
 
     def kill(self) -> None:
         self._killed = True
-        for call in list(self.running):
+        for call in [c for c in self._plan.running if c.executor is self]:
             self.cancel(call)
 
     async def run(self, call: Call[ToolPlan]) -> bool:
         """Run the started `call` here, to its report; True if its code yielded to trio on the
         way (the caller has had its schedule point then). Raises only what is the caller's: its
-        own cancellation, or a KeyboardInterrupt / SystemExit delivered to its task."""
+        own cancellation, or a KeyboardInterrupt / SystemExit delivered to its task. (A parked
+        call keeps this frame: it has few locals.)"""
         raised: BaseException | None = None
         body: Any = None
+        value: Any = None
         if self._stops and call.deadline == math.inf:
+            scope = None
             if self._killed:
                 raised = CallStopped("the incarnation ended before the call ran")
             else:
@@ -450,9 +454,8 @@ class InCaller(_Outside):
                 try:
                     body = self._body(call)  # may raise at once: the tool's code starts here
                     value = await body
-                except BaseException as exc:  # sorted out below
-                    raised = exc
-            stop_asked = call.interrupted  # an abandon (the incarnation's end: `_killed`)
+                except BaseException:  # sorted out below
+                    raised = sys.exc_info()[1]
         else:
             with trio.CancelScope(deadline=call.deadline) as scope:
                 call.job = scope
@@ -461,15 +464,12 @@ class InCaller(_Outside):
                 try:
                     body = self._body(call)  # may raise at once: the tool's code starts here
                     value = await body
-                except BaseException as exc:  # sorted out below, outside this call's own scope
-                    raised = exc
-            stop_asked = scope.cancel_called  # its deadline, an abandon, or the incarnation's end
-        self.running.discard(call)
-        suspended: bool = getattr(body, "suspended", False)
+                except BaseException:  # sorted out below, outside this call's own scope
+                    raised = sys.exc_info()[1]
         if raised is None:
             call.returned(value)
             self._plan.mailbox.release()
-            return suspended
+            return bool(getattr(body, "suspended", False))
         try:
             if isinstance(raised, KeyboardInterrupt | SystemExit):
                 raise raised  # delivered to this (the caller's) task: the caller's, not the tool's
@@ -479,6 +479,12 @@ class InCaller(_Outside):
             call.stopped()
             self._plan.mailbox.release()
             raise
+        self._ended(call, raised, call.interrupted if scope is None else scope.cancel_called)
+        return bool(getattr(body, "suspended", False))
+
+    def _ended(self, call: Call[ToolPlan], raised: BaseException, stop_asked: bool) -> None:
+        """Report a call whose code raised: lost (the incarnation ended under it), stopped (its
+        deadline, its caller's abandon), or the tool's own failure."""
         killed = self._killed and not call.interrupted  # the incarnation ended under it
         if killed and (is_cancellation(raised) or type(raised) is CallStopped):
             call.lost()
@@ -487,7 +493,6 @@ class InCaller(_Outside):
         else:  # the tool's own failure (a worker that died, a Cancelled that is not its own)
             call.raised(raised)
         self._plan.mailbox.release()
-        return suspended
 
 
 class Executors:
@@ -561,7 +566,7 @@ class Executors:
                 and not tool.streams  # its chunks go through trio channels: it runs on trio
             ):
                 plan.host_executor = self.host = HostTasks(plan, host_loop)
-        in_caller = tool.in_caller if self.placement is None else self.placement.in_caller
+        in_caller = options.in_caller if self.placement is None else self.placement.in_caller
         if in_caller and (tool.is_async or self.placement is not None) and not asks and not tool.streams:
             body = awaiting(plan) if self.placement is not None else plan.coroutine
             stops = self.placement is not None and self.placement.stops_calls

@@ -93,9 +93,10 @@ class ToolBase(Generic[ArgsT, ResultT]):
     """`gen_ai.tool.type`: "function" for local tools, "extension" for MCP tools."""
     takes_context: ClassVar[bool] = True
     """Whether `dispatch` needs a CallContext (the engine skips building one otherwise)."""
-    in_caller: ClassVar[bool] = False
-    """Its calls only await another process and stop at once when cancelled (an MCP server's
-    tool): a trio caller's `rt.call` may run one in the caller's own task, with no hop."""
+    in_caller: bool = False
+    """Its code stops at once when cancelled (an MCP server's tool, which only awaits the server;
+    any `async def` tool that says so): a trio caller's `rt.call` may run one in the caller's own
+    task, with no hop (the `in_caller` option)."""
 
     descriptor: ToolDescriptor
     args_type: Any = None

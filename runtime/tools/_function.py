@@ -454,6 +454,8 @@ def tool(
         mailbox_size: calls that may wait for this tool before callers wait too.
         on_full: "wait" (backpressure) or "reject" (OVERLOADED) when the mailbox is full.
         inline: run a sync function on the trio thread (only for fast, non-blocking code).
+        in_caller: an `async def` whose code stops at once when cancelled runs in its trio
+            caller's own task (no worker task: lighter when many calls wait); see `ToolOptions`.
         restart_on: exceptions after which the tool's actor is restarted (teardown, setup).
         setup_timeout: unused by function tools (they have no setup); accepted for symmetry.
         placement: where the tool runs (default: in this process); see `runtime.placement`.

@@ -54,6 +54,13 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             for anyio, e.g. anyio.sleep or httpx, or awaiting only such code): it runs on its
             caller's loop, as a task of the host's asyncio loop when asyncio code calls it
             through `open_asyncio_runtime`, and on trio otherwise.
+        in_caller: an `async def` tool whose code stops at once when cancelled (it neither
+            shields itself nor waits on a thread that cannot be abandoned) says so: a trio
+            caller's `rt.call` with a free slot then runs it in the caller's own task, with no
+            worker task (a parked call weighs about 1.7 KB less, and there is no hop). Its
+            deadline and its caller's cancellation stop it as usual; code that ignores them
+            would hold its caller until it ends, which is why it is not the default (a worker
+            task's caller is answered a grace after the deadline whatever the code does).
         requires_approval: ask before each call runs (True), or before the calls whose decoded
             arguments a predicate `(args) -> bool` picks; the question goes through the same path
             as `ctx.elicit` (the `on_elicit` handler, or the MCP client). Denied: REJECTED with
@@ -83,6 +90,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     setup_timeout: Seconds | None = 30.0
     placement: Placement | None = None
     loop: Loop = "trio"
+    in_caller: bool = False
     requires_approval: Approval = False
     tags: frozenset[str] = frozenset()
     policies: tuple[Any, ...] = ()
@@ -227,6 +235,7 @@ class ToolOptionsKw(TypedDict, total=False):
     setup_timeout: float | None
     placement: Placement | None
     loop: Loop
+    in_caller: bool
     requires_approval: bool | Callable[[Any], bool]
     tags: frozenset[str] | set[str] | list[str] | tuple[str, ...]
     policies: tuple[Any, ...] | list[Any]
