@@ -262,3 +262,84 @@ def test_stream_from_asyncio_and_from_threads() -> None:
     assert items[:3] == lines(3)
     assert items[-1].content == "1\n2\n3\n"
     assert (LOG.opened, LOG.closed) == (4, 4)
+
+
+# -- a stream's result is bounded as it grows (issue 42, item 16) --------------------------------
+
+MIB = 1 << 20
+
+
+@tool
+async def firehose(chunks: int) -> AsyncIterator[str]:
+    """Yield `chunks` chunks of a MiB each (or for ever: -1)."""
+    i = 0
+    while chunks < 0 or i < chunks:
+        await trio.lowlevel.checkpoint()
+        yield chr(ord("a") + i % 26) * MIB
+        i += 1
+
+
+async def _peak_while(work: Any) -> tuple[Any, int]:
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        value = await work()
+        return value, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+async def test_a_reader_that_drops_the_chunks_holds_no_more_than_the_limit() -> None:
+    async with open_runtime([firehose], tracing=False) as rt:
+
+        async def read() -> ToolResult:
+            last: Any = None
+            async with contextlib.aclosing(
+                rt.stream(ToolCall(id="f", name="firehose", arguments={"chunks": 60}))
+            ) as items:
+                async for item in items:
+                    last = item  # each chunk dropped as soon as it is read
+            return last  # type: ignore[no-any-return]
+
+        result, peak = await _peak_while(read)
+    assert isinstance(result, ToolSuccess)
+    assert f"the result had {60 * MIB} characters" in result.content  # cut while it streamed
+    assert len(result.content) < 100_000 + 200
+    assert peak < 16 * MIB, f"{peak / MIB:.0f} MiB held for a 60 MiB stream"
+
+
+async def test_an_endless_stream_ends_at_its_deadline_with_bounded_memory() -> None:
+    async with open_runtime([firehose], tracing=False) as rt:
+
+        async def call() -> ToolResult:
+            return await rt.call(ToolCall(id="f", name="firehose", arguments={"chunks": -1}), timeout=1.5)
+
+        result, peak = await _peak_while(call)
+    assert isinstance(result, ToolFailure)
+    assert result.kind is FailureKind.TIMEOUT
+    assert peak < 16 * MIB, f"{peak / MIB:.0f} MiB held by an endless stream"
+
+
+async def test_a_stream_over_its_limit_is_kept_whole_as_an_artifact_without_holding_it_whole(
+    tmp_path: Any,
+) -> None:
+    async with open_runtime(
+        [firehose], tracing=False, artifacts=Artifacts(store=str(tmp_path), max_bytes=1 << 30)
+    ) as rt:
+
+        async def call() -> ToolResult:
+            return await rt.call(ToolCall(id="f", name="firehose", arguments={"chunks": 40}))
+
+        result, peak = await _peak_while(call)
+        assert isinstance(result, ToolSuccess)
+        (link,) = [p for p in result.parts if isinstance(p, ResourceLinkPart)]
+        assert rt.artifacts is not None
+        info = await rt.artifacts.info(None, link.name)
+        tail = await rt.artifacts.read(None, link.name, 40 * MIB - 3, 3)
+        middle = await rt.artifacts.read(None, link.name, 17 * MIB, 2)
+    assert info.chars == 40 * MIB
+    assert tail == "nnn" and middle == "rr"  # the 40th chunk is "n"s, the 18th "r"s
+    assert peak < 16 * MIB, f"{peak / MIB:.0f} MiB held while keeping a 40 MiB stream"

@@ -29,7 +29,7 @@ steps are awaited) and ends it then. Its deadline and its caller's cancellation 
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -160,7 +160,35 @@ class Keeper:
         """The call's result with what is over its limits kept; None: keeping has to wait, and
         the call ends (`Call.kept`) once it is done. `wait=False`: cut what cannot be kept at once
         (a policy's answer, which no executor runs)."""
-        flow = self._flow(call, tool, limit, value, text, parts)
+        return self._run(
+            call,
+            self._flow(call, tool, limit, value, text, parts),
+            lambda: success(call.call, tool, value, text, parts, limit),
+            wait,
+        )
+
+    def keep_collected(
+        self, call: Call[Any], tool: str, limit: int, collected: Any, wait: bool = True
+    ) -> ToolResult | None:
+        """The result of a stream that went past its limit (`_plan.Collected`): kept whole from
+        its temporary file, never read whole into memory (cut, if it cannot be kept)."""
+
+        def cut() -> ToolResult:
+            text = collected.cut()
+            return ToolSuccess(call_id=call.call.id, tool=tool, content=text, value=text)
+
+        return self._run(call, self._collected_flow(call, tool, limit, collected), cut, wait)
+
+    def _run(
+        self,
+        call: Call[Any],
+        flow: Generator[Any, Any, ToolResult],
+        cut: Callable[[], ToolResult],
+        wait: bool,
+    ) -> ToolResult | None:
+        """Run a keeping flow here as far as it goes without waiting; if it must wait, a task of
+        the runtime drives the rest (None: the call ends when it is done), or with `wait=False`
+        the result is cut instead."""
         try:
             step = flow.send(None)
         except StopIteration as stop:
@@ -168,7 +196,7 @@ class Keeper:
             return result
         if not wait:
             flow.close()
-            return success(call.call, tool, value, text, parts, limit)
+            return cut()
         nursery = self.nursery
         assert nursery is not None  # bound when the runtime opened
         scope = trio.CancelScope()
@@ -215,6 +243,42 @@ class Keeper:
         if links and not parts:
             shaped = [TextPart(text=content), *links]  # the link rides beside the text (MCP: resource_link)
         return ToolSuccess(call_id=call.call.id, tool=tool, content=content, value=value, parts=tuple(shaped))
+
+    def _collected_flow(
+        self, call: Call[Any], tool: str, limit: int, collected: Any
+    ) -> Generator[Any, Any, ToolResult]:
+        file, chars = collected.file, collected.chars
+        try:
+            try:
+                info = yield from self.store.keep_file_flow(call.principal, file, chars, "text/plain")
+            except ValueError as exc:  # over the store's max_bytes
+                log.info("call %s: a stream's result is not kept: %s", call.call.id, exc)
+                info = None
+            except (StoreError, OSError) as exc:
+                log.warning("call %s: a stream's result could not be kept (%s); it is cut", call.call.id, exc)
+                info = None
+            if info is None:
+                text = collected.cut()
+                return ToolSuccess(call_id=call.call.id, tool=tool, content=text, value=text)
+            ctx = call.ctx
+            if ctx is not None:
+                ctx.add_event(
+                    "tool.artifact", {"tool.artifact.handle": info.handle, "tool.artifact.bytes": info.size}
+                )
+            each = max(0, min(self.options.preview_chars, chars // 2))
+            file.seek(0)
+            start = file.read(each)
+            end = _tail(file, chars, each)
+            content = self._note_of(info, chars, start, end, limit, "the result")
+            return ToolSuccess(
+                call_id=call.call.id,
+                tool=tool,
+                content=content,
+                value=content,
+                parts=(TextPart(text=content), _link(info)),
+            )
+        finally:
+            collected.close()
 
     def _part(self, call: Call[Any], part: ContentPart, limit: int) -> Generator[Any, Any, list[ContentPart]]:
         """A part as the model gets it: as it is, or (over its limit) a note and a link."""
@@ -281,17 +345,20 @@ class Keeper:
     def _note(self, info: ArtifactInfo, text: str, limit: int, what: str) -> str:
         """What the model reads of a kept text: the handle, the size, the start and the end, and how
         to read more; at most `limit` characters."""
-        total = len(text)
-        preview = self.options.preview_chars
+        each = max(0, min(self.options.preview_chars, len(text) // 2))
+        return self._note_of(info, len(text), text[:each], text[len(text) - each :], limit, what)
+
+    def _note_of(self, info: ArtifactInfo, total: int, start: str, end: str, limit: int, what: str) -> str:
+        """`_note` from the text's length and its first and last characters (a preview's worth)."""
         head = (
             f"[artifact {info.handle}: {what} is {total:,} characters ({info.mime_type}), kept whole "
             f"for {self.store.ttl:g} s; its first and last characters follow. {self._how(info)}]\n"
         )
         room = limit - len(head) - 64  # the line between the two ends
-        each = max(0, min(preview, room // 2, total // 2))
+        each = max(0, min(len(start), len(end), room // 2))
         if each == 0:
             return head[:limit]
-        start, end = text[:each], text[total - each :]
+        start, end = start[:each], end[len(end) - each :]
         cut = start.rfind("\n")  # whole lines where the text has lines
         if cut > 0:
             start = start[: cut + 1]
@@ -313,6 +380,18 @@ class Keeper:
             f"[artifact {info.handle}: {kind} ({info.mime_type}) of {info.size:,} bytes, too large to "
             f"send here, kept whole for {self.store.ttl:g} s. {self._how(info)}]"
         )
+
+
+def _tail(file: Any, chars: int, each: int) -> str:
+    """The last `each` characters of a text file of `chars` characters, read through in chunks
+    (bounded memory: a chunk and the tail)."""
+    if each <= 0:
+        return ""
+    file.seek(0)
+    tail = ""
+    while piece := file.read(1 << 20):
+        tail = (tail + piece)[-each:]
+    return tail
 
 
 def _link(info: ArtifactInfo) -> ResourceLinkPart:

@@ -31,6 +31,7 @@ __all__ = [
     "input_failure",
     "success",
     "truncate",
+    "cut_note",
 ]
 
 
@@ -57,7 +58,12 @@ def truncate(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, with a marker saying so."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[truncated: the result had {len(text)} characters; showing the first {limit}]"
+    return cut_note(text[:limit], len(text), limit)
+
+
+def cut_note(head: str, total: int, limit: int) -> str:
+    """What is shown of a text of `total` characters cut to its first `limit` (`head`)."""
+    return f"{head}\n[truncated: the result had {total} characters; showing the first {limit}]"
 
 
 def input_failure(call: ToolCall, tool: str, exc: BaseException, max_chars: int) -> ToolFailure:

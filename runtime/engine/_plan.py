@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import logging
 import math
+import tempfile
 import types
 from collections.abc import Callable, Generator
 from contextvars import ContextVar
@@ -37,7 +38,7 @@ from ._arguments import check_arguments, not_unicode
 from ._artifacts import Keeper
 from ._call import ABANDON_GRACE, Breaker, Call, InCallerExecutor
 from ._mailbox import Mailbox
-from ._outcome import describe_error, exception_failure, failure, input_failure, success
+from ._outcome import cut_note, describe_error, exception_failure, failure, input_failure, success
 from ._stats import ToolCounters
 from ._threads import KeptThreads
 
@@ -209,22 +210,26 @@ class ToolPlan:
                 return await (self._stream(call) if self.streams else self.dispatch(call.args, call.ctx))
         return await (self._stream(call) if self.streams else self.dispatch(call.args, call.ctx))
 
-    async def _stream(self, call: Call[ToolPlan]) -> str:
+    async def _stream(self, call: Call[ToolPlan]) -> str | Collected:
         """A streaming tool's call: drive its generator, hand each chunk to the call's reader and
-        to its caller's `on_chunk` handler (both awaited: backpressure), and return the chunks
-        joined. However the call ends (its deadline, its caller's cancellation), the generator is
-        closed (`aclose`) before it does; its span counts the chunks and their bytes."""
+        to its caller's `on_chunk` handler (both awaited: backpressure), and collect the chunks
+        as its value within the call's limits as they come: whole while they fit (the chunks
+        joined), past that only the first characters and the count, the rest in a temporary
+        file when the runtime keeps results as artifacts (`Collected`). However the call ends
+        (its deadline, its caller's cancellation), the generator is closed (`aclose`) before it
+        does; its span counts the chunks and their bytes."""
         ctx = call.ctx
         on_chunk = chunk_handler()  # in the call's context: its caller's `reporting(...)` block
-        pieces: list[str] = []
-        size = 0
+        collected = Collected(self.max_chars, spill=self.keeper is not None)
+        chunks = size = 0
         generator = self.dispatch(call.args, ctx)
         try:
             async with contextlib.aclosing(generator):
                 async for chunk in generator:
                     text = chunk if type(chunk) is str else _chunk_text(chunk)
-                    pieces.append(text)
+                    chunks += 1
                     size += len(text) if text.isascii() else len(text.encode())
+                    collected.add(text)
                     sink = self.sinks.get(call)
                     if sink is not None:
                         try:
@@ -236,10 +241,14 @@ class ToolPlan:
                             await on_chunk(ctx, text)
                         except Exception:
                             log.exception("the chunk handler failed for call %s", call.call.id)
+                    del chunk, text  # a parked stream holds no chunk it has passed on
+        except BaseException:
+            collected.close()
+            raise
         finally:
             if ctx is not None:
-                ctx.add_event("tool.stream", {"tool.stream.chunks": len(pieces), "tool.stream.bytes": size})
-        return "".join(pieces)
+                ctx.add_event("tool.stream", {"tool.stream.chunks": chunks, "tool.stream.bytes": size})
+        return collected.result()
 
     async def _approved(self, call: Call[ToolPlan]) -> Any:
         await self._approve(call)
@@ -372,6 +381,8 @@ class ToolPlan:
         never with `wait=False` (what would wait is cut instead)."""
         if self.is_placed and type(value) is ToolSuccess:  # built where the tool ran
             return self._bounded(call, value.value, value.content, value.parts, wait)
+        if type(value) is Collected:  # a stream past its limit, cut (or spilled) as it came
+            return self._collected(call, value, wait)
         try:
             text, shown = self._present(value)  # checked against the declared type, made text
             if not self._parts and len(text) <= self.max_chars:  # the common case
@@ -394,6 +405,15 @@ class ToolPlan:
         if keeper is not None and (len(text) > self.max_chars or keeper.over(parts, self.max_chars)):
             return keeper.keep(call, self.name, self.max_chars, value, text, parts, wait)
         return success(call.call, self.name, value, text, parts, self.max_chars)
+
+    def _collected(self, call: Call[ToolPlan], collected: Collected, wait: bool) -> ToolResult | None:
+        """The result of a stream that went past its limit: kept whole as an artifact from its
+        temporary file, or cut (its first characters, and how many there were)."""
+        keeper = self.keeper
+        if keeper is not None and collected.file is not None:
+            return keeper.keep_collected(call, self.name, self.max_chars, collected, wait)
+        text = collected.cut()
+        return ToolSuccess(call_id=call.call.id, tool=self.name, content=text, value=text)
 
     def failure(self, call: Call[ToolPlan], exc: BaseException) -> ToolFailure:
         """The result of a call whose tool raised `exc`; a `restart_on` exception also crashes
@@ -460,3 +480,58 @@ def _asyncio_under_trio(exc: BaseException) -> bool:
 
 def _never(delay: float, call: Call[ToolPlan]) -> None:  # pragma: no cover - set with `retry`
     raise AssertionError("a retry without a place to wait")
+
+
+class Collected:
+    """A stream's chunks, collected within a limit as they come (`ToolPlan._stream`): whole
+    while they fit; past `limit` characters only the first ones and the count, and, with
+    `spill`, the whole text in a temporary file (in memory up to a MiB, on disk beyond), for a
+    keeper to keep as an artifact. Never the whole of a long stream in memory."""
+
+    __slots__ = ("chars", "file", "head", "limit", "pieces", "spill")
+
+    def __init__(self, limit: int, *, spill: bool) -> None:
+        self.limit = limit
+        self.spill = spill
+        self.pieces: list[str] | None = []  # None once past the limit
+        self.head = ""
+        self.chars = 0
+        self.file: Any = None
+
+    def add(self, text: str) -> None:
+        self.chars += len(text)
+        pieces = self.pieces
+        if pieces is not None:
+            pieces.append(text)
+            if self.chars <= self.limit:
+                return
+            whole = "".join(pieces)  # past the limit now: at most a limit and a chunk
+            self.pieces = None
+            self.head = whole[: self.limit]
+            if self.spill:
+                spooled = tempfile.SpooledTemporaryFile  # closed by `close`, however the call ends
+                self.file = spooled(max_size=_SPILL_IN_MEMORY, mode="w+", encoding="utf-8")
+                self.file.write(whole)
+            return
+        if self.file is not None:
+            self.file.write(text)
+
+    def result(self) -> str | Collected:
+        """The chunks joined, if they fit; else this."""
+        if self.pieces is not None:
+            return "".join(self.pieces)
+        return self
+
+    def cut(self) -> str:
+        """What the model reads of a stream past its limit without a keeper."""
+        self.close()
+        return cut_note(self.head, self.chars, self.limit)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+_SPILL_IN_MEMORY = 1 << 20
+"""Characters of a spilled stream kept in memory before its temporary file goes to disk."""

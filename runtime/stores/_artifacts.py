@@ -26,7 +26,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Generator
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import msgspec
 import re2
@@ -186,7 +186,6 @@ class ArtifactStore:
         self, principal: str | None, data: str | bytes, mime_type: str
     ) -> Generator[Any, Any, ArtifactInfo]:
         """The steps of `keep`: yields what has to be awaited (and is sent its value)."""
-        text = isinstance(data, str)
         chunk = self.chunk
         count = max(1, math.ceil(len(data) / chunk))
         hasher = hashlib.sha256()
@@ -197,11 +196,64 @@ class ArtifactStore:
             for first in range(0, count, _PER_THREAD):
                 many = min(_PER_THREAD, count - first)
                 pieces.extend((yield trio.to_thread.run_sync(_encoded, data, first, many, chunk, hasher)))
-        size = sum(map(len, pieces))
+
+        def piece(i: int) -> Generator[Any, Any, bytes]:
+            return pieces[i]
+            yield  # a flow: the pieces are at hand
+
+        info = yield from self._keep(
+            principal,
+            "art_" + hasher.hexdigest()[:24],
+            sum(map(len, pieces)),
+            count,
+            len(data) if isinstance(data, str) else None,
+            mime_type,
+            piece,
+        )
+        return info
+
+    def keep_file_flow(
+        self, principal: str | None, file: IO[str], chars: int, mime_type: str
+    ) -> Generator[Any, Any, ArtifactInfo]:
+        """`keep_flow` of a text of `chars` characters that is in `file` (a temporary file a
+        result too large to hold in memory was written to, a stream's): read in chunks, twice
+        (hashed, then written), in worker threads; never whole in memory."""
+        chunk = self.chunk
+        count = max(1, math.ceil(chars / chunk))
+        hasher = hashlib.sha256()
+        size = 0
+        file.seek(0)
+        for first in range(0, count, _PER_THREAD):
+            size += yield trio.to_thread.run_sync(
+                _hash_file, file, chunk, min(_PER_THREAD, count - first), hasher
+            )
+
+        def piece(i: int) -> Generator[Any, Any, bytes]:
+            if i == 0:
+                file.seek(0)
+            read: bytes = yield trio.to_thread.run_sync(_read_file, file, chunk)  # in order, 0 first
+            return read
+
+        info = yield from self._keep(
+            principal, "art_" + hasher.hexdigest()[:24], size, count, chars, mime_type, piece
+        )
+        return info
+
+    def _keep(
+        self,
+        principal: str | None,
+        handle: str,
+        size: int,
+        count: int,
+        chars: int | None,
+        mime_type: str,
+        piece: Callable[[int], Generator[Any, Any, bytes]],
+    ) -> Generator[Any, Any, ArtifactInfo]:
+        """Keep an artifact whose content is known by its `handle` (content-addressed), `size`
+        bytes in `count` chunks; `piece(i)` gives chunk `i` (in order) when it is written."""
         if size > self.max_bytes:
             raise ValueError(f"an artifact of {size} bytes is over the store's limit of {self.max_bytes}")
         scope = _scope(principal)
-        handle = "art_" + hasher.hexdigest()[:24]
         meta_key = _meta_key(scope, handle)
         key = (scope, handle)
         if not self._loaded:
@@ -226,16 +278,17 @@ class ArtifactStore:
                     f"of the store's {self.max_bytes}"
                 )
             ttl = self.ttl
-            for i, piece in enumerate(pieces):
-                yield from self._step(self.store.set(_data_key(scope, handle, i), piece, ttl))
+            for i in range(count):
+                data = yield from piece(i)
+                yield from self._step(self.store.set(_data_key(scope, handle, i), data, ttl))
             info = ArtifactInfo(
                 handle=handle,
                 size=size,
-                chars=len(data) if text else None,
+                chars=chars,
                 mime_type=mime_type,
                 created=now,
                 expires=now + ttl,
-                chunk=chunk,
+                chunk=self.chunk,
                 chunks=count,
             )
             yield from self._step(self.store.set(meta_key, _info_encoder.encode(info), ttl))
@@ -516,6 +569,22 @@ def _encoded(data: str | bytes, first: int, many: int, chunk: int, hasher: Any) 
         hasher.update(encoded)
         pieces.append(encoded)
     return pieces
+
+
+def _hash_file(file: IO[str], chunk: int, many: int, hasher: Any) -> int:
+    """Read `many` chunks of `chunk` characters from `file`, each encoded and added to `hasher`;
+    the bytes they came to."""
+    size = 0
+    for _ in range(many):
+        encoded = file.read(chunk).encode()
+        hasher.update(encoded)
+        size += len(encoded)
+    return size
+
+
+def _read_file(file: IO[str], chunk: int) -> bytes:
+    """The next chunk of `chunk` characters of `file`, encoded."""
+    return file.read(chunk).encode()
 
 
 def _scope(principal: str | None) -> str:
