@@ -44,12 +44,15 @@ def call(call_id: str, name: str, **arguments: Any) -> ToolCall:
 
 
 def keywords(method: Any) -> dict[str, Any]:
-    """A method's keyword-only parameters and their defaults (the call settings)."""
-    return {
-        name: p.default
-        for name, p in inspect.signature(method).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
+    """A method's keyword parameters: keyword-only ones with their defaults, and its **settings
+    with their annotation (the call's settings, `Unpack[CallSettings]`)."""
+    found: dict[str, Any] = {}
+    for name, p in inspect.signature(method).parameters.items():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+            found[name] = p.default
+        elif p.kind is inspect.Parameter.VAR_KEYWORD:
+            found[f"**{name}"] = str(p.annotation)
+    return found
 
 
 def test_every_surface_declares_the_same_methods_with_the_same_keywords() -> None:
@@ -61,7 +64,10 @@ def test_every_surface_declares_the_same_methods_with_the_same_keywords() -> Non
     for cls in (Runtime, ScopedRuntime, AsyncioRuntime, RuntimeThread, ThreadScopedRuntime):
         for name in SURFACE:
             assert keywords(getattr(cls, name)) == reference[name], (cls.__name__, name)
-    assert reference["call"] == {"metadata": None, "timeout": None, "principal": None}
+    assert reference["call"] == {"**settings": "Unpack[CallSettings]"}
+    from runtime.engine import CallSettings
+
+    assert set(CallSettings.__annotations__) == {"metadata", "timeout", "principal"}
     assert reference["scoped"] == {
         "principal": None,
         "only": None,

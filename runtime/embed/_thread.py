@@ -30,7 +30,7 @@ import logging
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import trio
 
@@ -38,6 +38,7 @@ from ..engine import Runtime, RuntimeOptions, RuntimeStatistics
 from ..engine.lowlevel import (
     STREAM_BUFFER,
     Calls,
+    CallSettings,
     Entry,
     Prepare,
     Scope,
@@ -104,66 +105,29 @@ class BlockingCalls:
 
     # -- calling, blocking ----------------------------------------------------------------------
 
-    def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult:
+    def call(self, call: ToolCall, /, **settings: Unpack[CallSettings]) -> ToolResult:
         """`Runtime.call` from any thread but the runtime's own; blocks until the result."""
-        target = self._target()
-        return self._thread_of._blocking(
-            target.call, call, metadata=metadata, timeout=timeout, principal=principal
-        )
+        return self._thread_of._blocking(self._target().call, call, **settings)
 
-    def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> list[ToolResult]:
+    def call_many(self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]) -> list[ToolResult]:
         """`Runtime.call_many` from any thread; results in the order of `calls`."""
-        target = self._target()
-        return self._thread_of._blocking(
-            target.call_many, list(calls), metadata=metadata, timeout=timeout, principal=principal
-        )
+        return self._thread_of._blocking(self._target().call_many, list(calls), **settings)
 
     def as_completed(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> Iterator[ToolResult]:
         """`Runtime.as_completed` from any thread: each result as it finishes. Leaving the loop
         early cancels the calls still running (close the iterator to do it at once)."""
-        target = self._target()
-        return self._thread_of._iterate(
-            target.as_completed(list(calls), metadata=metadata, timeout=timeout, principal=principal)
-        )
+        return self._thread_of._iterate(self._target().as_completed(list(calls), **settings))
 
     def stream(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-        buffer: int = STREAM_BUFFER,
+        self, call: ToolCall, /, *, buffer: int = STREAM_BUFFER, **settings: Unpack[CallSettings]
     ) -> Iterator[str | ToolResult]:
         """`Runtime.stream` from any thread: a streaming tool's chunks as it yields them, then the
         one result. Each item is fetched when asked for, so a slow reader holds the tool up once
         `buffer` chunks wait; leaving the loop early cancels the call (close the iterator, or let
         the loop end, to do it at once)."""
-        target = self._target()
-        return self._thread_of._iterate(
-            target.stream(call, metadata=metadata, timeout=timeout, principal=principal, buffer=buffer)
-        )
+        return self._thread_of._iterate(self._target().stream(call, buffer=buffer, **settings))
 
     def invoke(
         self,
@@ -204,27 +168,15 @@ class BlockingCalls:
         thread._open()
         return _AsyncFace(_ThreadDriver(thread), routing_of(thread._open()), self._scope)
 
-    async def acall(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult:
+    async def acall(self, call: ToolCall, /, **settings: Unpack[CallSettings]) -> ToolResult:
         """`rt.aio.call`: `Runtime.call` from an asyncio task, without blocking its event loop."""
-        return await self.aio.call(call, metadata=metadata, timeout=timeout, principal=principal)
+        return await self.aio.call(call, **settings)
 
     async def acall_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
         """`rt.aio.call_many`: `Runtime.call_many` from an asyncio task."""
-        return await self.aio.call_many(calls, metadata=metadata, timeout=timeout, principal=principal)
+        return await self.aio.call_many(calls, **settings)
 
 
 class _AsyncFace(Calls):
@@ -246,46 +198,27 @@ class _ThreadDriver:
         self.thread = thread
 
     async def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-        scope: Scope | None = None,
+        self, call: ToolCall, *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> ToolResult:
         entry = self.thread._entry_now()
-        return await self.thread._bridge(
-            entry.call, call, metadata=metadata, timeout=timeout, principal=principal, scope=scope
-        )
+        return await self.thread._bridge(entry.call, call, scope=scope, **settings)
 
     def batch(
-        self,
-        calls: Sequence[ToolCall],
-        metadata: Mapping[str, Any] | None,
-        timeout: float | None,
-        principal: str | None = None,
-        scope: Scope | None = None,
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> AsyncGenerator[list[Any], None]:
         entry = self.thread._entry_now()
-        return self.thread._bridge_items(lambda: entry.batch(calls, metadata, timeout, principal, scope))
+        return self.thread._bridge_items(lambda: entry.batch(calls, scope=scope, **settings))
 
     def stream(
         self,
         call: ToolCall,
         *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
         scope: Scope | None = None,
         buffer: int = STREAM_BUFFER,
+        **settings: Unpack[CallSettings],
     ) -> AsyncGenerator[str | ToolResult, None]:
         entry = self.thread._entry_now()
-        return self.thread._bridge_items(
-            lambda: entry.stream(
-                call, metadata=metadata, timeout=timeout, principal=principal, scope=scope, buffer=buffer
-            )
-        )
+        return self.thread._bridge_items(lambda: entry.stream(call, scope=scope, buffer=buffer, **settings))
 
 
 class RuntimeThread(BlockingCalls):

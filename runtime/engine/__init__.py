@@ -12,6 +12,7 @@ from ._options import RestartPolicy as RestartPolicy
 from ._options import RuntimeOptions as RuntimeOptions
 from ._policies import CallRequest as CallRequest
 from ._policies import Policy as Policy
+from ._runtime import CallSettings as CallSettings
 from ._runtime import Runtime as Runtime
 from ._runtime import ScopedRuntime as ScopedRuntime
 from ._source import ToolRegistrar as ToolRegistrar
@@ -20,6 +21,7 @@ from ._stats import RuntimeStatistics as RuntimeStatistics
 from ._stats import ToolStatistics as ToolStatistics
 
 __all__ = [
+    "CallSettings",
     "ActorState",
     "Artifacts",
     "CallRequest",

@@ -599,10 +599,11 @@ class Entry:
     async def batch(
         self,
         calls: Sequence[ToolCall],
-        metadata: Mapping[str, Any] | None,
-        timeout: float | None,
-        principal: str | None = None,
+        *,
         scope: Scope | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> AsyncGenerator[list[Call[ToolPlan]], None]:
         """A trio caller's batch: admit every call, then yield the finished ones in chunks, in
         the order they finish (a thousand calls finishing together cost one resume)."""
@@ -863,7 +864,8 @@ class AsyncioDriver:
         scope: Scope | None = None,
     ) -> ToolResult:
         result: ToolResult | None = None
-        async with contextlib.aclosing(self.batch([call], metadata, timeout, principal, scope)) as chunks:
+        chunks = self.batch([call], scope=scope, metadata=metadata, timeout=timeout, principal=principal)
+        async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 result = chunk[0].result
         assert result is not None
@@ -872,17 +874,22 @@ class AsyncioDriver:
     async def batch(
         self,
         calls: Sequence[ToolCall],
-        metadata: Mapping[str, Any] | None,
-        timeout: float | None,
-        principal: str | None = None,
+        *,
         scope: Scope | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        principal: str | None = None,
     ) -> AsyncGenerator[list[Call[ToolPlan]], None]:
         """The calls' chunks as they finish (as the trio `Entry.batch`), from this task."""
         self.check()
         await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         entry = self._entry
         if not entry.direct:  # a flow may suspend: the calls go through a trio task
-            pumped = self._pumped(lambda: entry.batch(calls, metadata, timeout, principal, scope))
+            pumped = self._pumped(
+                lambda: entry.batch(
+                    calls, scope=scope, metadata=metadata, timeout=timeout, principal=principal
+                )
+            )
             async with contextlib.aclosing(pumped) as chunks:
                 async for chunk in chunks:
                     yield chunk

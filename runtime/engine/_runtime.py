@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar, overload
+from typing import Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack, overload
 
 from ..exceptions import RuntimeClosed
 from ..features import Feature
@@ -34,7 +34,7 @@ from ._scope import Prepare, Scope
 from ._stats import RuntimeStatistics
 from ._supervisor import RegistryActor, Supervisor
 
-__all__ = ["Calls", "Driver", "Runtime", "ScopedRuntime", "new_invoke_id", "routing_of"]
+__all__ = ["CallSettings", "Calls", "Driver", "Runtime", "ScopedRuntime", "new_invoke_id", "routing_of"]
 
 R = TypeVar("R")
 
@@ -52,41 +52,45 @@ def new_invoke_id() -> str:
     return f"invoke-{next(_invoke_ids)}"
 
 
+class CallSettings(TypedDict, total=False):
+    """A call's own settings: the keywords of every call method, on every runtime and view
+    (declared once here).
+
+    Attributes:
+        metadata: the caller's metadata for the call (merged over the features', under the
+            runtime's own keys); never sent to the model.
+        timeout: seconds the call may take (its deadline is the sooner of this and its tool's own).
+        principal: who the call runs for (an id, never a secret); a view's calls run for the
+            view's principal unless a call names another.
+    """
+
+    metadata: Mapping[str, Any] | None
+    timeout: float | None
+    principal: str | None
+
+
 class Driver(Protocol):
     """How a runtime's callers wait for the entry's steps (the internal port of the embeddings).
 
-    Each method takes the call's settings as the entry does; `scope` is the view's (None: the
+    Each method takes the call's settings as the entry does, and `scope`, the view's (None: the
     whole runtime). `batch` yields the batch's calls in chunks, in the order they finish.
     """
 
     def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-        scope: Scope | None = None,
+        self, call: ToolCall, *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> Awaitable[ToolResult]: ...
 
     def batch(
-        self,
-        calls: Sequence[ToolCall],
-        metadata: Mapping[str, Any] | None,
-        timeout: float | None,
-        principal: str | None = None,
-        scope: Scope | None = None,
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> AsyncGenerator[list[Call[Any]], None]: ...
 
     def stream(
         self,
         call: ToolCall,
         *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
         scope: Scope | None = None,
         buffer: int = STREAM_BUFFER,
+        **settings: Unpack[CallSettings],
     ) -> AsyncGenerator[str | ToolResult, None]: ...
 
 
@@ -150,31 +154,17 @@ class Calls:
 
     # -- calling -----------------------------------------------------------------------
 
-    async def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult:
+    async def call(self, call: ToolCall, /, **settings: Unpack[CallSettings]) -> ToolResult:
         """Run one tool call; always returns its result (a ToolSuccess or a ToolFailure)."""
-        return await self._driver.call(
-            call, metadata=metadata, timeout=timeout, principal=principal, scope=self._open()
-        )
+        return await self._driver.call(call, scope=self._open(), **settings)
 
     async def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
         """Run calls concurrently; results in the order of `calls`, one per call."""
         batch = list(calls)
         results: list[Any] = [None] * len(batch)
-        chunks = self._driver.batch(batch, metadata, timeout, principal, self._open())
+        chunks = self._driver.batch(batch, scope=self._open(), **settings)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 for c in chunk:
@@ -182,12 +172,7 @@ class Calls:
         return results
 
     def as_completed(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> AsyncIterator[ToolResult]:
         """Run calls concurrently and yield each result as it finishes (fastest first).
 
@@ -199,32 +184,18 @@ class Calls:
                 async for result in results:
                     ...
         """
-        return self._completed(list(calls), metadata, timeout, principal, self._open())
+        return self._completed(self._driver.batch(list(calls), scope=self._open(), **settings))
 
-    async def _completed(
-        self,
-        calls: list[ToolCall],
-        metadata: Mapping[str, Any] | None,
-        timeout: float | None,
-        principal: str | None,
-        scope: Scope | None,
-    ) -> AsyncGenerator[ToolResult]:
+    async def _completed(self, chunks: AsyncGenerator[list[Call[Any]], None]) -> AsyncGenerator[ToolResult]:
         # aclosing: a consumer that stops early closes this generator, and that must close the
         # batch too (cancelling its calls now), not leave it to the garbage collector.
-        chunks = self._driver.batch(calls, metadata, timeout, principal, scope)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 for c in chunk:
                     yield c.result  # type: ignore[misc]  # settled: DONE
 
     def stream(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-        buffer: int = STREAM_BUFFER,
+        self, call: ToolCall, /, *, buffer: int = STREAM_BUFFER, **settings: Unpack[CallSettings]
     ) -> AsyncGenerator[str | ToolResult, None]:
         """Run one call and yield a streaming tool's chunks as it yields them, then its one result
         (the last item, a ToolSuccess or ToolFailure; the only item for a tool that does not stream).
@@ -241,9 +212,7 @@ class Calls:
                     else:
                         result = item
         """
-        return self._driver.stream(
-            call, metadata=metadata, timeout=timeout, principal=principal, scope=self._open(), buffer=buffer
-        )
+        return self._driver.stream(call, scope=self._open(), buffer=buffer, **settings)
 
     @overload
     async def invoke(

@@ -14,6 +14,7 @@ from ._open import open_engine as open_engine
 from ._options import settings_keywords as settings_keywords
 from ._options import settings_keywords_method as settings_keywords_method
 from ._runtime import Calls as Calls
+from ._runtime import CallSettings as CallSettings
 from ._runtime import Driver as Driver
 from ._runtime import Runtime as Runtime
 from ._runtime import ScopedRuntime as ScopedRuntime
@@ -26,6 +27,7 @@ __all__ = [
     "HOOK_GRACE",
     "STREAM_BUFFER",
     "AsyncioDriver",
+    "CallSettings",
     "Calls",
     "Driver",
     "Entry",

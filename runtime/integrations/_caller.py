@@ -15,11 +15,11 @@ its two awaitable call methods, usable from asyncio tasks.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Collection, Iterable, Sequence
+from typing import Protocol, Unpack, runtime_checkable
 
 from ..embed import RuntimeThread
-from ..engine import Runtime
+from ..engine import CallSettings, Runtime
 from ..exceptions import ToolRuntimeError
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, echo
 from ..registry import ToolRegistry
@@ -47,22 +47,10 @@ class Caller(Protocol):
     @property
     def registry(self) -> ToolRegistry: ...
 
-    async def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult: ...
+    async def call(self, call: ToolCall, /, **settings: Unpack[CallSettings]) -> ToolResult: ...
 
     async def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]: ...
 
 
@@ -71,12 +59,7 @@ class BlockingCaller(Caller, Protocol):
     """A `Caller` that can also be called from sync code (a `RuntimeThread`)."""
 
     def call_many_blocking(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]: ...
 
 
@@ -118,37 +101,18 @@ class _ThreadCaller:
     def registry(self) -> ToolRegistry:
         return self._thread.registry
 
-    async def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-    ) -> ToolResult:
-        return await self._thread.aio.call(call, metadata=metadata, timeout=timeout, principal=principal)
+    async def call(self, call: ToolCall, /, **settings: Unpack[CallSettings]) -> ToolResult:
+        return await self._thread.aio.call(call, **settings)
 
     async def call_many(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
-        return await self._thread.aio.call_many(
-            calls, metadata=metadata, timeout=timeout, principal=principal
-        )
+        return await self._thread.aio.call_many(calls, **settings)
 
     def call_many_blocking(
-        self,
-        calls: Iterable[ToolCall],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
-        return self._thread.call_many(calls, metadata=metadata, timeout=timeout, principal=principal)
+        return self._thread.call_many(calls, **settings)
 
 
 class Selection:
