@@ -36,7 +36,7 @@ import functools
 import logging
 import math
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import outcome
 import sniffio
@@ -55,7 +55,7 @@ from ._resilience import Gate, Resilience
 from ._scope import Scope
 from ._supervisor import RegistryActor
 
-__all__ = ["STREAM_BUFFER", "AsyncioDriver", "Batch", "Entry", "lapse_due"]
+__all__ = ["STREAM_BUFFER", "AsyncioDriver", "Batch", "CallSettings", "Entry", "lapse_due"]
 
 T = TypeVar("T")
 
@@ -66,6 +66,24 @@ _EAGER_RUN = 128  # calls a batch admits in its caller's task between two checkp
 _INF = math.inf  # the hot path's globals, one lookup each
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _cancel_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
+
+
+class CallSettings(TypedDict, total=False):
+    """A call's own settings: the keywords of every call method, on every runtime and view
+    (declared once here).
+
+    Attributes:
+        metadata: the caller's metadata for the call (merged over the features', under the
+            runtime's own keys); never sent to the model.
+        timeout: seconds the call may take (its deadline is the sooner of this and its tool's own).
+        principal: who the call runs for (an id, never a secret); a view's calls run for the
+            view's principal unless a call names another.
+    """
+
+    metadata: Mapping[str, Any] | None
+    timeout: float | None
+    principal: str | None
+
 
 STREAM_BUFFER = 8
 """Chunks of a streamed call that may wait for its reader before the tool waits too."""
@@ -855,16 +873,10 @@ class AsyncioDriver:
             )
 
     async def call(
-        self,
-        call: ToolCall,
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
-        scope: Scope | None = None,
+        self, call: ToolCall, *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> ToolResult:
         result: ToolResult | None = None
-        chunks = self.batch([call], scope=scope, metadata=metadata, timeout=timeout, principal=principal)
+        chunks = self.batch([call], scope=scope, **settings)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 result = chunk[0].result
@@ -872,32 +884,25 @@ class AsyncioDriver:
         return result
 
     async def batch(
-        self,
-        calls: Sequence[ToolCall],
-        *,
-        scope: Scope | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> AsyncGenerator[list[Call[ToolPlan]], None]:
         """The calls' chunks as they finish (as the trio `Entry.batch`), from this task."""
         self.check()
         await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         entry = self._entry
         if not entry.direct:  # a flow may suspend: the calls go through a trio task
-            pumped = self._pumped(
-                lambda: entry.batch(
-                    calls, scope=scope, metadata=metadata, timeout=timeout, principal=principal
-                )
-            )
+            pumped = self._pumped(lambda: entry.batch(calls, scope=scope, **settings))
             async with contextlib.aclosing(pumped) as chunks:
                 async for chunk in chunks:
                     yield chunk
             return
         entry.check_open()
         waiter = _Waiter(self._loop)
+        timeout = settings.get("timeout")
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        cs = entry.prepare_all(calls, metadata, deadline, timeout, waiter, principal, scope)
+        cs = entry.prepare_all(
+            calls, settings.get("metadata"), deadline, timeout, waiter, settings.get("principal"), scope
+        )
         waiter.calls = cs
         finished = 0
         try:
@@ -940,22 +945,15 @@ class AsyncioDriver:
         self,
         call: ToolCall,
         *,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        principal: str | None = None,
         scope: Scope | None = None,
         buffer: int = STREAM_BUFFER,
+        **settings: Unpack[CallSettings],
     ) -> AsyncGenerator[str | ToolResult, None]:
         """`Entry.stream` in a trio task, each item passed here once the one before was taken
         (so the tool waits for this reader as it would for a trio one)."""
         self.check()
         entry = self._entry
-        return self._pumped(
-            lambda: entry.stream(
-                call, metadata=metadata, timeout=timeout, principal=principal, scope=scope, buffer=buffer
-            ),
-            paced=True,
-        )
+        return self._pumped(lambda: entry.stream(call, scope=scope, buffer=buffer, **settings), paced=True)
 
     async def _pumped(
         self, items: Callable[[], AsyncGenerator[T, None]], paced: bool = False

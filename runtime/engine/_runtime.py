@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack, overload
+from typing import Any, NoReturn, Protocol, TypeVar, Unpack, overload
 
 from ..exceptions import RuntimeClosed
 from ..features import Feature
@@ -29,7 +29,7 @@ from ..stores import ArtifactStore
 from ..tools import FunctionTool, ToolBase
 from ..tools.lowlevel import Asker
 from ._call import Call
-from ._entry import STREAM_BUFFER, Entry
+from ._entry import STREAM_BUFFER, CallSettings, Entry
 from ._scope import Prepare, Scope
 from ._stats import RuntimeStatistics
 from ._supervisor import RegistryActor, Supervisor
@@ -50,23 +50,6 @@ def routing_of(surface: Calls) -> RegistryActor:
 def new_invoke_id() -> str:
     """An id for a call made from code (`invoke`): unique in this process, on every runtime."""
     return f"invoke-{next(_invoke_ids)}"
-
-
-class CallSettings(TypedDict, total=False):
-    """A call's own settings: the keywords of every call method, on every runtime and view
-    (declared once here).
-
-    Attributes:
-        metadata: the caller's metadata for the call (merged over the features', under the
-            runtime's own keys); never sent to the model.
-        timeout: seconds the call may take (its deadline is the sooner of this and its tool's own).
-        principal: who the call runs for (an id, never a secret); a view's calls run for the
-            view's principal unless a call names another.
-    """
-
-    metadata: Mapping[str, Any] | None
-    timeout: float | None
-    principal: str | None
 
 
 class Driver(Protocol):
