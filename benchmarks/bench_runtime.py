@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import math
+import time
 import tracemalloc
 from typing import Annotated, Any
 
@@ -268,6 +269,66 @@ async def parked_runtime(n: int) -> float:
     return (during - before) / n
 
 
+# -- thousands of tools: each costs nothing until it is called (issue 44) -----------------------
+
+
+def _many_tools(n: int) -> list[Any]:
+    made = []
+    for i in range(n):
+
+        async def f(x: int) -> int:
+            return x
+
+        f.__name__ = f"t{i}"
+        f.__doc__ = f"Tool number {i}."
+        made.append(tool(f))
+    return made
+
+
+async def _open_close(n: int, calls: int = 0) -> tuple[float, float, float, float]:
+    """Seconds to open a runtime of `n` tools and to close it, traced bytes per idle tool, and
+    microseconds per sequential call of one of them (`calls` of them)."""
+    import gc
+
+    made = _many_tools(n)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    start = time.perf_counter()
+    async with open_runtime(made, tracing=False) as rt:
+        opened = time.perf_counter()
+        idle = (tracemalloc.get_traced_memory()[0] - before) / n
+        tracemalloc.stop()
+        call = ToolCall(id="c", name=f"t{n // 2}", arguments='{"x": 1}')
+        await rt.call(call)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            await rt.call(call)
+        per_call = (time.perf_counter() - t0) / max(1, calls) * 1e6
+        closing = time.perf_counter()
+    closed = time.perf_counter()
+    return opened - start, closed - closing, idle, per_call
+
+
+def scale_rows(report: Report, quick: bool) -> None:
+    """Open and close 10,000 and 100,000 tools; bytes per idle tool; a call's cost among them."""
+    calls = 2_000 if quick else 20_000
+    o10, c10, idle10, call10 = trio.run(_open_close, 10_000, calls)
+    _, _, _, call1 = trio.run(_open_close, 1, calls)
+    report.add(Row("open 10,000 tools (goal 0.5 s)", "runtime", "goal", o10 * 1e6, 500_000, target=1.0))
+    report.add(Row("close 10,000 tools (goal 0.5 s)", "runtime", "goal", c10 * 1e6, 500_000, target=1.0))
+    report.add(Row("bytes per idle tool (goal 2 KB)", "runtime", "goal", idle10, 2048, target=1.0))
+    report.add(Row("a call among 10,000 tools vs among 1", "runtime", "1 tool", call10, call1, target=1.1))
+    if not quick:
+        o100, c100, _, _ = trio.run(_open_close, 100_000, 0)
+        report.add(
+            Row("open 100,000 tools vs 10x 10,000", "runtime", "10x", o100 * 1e6, o10 * 10e6, target=1.0)
+        )
+        report.add(
+            Row("close 100,000 tools vs 10x 10,000", "runtime", "10x", c100 * 1e6, c10 * 10e6, target=1.0)
+        )
+
+
 def main(quick: bool = False) -> Report:
     import trio.testing
 
@@ -384,4 +445,5 @@ def main(quick: bool = False) -> Report:
         lambda: trio.run(runtime_seq, n, "add", True), lambda: trio.run(runtime_seq, n, "add", False), repeats
     )
     report.add(Row("tracing=True, no SDK configured", "runtime", "untraced", s, f, target=1.1))
+    scale_rows(report, quick)
     return report

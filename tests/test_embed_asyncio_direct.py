@@ -57,6 +57,8 @@ class _Spawns(trio.abc.Instrument):
         self.names: list[str] = []
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("Supervisor._supervise"):
+            return  # a tool's actor starting on its first call (once): not a hop of the call
         self.names.append(task.name)
 
 

@@ -45,7 +45,7 @@ from .._flows import drive
 from ..exceptions import ToolDefinitionError
 from ..features import FeaturePipeline
 from ..messages import FailureKind
-from ..tools import ToolBase
+from ..tools import ToolBase, ToolOptions
 from ..tools.lowlevel import PlacementHost, is_cancellation
 from ._artifacts import Keeper
 from ._call import ABANDON_GRACE
@@ -58,7 +58,16 @@ from ._policies import Policy
 from ._resilience import BreakerPolicy, CachePolicy, Resilience, resilience_counts
 from ._stats import ToolCounters, ToolStatistics
 
-__all__ = ["ActorState", "RestartWindow", "Settings", "ToolActor", "arm_policies", "policies_of"]
+__all__ = [
+    "ActorState",
+    "RestartWindow",
+    "Settings",
+    "ToolActor",
+    "arm_policies",
+    "policies_of",
+    "may_suspend",
+    "starts_on_demand",
+]
 
 log = logging.getLogger("runtime.engine")
 
@@ -168,6 +177,47 @@ def arm_policies(plan: ToolPlan, tool: ToolBase[Any, Any], settings: Settings) -
     plan.suspends = any(p.suspends for p in plan.policies)
 
 
+def starts_on_demand(tool: ToolBase[Any, Any], options: ToolOptions) -> bool:
+    """Whether a tool's actor may start on its first call and stop when idle: it has no
+    `setup()` / `teardown()` (nothing to prepare, nothing an idle stop would throw away) and runs
+    in this process (a placement's workers start with the runtime). `options`: the tool's."""
+    cls = type(tool)
+    placement = options.placement
+    return (
+        cls.setup is ToolBase.setup
+        and cls.teardown is ToolBase.teardown
+        and (placement is None or placement.in_process)
+    )
+
+
+def may_suspend(tool: ToolBase[Any, Any], options: ToolOptions, settings: Settings) -> bool:
+    """Whether a tool's policies may suspend (the ones `arm_policies` gives it), known before
+    its actor exists: asyncio callers then take a trio task for its calls from the first one."""
+    runtime = settings.options
+    if any(p.suspends for p in runtime.policies if p.applies(tool)) or any(
+        getattr(p, "suspends", False) for p in options.policies
+    ):
+        return True
+    resilience = settings.resilience
+    if resilience is None:
+        return False
+    budget = runtime.budget
+    limited = options.rate_limit is not None or (budget is not None and budget.rate is not None)
+    if limited and (
+        (options.rate_limit is not None and options.rate_limit.wait)
+        or (budget is not None and budget.rate is not None and budget.rate.wait)
+    ):
+        return True
+    guarded = (
+        options.cache is not None
+        or options.dedupe is not None
+        or options.breaker is not None
+        or runtime.breaker is not None
+        or limited
+    )
+    return guarded and not resilience.local
+
+
 class ToolActor:
     """Serves one tool. Callers `admit` calls through its mailbox; the supervisor runs `supervise`.
 
@@ -178,7 +228,9 @@ class ToolActor:
         stopped: set once the actor has stopped for good.
     """
 
-    def __init__(self, tool: ToolBase[Any, Any], settings: Settings) -> None:
+    def __init__(
+        self, tool: ToolBase[Any, Any], settings: Settings, counters: ToolCounters | None = None
+    ) -> None:
         self.tool = tool
         self.name = tool.name
         self.settings = settings
@@ -187,7 +239,7 @@ class ToolActor:
         self.options = options
         self.state = ActorState.STARTING
         self.down_reason: str | None = None
-        self.counters = ToolCounters()
+        self.counters = counters if counters is not None else ToolCounters()  # a tool's, kept across actors
         plan = self.plan = ToolPlan(
             tool,
             options,
@@ -234,6 +286,15 @@ class ToolActor:
         plan.drained = self._drained
         self.ready = trio.Event()
         self.stopped = trio.Event()
+
+    def serve_on_demand(self) -> None:
+        """An actor started by a call (`starts_on_demand`: nothing to set up) serves at once: that
+        call, and those after it, start before the actor's task has first run (a call that cannot
+        suspend runs right in its caller's task, as on a running actor); a worker task starts
+        once the incarnation's nursery is there."""
+        self.state = ActorState.UP
+        self.ready.set()
+        self.mailbox.resume()
 
     def statistics(self) -> ToolStatistics:
         """A snapshot of this tool's counters."""
@@ -406,7 +467,10 @@ class ToolActor:
 
     async def _incarnation(self) -> str | None:
         """One incarnation; the reason it crashed, or None (stopped, or down)."""
-        self._crash = None
+        crash, self._crash = self._crash, None
+        if crash is not None:  # an on-demand actor's call crashed it before its task first ran
+            self.mailbox.pause()
+            return crash
         self.plan.crash_reason = None
         if self._has_setup:
             outcome = await self._bounded(self.tool.setup)
@@ -488,7 +552,8 @@ class ToolActor:
                     )
             plan.placed = None
             await self._teardown()
-        return self._crash
+        crash, self._crash = self._crash, None
+        return crash
 
     async def _wait_drained(self) -> None:
         plan = self.plan

@@ -188,8 +188,23 @@ class Entry:
         if scope is not None:
             if principal is None:
                 principal = scope.principal
-            if actor is not None and name not in scope.visible(routing.registry, routing.version):
+            if (actor is not None or problem is None) and name not in scope.visible(
+                routing.registry, routing.version
+            ):
                 actor = None  # hidden from this view: as if it did not exist
+                problem = (
+                    FailureKind.UNKNOWN_TOOL,
+                    scope.visible(routing.registry, routing.version).missing_message(name),
+                )
+                self.unknown += 1
+        if actor is None and problem is None and name in routing.registry:  # it starts on demand
+            if self.closing:
+                problem = (
+                    FailureKind.UNAVAILABLE,
+                    f"tool {name!r} is unavailable: the runtime is shutting down",
+                )
+            else:
+                actor = routing.actor(name)
         ctx = None
         if self.pipeline is not None or (actor is not None and actor.needs_context):
             ctx = self.context(call, actor.tool if actor is not None else None, metadata, principal, scope)
@@ -431,7 +446,7 @@ class Entry:
         call = c.call
         if request.tool_name != call.name or request.arguments is not call.arguments:
             if request.tool_name != call.name:
-                actor = self._routing.routes.get(request.tool_name)
+                actor = None if self.closing else self._routing.actor(request.tool_name)
                 if actor is None:
                     c.fail(
                         FailureKind.UNKNOWN_TOOL,

@@ -164,6 +164,8 @@ class WorkerTasks:
             self._idle.clear()
             ready, self._ready = list(self._ready), collections.deque()
             self._plan.mailbox.take_back(ready)
+        elif self._ready:  # calls handed over before the incarnation's nursery was there
+            self._wake_one()
 
     def start(self, call: Call[ToolPlan]) -> None:
         self._ready.append(call)
@@ -171,12 +173,13 @@ class WorkerTasks:
             self._wake_one()
 
     def _wake_one(self) -> None:
-        self._waking += 1
         if self._idle:
+            self._waking += 1
             trio.lowlevel.reschedule(self._idle.pop())
-        else:
-            assert self._nursery is not None
+        elif self._nursery is not None:
+            self._waking += 1
             self._nursery.start_soon(self._worker, name=self._name)
+        # else: an on-demand actor serves before its incarnation's nursery is there (`serve`)
 
     def cancel(self, call: Call[ToolPlan]) -> None:
         scope = call.job

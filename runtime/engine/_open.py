@@ -80,6 +80,12 @@ async def _watch_long_calls(routing: RegistryActor, after: float, scope: trio.Ca
             told &= running.keys()
 
 
+async def _sweeping(routing: RegistryActor, after: float, scope: trio.CancelScope) -> None:
+    """Stop the on-demand actors that have been idle `after` seconds, until the runtime closes."""
+    with scope:
+        await routing.sweep_idle(after)
+
+
 def _check_trio() -> None:
     """A clear line for a runtime opened outside trio (asyncio.run, most often)."""
     try:
@@ -142,6 +148,9 @@ async def open_engine(
         watching = trio.CancelScope()
         if options.long_call_warning is not None:
             host.nursery.start_soon(_watch_long_calls, routing, options.long_call_warning, watching)
+        sweeping = trio.CancelScope()
+        if options.stop_idle_after is not None:
+            host.nursery.start_soon(_sweeping, routing, options.stop_idle_after, sweeping)
         entry = Entry(routing, settings, None if asker.empty else asker)
         rt: Runtime = Runtime._create(routing, entry, supervisor)
         try:
@@ -155,6 +164,7 @@ async def open_engine(
             yield rt, entry
         finally:
             watching.cancel()
+            sweeping.cancel()
             with trio.CancelScope(shield=True):
                 await rt._close()
                 with trio.move_on_after(HOST_GRACE):

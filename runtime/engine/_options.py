@@ -109,6 +109,10 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         fair: a tool's waiting calls are served fairly across principals (deficit round robin),
             so one principal's burst cannot starve another's calls.
         weights: principals' shares under `fair` (default 1.0 each; from 0.001 to 1000).
+        stop_idle_after: seconds after which the actor of a tool that started on its first call
+            (one with no `setup()`, in this process) and has had no call since is stopped; it
+            starts again on the next call, its counters kept. None: such actors run until the
+            runtime closes.
         artifacts: keep results over their limit whole instead of cutting them (`Artifacts`;
             True: the defaults, in memory): the model reads a handle, the size, the start and
             the end, and how to read more. None (the default): they are cut.
@@ -135,6 +139,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     budget: Budget | None = None
     fair: bool = False
     weights: dict[str, Weight] = msgspec.field(default_factory=dict)
+    stop_idle_after: Positive | None = 300.0
     artifacts: Artifacts | bool | None = None  # True: Artifacts() (the defaults, in memory)
 
     def __post_init__(self) -> None:

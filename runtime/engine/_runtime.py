@@ -20,6 +20,8 @@ import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol, TypeVar, Unpack, overload
 
+import trio
+
 from ..exceptions import RuntimeClosed
 from ..features import Feature
 from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
@@ -374,7 +376,7 @@ class Runtime(Calls, metaclass=_NoPublicConstructor):
         """Per-tool counters: calls, failures by kind, in flight, queued, restarts, state,
         abandoned work (calls answered while their code ran on). `.to_dict()` for JSON."""
         return RuntimeStatistics(
-            tools={name: a.statistics() for name, a in self._routing.routes.items()},
+            tools=self._routing.statistics(),
             unknown_tool_calls=self._entry.unknown,
             **self._entry.store_health(),
         )
@@ -390,7 +392,7 @@ class Runtime(Calls, metaclass=_NoPublicConstructor):
             KeyError: no tool has that name.
             ValueError: `arguments` do not decode as the tool's.
         """
-        actor = self._routing.routes.get(tool)
+        actor = self._routing.actor(tool)
         if actor is None:
             raise KeyError(f"no tool named {tool!r}")
         return await actor.invalidate(arguments, principal)
@@ -430,3 +432,4 @@ class Runtime(Calls, metaclass=_NoPublicConstructor):
         await self._supervisor.stop_all()
         self._routing.close()
         self._entry.closed = True
+        await trio.lowlevel.cancel_shielded_checkpoint()  # a turn for the callers just answered

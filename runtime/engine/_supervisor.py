@@ -27,12 +27,13 @@ import trio
 
 from ..exceptions import RuntimeClosed, ToolDefinitionError
 from ..registry import ToolRegistry, duplicate_message
-from ..tools import ToolBase
+from ..tools import ToolBase, ToolOptions
 from ..tools.lowlevel import check_tool_name
-from ._actor import Settings, ToolActor
+from ._actor import Settings, ToolActor, may_suspend, starts_on_demand
 from ._call import KILL_GRACE, KILL_TURN
 from ._options import RestartPolicy
 from ._source import ToolSource
+from ._stats import ToolCounters, ToolStatistics
 
 __all__ = ["Host", "RegistryActor", "Supervisor"]
 
@@ -113,6 +114,18 @@ class Supervisor:
         self._actors.append(actor)  # before its setup: a shutdown that begins meanwhile stops it too
         await self._nursery.start(self._supervise, actor)
 
+    def start_soon(self, actor: ToolActor) -> None:
+        """`start`, from code that cannot await (a call that starts its tool's actor on demand):
+        the actor's task starts at the next turn; calls wait in its mailbox until it serves.
+
+        Raises:
+            RuntimeClosed: the runtime is shutting down.
+        """
+        if self._stopping:
+            raise RuntimeClosed("the runtime is shutting down; no tool can be started")
+        self._actors.append(actor)
+        self._nursery.start_soon(self._supervise, actor)
+
     async def _supervise(self, actor: ToolActor, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
             await actor.supervise(self.policy, task_status=task_status)
@@ -182,6 +195,27 @@ class Supervisor:
             await self.stop(self._actors[-1], deadline=deadline, brutal=brutal)
 
 
+def _idle_statistics(counters: ToolCounters | None, state: str) -> ToolStatistics:
+    """The statistics of a tool whose actor is not running (it starts on its next call; `state`:
+    "up", or "stopped" once the runtime closed)."""
+    c = counters
+    if c is None:
+        return ToolStatistics(
+            calls=0, succeeded=0, failures={}, in_flight=0, queued=0, restarts=0, state=state
+        )
+    return ToolStatistics(
+        calls=c.calls,
+        succeeded=c.succeeded,
+        failures=dict(c.failures),
+        in_flight=0,
+        queued=0,
+        restarts=c.restarts,
+        state=state,
+        abandoned=c.abandoned_late + c.abandoned_threads,
+        retries=c.retries,
+    )
+
+
 class _Request:
     __slots__ = ("done", "error", "names", "replace", "started", "tools")
 
@@ -197,7 +231,15 @@ class _Request:
 
 
 class RegistryActor:
-    """Owns `routes` and `registry`; both are replaced, never mutated, on every change."""
+    """Owns `registry` (every tool) and `routes` (the actors that run); the registry is replaced,
+    never mutated, on every change.
+
+    A tool with nothing to set up, in this process (`starts_on_demand`), costs nothing until it is
+    called: its actor starts on its first call (`actor`) and stops once it has been idle
+    `stop_idle_after` seconds (`sweep_idle`), its counters kept for the next one. The others'
+    actors start when they are registered (their `setup()` runs then). So registering, refreshing
+    an MCP listing and closing are linear in the tools that run, not in all of them.
+    """
 
     def __init__(self, supervisor: Supervisor, settings: Settings) -> None:
         self._supervisor = supervisor
@@ -208,6 +250,69 @@ class RegistryActor:
         self.version = 0
         self.changed = trio.Event()  # set (and replaced) at every publish
         self._send, self._recv = trio.open_memory_channel[_Request](64)
+        self._on_demand: set[str] = set()  # tools whose actors start on their first call
+        self._suspending: set[str] = set()  # those of them whose policies may suspend
+        self._counters: dict[str, ToolCounters] = {}  # what each such tool counted, across its actors
+        self._seen: dict[str, int] = {}  # calls each on-demand actor had at the last sweep
+        self.closed = False
+
+    def actor(self, name: str) -> ToolActor | None:
+        """The actor of tool `name`, started now if it starts on demand; None: no such tool."""
+        actor = self.routes.get(name)
+        if actor is not None or name not in self._on_demand:
+            return actor
+        tool = self.registry.get_or_none(name)
+        assert tool is not None  # on demand: registered
+        counters = self._counters.get(name)
+        if counters is None:
+            counters = self._counters[name] = ToolCounters()
+        actor = ToolActor(tool, self.settings, counters)
+        self._supervisor.start_soon(actor)  # raises RuntimeClosed while the runtime shuts down
+        actor.serve_on_demand()
+        self.routes[name] = actor
+        if actor.plan.suspends:
+            self.suspends = True
+        return actor
+
+    def statistics(self) -> dict[str, ToolStatistics]:
+        """Each tool's counters: its actor's, or, for one that is not running, what it counted."""
+        stats: dict[str, ToolStatistics] = {}
+        routes, counters = self.routes, self._counters
+        for tool in self.registry:
+            name = tool.name
+            actor = routes.get(name)
+            if actor is not None:
+                stats[name] = actor.statistics()
+            else:
+                stats[name] = _idle_statistics(counters.get(name), "stopped" if self.closed else "up")
+        return stats
+
+    async def sweep_idle(self, after: float, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Stop the on-demand actors that had no call in the last `after` seconds (each checked
+        every `after`: stopped between one and two periods after its last call)."""
+        task_status.started()
+        while True:
+            await trio.sleep(after)
+            seen, routes = self._seen, self.routes
+            idle = []
+            for name in self._on_demand:
+                actor = routes.get(name)
+                if actor is None:
+                    continue
+                calls = actor.counters.calls
+                if (
+                    seen.get(name) == calls
+                    and not actor.counters.in_flight
+                    and not actor.mailbox.queued
+                    and not actor.plan.running
+                ):
+                    idle.append(actor)
+                seen[name] = calls
+            for actor in idle:
+                if routes.get(actor.name) is actor:
+                    del routes[actor.name]  # a call from now on starts a new one
+                    seen.pop(actor.name, None)
+                    await self._supervisor.stop(actor)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -249,16 +354,18 @@ class RegistryActor:
             await self.ask(_Request(names=names))
 
     def close(self) -> None:
+        self.closed = True
         self._send.close()
 
     async def _register(self, tools: Sequence[ToolBase[Any, Any]], replace: bool) -> list[ToolActor]:
         seen: set[str] = set()
+        options_of: dict[str, ToolOptions] = {}
         for t in tools:
             check_tool_name(t.name)
-            if t.name in seen or (t.name in self.routes and not replace):
+            if t.name in seen or (t.name in self.registry and not replace):
                 raise ValueError(duplicate_message(t.name, running=t.name not in seen))
             seen.add(t.name)
-            options = t.options
+            options = options_of[t.name] = t.options  # read once: a tool's options are built when read
             placement = options.placement
             in_process = placement is None or placement.in_process
             if options.loop == "asyncio" and in_process and self.settings.host_loop is None:
@@ -270,35 +377,59 @@ class RegistryActor:
             if placement is not None:  # e.g. a Subprocess tool that cannot be imported by reference
                 placement.check(t)
         # The new actors start before the ones they replace stop, so that a call made meanwhile
-        # reaches one or the other and is never told that the tool does not exist.
+        # reaches one or the other and is never told that the tool does not exist; an on-demand
+        # tool's starts on its first call.
         started: dict[str, ToolActor] = {}
         for t in tools:
+            options = options_of[t.name]
+            if starts_on_demand(t, options):
+                self._on_demand.add(t.name)
+                if may_suspend(t, options, self.settings):
+                    self._suspending.add(t.name)
+                self._counters.pop(t.name, None)  # a new tool of that name counts afresh
+                continue
+            self._on_demand.discard(t.name)
+            self._suspending.discard(t.name)
             actor = ToolActor(t, self.settings)
             await self._supervisor.start(actor)
             started[t.name] = actor
-        replaced = [self.routes[name] for name in started if name in self.routes]
-        self._publish({**self.routes, **started}, list(started))
+        names = [t.name for t in tools]
+        replaced = [self.routes[name] for name in names if name in self.routes]
+        routes = {n: a for n, a in self.routes.items() if n not in names}
+        self._publish({**routes, **started}, {t.name: t for t in tools}, names)
         for actor in replaced:
             await self._supervisor.stop(actor)
         return list(started.values())
 
     async def _unregister(self, names: Sequence[str]) -> None:
-        gone = [self.routes[n] for n in names if n in self.routes]
-        if not gone:
+        present = [n for n in names if n in self.registry]
+        if not present:
             return
-        drop = set(names)
-        self._publish({n: a for n, a in self.routes.items() if n not in drop}, [a.name for a in gone])
+        drop = set(present)
+        gone = [self.routes[n] for n in present if n in self.routes]
+        for name in present:
+            self._on_demand.discard(name)
+            self._suspending.discard(name)
+            self._counters.pop(name, None)
+            self._seen.pop(name, None)
+        self._publish({n: a for n, a in self.routes.items() if n not in drop}, {}, present, drop=drop)
         for actor in reversed(gone):
             await self._supervisor.stop(actor)
 
-    def _publish(self, routes: dict[str, ToolActor], changed: list[str]) -> None:
-        """The new routing table and its registry (whose search index, once one was built, is
-        updated for the `changed` names alone, never rebuilt)."""
+    def _publish(
+        self,
+        routes: dict[str, ToolActor],
+        added: dict[str, Any],
+        changed: list[str],
+        drop: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
+        """The new routing table and registry: the tools of the last one but `drop`, with `added`
+        (whose search index, once one was built, is updated for the `changed` names alone)."""
         self.routes = routes
-        self.registry = ToolRegistry._trusted(
-            {n: a.tool for n, a in routes.items()}, previous=self.registry, changed=changed
-        )
+        tools = {t.name: added.get(t.name, t) for t in self.registry if t.name not in drop}  # in place
+        tools.update(added)  # the new ones after the others
+        self.registry = ToolRegistry._trusted(tools, previous=self.registry, changed=changed)
         self.version += 1
-        self.suspends = any(a.plan.suspends for a in routes.values())
+        self.suspends = bool(self._suspending) or any(a.plan.suspends for a in routes.values())
         published, self.changed = self.changed, trio.Event()
         published.set()
