@@ -25,6 +25,7 @@ from ..schema import ToolDescriptor, parse_docstring
 from ..schema._annotations import normalize
 from ..schema._docstring import attribute_docs
 from ..schema._from_python import descriptor_from_fields, descriptor_from_type, shown_default
+from ..schema._nulls import omitted_nulls
 from ..schema._pydantic import is_model
 from ._codec import ArgField, ArgsCodec, ModelArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
@@ -143,6 +144,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
             args_type=args_type,
             result_type=result_type,
         )
+        codec.nulls = omitted_nulls(cls.descriptor)  # strict mode's nulls below the top level
 
     @property
     def options(self) -> ToolOptions:

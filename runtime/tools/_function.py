@@ -40,6 +40,7 @@ from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, parse_docstring
 from ..schema._annotations import field_default, normalize
 from ..schema._from_python import descriptor_from_fields, shown_default
+from ..schema._nulls import omitted_nulls
 from ._base import ToolBase, check_streaming, function_code
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
@@ -151,6 +152,7 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             param_descriptions=doc.params,
             output=str if streams else hints.get("return"),  # a stream's result: its chunks joined
         )
+        codec.nulls = omitted_nulls(self.descriptor)  # strict mode's nulls below the top level
         if title is not None or annotations is not None:
             self.descriptor = msgspec.structs.replace(
                 self.descriptor,
