@@ -11,7 +11,7 @@ NODE_DIR := conformance
 NODE_BIN := $(NODE_DIR)/node_modules/.bin
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
+.PHONY: demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check bfcl
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -57,7 +57,22 @@ $(REDIS_STAMP): | $(STAMP)
 	command -v redis-server >/dev/null
 	touch $(REDIS_STAMP)
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
+# The Berkeley Function Calling Leaderboard's multi-turn API classes and their ground truth (the
+# `bfcl-eval` wheel, fetched by pip and unpacked into .cache/bfcl, never committed), for the
+# loose-result-annotation check of tests/test_loose_results.py.
+BFCL_VERSION := 2026.3.23
+BFCL_DIR := .cache/bfcl
+BFCL_STAMP := $(BFCL_DIR)/.unpacked-$(BFCL_VERSION)
+
+$(BFCL_STAMP): | $(STAMP)
+	rm -rf $(BFCL_DIR) && mkdir -p $(BFCL_DIR)
+	$(BIN)/python -m pip download --quiet --no-deps --dest $(BFCL_DIR) bfcl-eval==$(BFCL_VERSION)
+	$(BIN)/python -m zipfile -e $(BFCL_DIR)/bfcl_eval-$(BFCL_VERSION)-py3-none-any.whl $(BFCL_DIR)
+	touch $(BFCL_STAMP)
+
+bfcl: $(BFCL_STAMP)
+
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP) $(REDIS_STAMP) $(BFCL_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
@@ -144,4 +159,4 @@ wheel-check: dist
 	rm -rf $(WHEEL_VENV)
 
 clean:
-	rm -rf $(VENV) $(WHEEL_VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results site dist
+	rm -rf $(VENV) $(WHEEL_VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results site dist .cache

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from ..exceptions import ToolDefinitionError
+from ..exceptions import ResultTypeError, ToolDefinitionError
 from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, parse_docstring
 from ..schema._annotations import normalize
@@ -82,6 +82,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     placement: Any = None
     loop: Loop = "trio"
     requires_approval: Any = False
+    strict_result: bool = False
     encoder: Callable[[Any], Any] | None = None
     """Gives a result's objects that msgspec cannot encode a JSON form (a function, or a method:
     `def encoder(self, obj)`); raise NotImplementedError to leave an object to `str()`."""
@@ -219,7 +220,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
         codec: ResultCodec | None = self.__dict__.get("_result_codec")
         if codec is None:
             declared = None if not self.checks_result else self.result_type
-            codec = self.__dict__["_result_codec"] = ResultCodec(self.name, declared, self.encoder)
+            codec = self.__dict__["_result_codec"] = ResultCodec(
+                self.name, declared, self.encoder, strict=bool(getattr(self, "strict_result", False))
+            )
         return codec
 
     checks_result: ClassVar[bool] = True
@@ -229,8 +232,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
         """The one function the engine calls with each value a call returned.
 
         It returns (the text the model reads, what `ToolSuccess.value` carries), or raises
-        `ResultTypeError` when the value is not of the declared result type. Without overridden
-        codec hooks it is `result_codec.present`; with them, the check, then the hooks.
+        `ResultTypeError` when the value is not of the declared result type (loose: carrying
+        that pair, made from the value as it was returned). Without overridden codec hooks it is
+        `result_codec.present`; with them, the check, then the hooks.
         """
         cls = type(self)
         codec = self.result_codec
@@ -246,13 +250,24 @@ class ToolBase(Generic[ArgsT, ResultT]):
         to_value = self.result_value
 
         def present(value: Any) -> tuple[str, Any]:
+            mismatch: ResultTypeError | None = None
             if check is not None:
-                check(value)
-            if to_text is None:
-                text, shown = codec.present(value)
-            else:
+                try:
+                    check(value)
+                except ResultTypeError as exc:
+                    if exc.returned is None:  # strict: the call fails
+                        raise
+                    mismatch = exc
+            if to_text is not None:
                 text, shown = to_text(value), value
-            return text, to_value(value) if own_value else shown
+            elif mismatch is not None and mismatch.returned is not None:
+                text, shown = mismatch.returned
+            else:
+                text, shown = codec.present(value)
+            made = (text, to_value(value) if own_value else shown)
+            if mismatch is not None:  # what the hooks made of it, given to the model as it is
+                raise ResultTypeError(str(mismatch), returned=made)
+            return made
 
         return present
 

@@ -469,6 +469,12 @@ def tool(
             `mpmath.mpf`) their JSON form: `encoder=float`, `encoder=lambda o: o.to_dict()`;
             raise NotImplementedError to leave one to `str()`, which is the default. The
             result is still checked against the declared return type after it.
+        strict_result: a result that is not of the declared return type fails the call (ERROR).
+            By default the model reads it as it was returned and the developer is told (a
+            `ResultTypeWarning` once per shape of mismatch, `ToolSuccess.type_mismatch`, the
+            span, `statistics()`).
+
+    Every option of `ToolOptions` is accepted as a keyword (tags, policies, retry, cache...).
     """
 
     def make(f: Any) -> FunctionTool[..., Any]:
