@@ -79,7 +79,12 @@ MUTATIONS: list[tuple[str, list[dict[str, Any]], tuple[str, ...], str]] = [
         ("parameter 'notes' added",),
         "search",
     ),
-    ("parameter removed", [changed(inputSchema__properties__limit=None), OTHER], ("parameter 'limit' removed",), "search"),
+    (
+        "parameter removed",
+        [changed(inputSchema__properties__limit=None), OTHER],
+        ("parameter 'limit' removed",),
+        "search",
+    ),
     (
         "parameter retyped",
         [changed(inputSchema__properties__limit={"type": "string", "default": 10}), OTHER],
@@ -166,7 +171,9 @@ async def test_a_changed_tool_is_held_until_the_change_is_accepted(
 ) -> None:
     approvals = Approvals()
     with trio.fail_after(LIMIT):
-        async with open_runtime(mcp_servers=[spec(listing_file(tmp_path, TOOLS), on_tool_change=approvals)]) as rt:
+        async with open_runtime(
+            mcp_servers=[spec(listing_file(tmp_path, TOOLS), on_tool_change=approvals)]
+        ) as rt:
             assert (await rt.call(call("search", query="tea"))).ok
             await changing(rt, lambda: mutate(rt, tools))
             before = await history(rt)
@@ -259,7 +266,9 @@ async def test_pins_are_shared_by_runtimes_on_one_redis(tmp_path: Path, redis: R
                 mcp_servers=[spec(new, on_tool_change=approvals)], store=RedisStore(redis.url)
             ) as second:
                 # The second process's server lists a changed tool: held against the first's pin.
-                held(second, "search", await second.call(call("search", query="tea")), ("description changed",))
+                held(
+                    second, "search", await second.call(call("search", query="tea")), ("description changed",)
+                )
                 approvals.accept = True
                 await changing(second, lambda: mutate(second, [changed(description=POISONED), OTHER]))
                 assert (await second.call(call("search", query="tea"))).ok
