@@ -72,7 +72,7 @@ $(BFCL_STAMP): | $(STAMP)
 
 bfcl: $(BFCL_STAMP)
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP) $(REDIS_STAMP) $(BFCL_STAMP)
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(NODE_STAMP) $(REDIS_STAMP) $(BFCL_STAMP) $(DOCS_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
 
 test: lint pytest
@@ -125,11 +125,15 @@ soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak
 
 # The docs site (mkdocs-material + mkdocstrings, mkdocs.yml), built strictly into site/: a warning,
-# a broken link or anchor fails it. Its Python blocks run in tests/test_docs_blocks.py.
+# a broken link or anchor fails it. Its Python blocks run in tests/test_docs_blocks.py. The build
+# reads the sources statically (mkdocstrings' griffe): it needs the `docs` extra's packages only,
+# not the runtime's dependencies nor the dev extra.
 DOCS_STAMP := $(VENV)/.docs-installed
 
-$(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[docs]'
+$(DOCS_STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" > $(VENV)/docs-requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/docs-requirements.txt
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)

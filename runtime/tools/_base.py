@@ -12,19 +12,22 @@ import dataclasses
 import dis
 import inspect
 import re
+import sys
 import types
 import typing
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from ..exceptions import ResultTypeError, ToolDefinitionError
+from ..exceptions import ResultTypeError, ToolDefinitionError, ToolDefinitionWarning
 from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, parse_docstring
 from ..schema._annotations import normalize
 from ..schema._docstring import attribute_docs
 from ..schema._from_python import descriptor_from_fields, descriptor_from_type, shown_default
+from ..schema._from_python import own_doc as written_doc
 from ..schema._nulls import omitted_nulls
 from ..schema._pydantic import is_model
 from ._codec import ArgField, ArgsCodec, ModelArgsCodec, accepts_none
@@ -43,6 +46,7 @@ __all__ = [
     "describe",
     "result_encoder",
     "run_to_end",
+    "warn_undocumented",
 ]
 
 ArgsT = TypeVar("ArgsT")
@@ -131,7 +135,8 @@ class ToolBase(Generic[ArgsT, ResultT]):
         name = cls.__dict__.get("name") or getattr(cls, "name", None) or _snake(cls.__name__)
         cls.name = check_tool_name(name)
         own_doc = parse_docstring(cls.__dict__.get("__doc__"))
-        args_doc = parse_docstring(getattr(args_type, "__doc__", None))
+        # a dataclass's generated `__doc__` ("Args(text: str)") says nothing to a model
+        args_doc = parse_docstring(getattr(args_type, "__doc__", None) if written_doc(args_type) else None)
         description = cls.__dict__.get("description") or own_doc.description or cls.description
         codec, fields = _codec_for(args_type, cls.name)
         cls.args_type = args_type
@@ -146,6 +151,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
             result_type=result_type,
         )
         codec.nulls = omitted_nulls(cls.descriptor)  # strict mode's nulls below the top level
+        if not cls.descriptor.description:
+            execute = cls.__dict__.get("execute")
+            warn_undocumented(cls.name, getattr(execute, "__code__", None), cls.__module__, cls.__qualname__)
 
     @property
     def options(self) -> ToolOptions:
@@ -520,6 +528,32 @@ def _hints(obj: Any, tool_name: str) -> dict[str, Any]:
             f"tool {tool_name!r}: cannot resolve the type annotations of {obj!r} ({exc}); "
             "define the types it names at module level"
         ) from exc
+
+
+_TOLD: set[tuple[str, int, str]] = set()  # (file, line, tool) told of a missing description
+
+
+def warn_undocumented(name: str, code: types.CodeType | None, module: str, where: str) -> None:
+    """Warn once (per definition) that the tool `name` has no description: the model would be
+    told nothing of what it does. The warning points at the definition (`code`), where there is one."""
+    if code is not None:
+        filename, line = code.co_filename, code.co_firstlineno
+    else:
+        filename, line = getattr(sys.modules.get(module), "__file__", None) or module, 0
+    key = (filename, line, name)
+    if key in _TOLD:
+        return
+    warnings.warn_explicit(
+        ToolDefinitionWarning(
+            f"tool {name!r} ({where}) has no description: the model will be told nothing of what it "
+            "does; give it a docstring (or description=)"
+        ),
+        ToolDefinitionWarning,
+        filename,
+        line,
+        module=module,
+    )
+    _TOLD.add(key)
 
 
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")

@@ -41,7 +41,7 @@ from ..schema import Docstring, parse_docstring
 from ..schema._annotations import field_default, normalize
 from ..schema._from_python import descriptor_from_fields, shown_default
 from ..schema._nulls import omitted_nulls
-from ._base import ToolBase, check_streaming, function_code
+from ._base import ToolBase, check_streaming, function_code, warn_undocumented
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
 from ._options import ToolOptions, ToolOptionsKw
@@ -140,6 +140,9 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             hints = self._resolve_hints(fn)
         self._hints = hints
         self.description = description if description is not None else doc.description
+        if description is None and not self.description:
+            code = getattr(fn, "__code__", None)
+            warn_undocumented(self.name, code, getattr(fn, "__module__", "") or "", qualname or repr(fn))
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
         fields = [
