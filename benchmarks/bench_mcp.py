@@ -131,8 +131,7 @@ def _http_server() -> Iterator[str]:
 
 
 # One process under callgrind: `n` sequential calls of `add` over stdio, through the runtime
-# ("runtime"; "unpinned" with pin=False, and a fifth argument names the server "control") or the
-# SDK's own client ("sdk").
+# ("runtime"; "unpinned" with pin=False) or the SDK's own client ("sdk").
 CHILD = """
 import sys
 import trio
@@ -145,10 +144,7 @@ n, subject, era, server = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4
 async def main() -> None:
     if subject in ("runtime", "unpinned"):
         call = ToolCall(id="c1", name="add", arguments='{"a": 1, "b": 2}')
-        # "unpinned": pin=False; its name differs from the default by a letter, which moves the
-        # memory layout (and a call's instructions by about 1%) as much as anything else does
-        name = "control" if len(sys.argv) > 5 else None
-        spec = mcp.stdio(sys.executable, [server], mode=era, pin=subject == "runtime", name=name)
+        spec = mcp.stdio(sys.executable, [server], mode=era, pin=subject == "runtime")
         async with open_runtime(mcp_servers=[spec], tracing=False) as rt:
             for _ in range(n + 1):
                 assert (await rt.call(call)).ok
@@ -162,12 +158,12 @@ trio.run(main)
 """
 
 
-def host_instructions(subject: str, era: str, n: int, *extra: str) -> float:
+def host_instructions(subject: str, era: str, n: int) -> float:
     """Instructions of the calling process for one call: (I(3n) - I(n)) / 2n."""
     root = Path(__file__).resolve().parent.parent
 
     def total(calls: int) -> int:
-        return w1_instructions.callgrind(["-c", CHILD, str(calls), subject, era, SERVER, *extra], root)[0]
+        return w1_instructions.callgrind(["-c", CHILD, str(calls), subject, era, SERVER], root)[0]
 
     return (total(3 * n) - total(n)) / (2 * n)
 
@@ -195,8 +191,15 @@ def instruction_rows(quick: bool) -> list[dict[str, object]]:
         )
         print(f"{row.workload}: {subject:,.0f} vs {floor:,.0f} instructions, {row.ratio:.3f}x")
         rows.append({**dataclasses.asdict(row), "ratio": round(row.ratio, 3)})
-    pinned, unpinned = host_instructions("runtime", "legacy", n), host_instructions("unpinned", "legacy", n)
-    control = host_instructions("unpinned", "legacy", n, "control")  # the same as `unpinned`, another name
+    # One process's count moves a few percent from run to run (when the server's replies come
+    # decides how the loop waits), more than pinning could cost: runs alternate, medians compared.
+    runs = 1 if quick else 3
+    pinned_runs: list[float] = []
+    unpinned_runs: list[float] = []
+    for _ in range(runs):
+        pinned_runs.append(host_instructions("runtime", "legacy", n))
+        unpinned_runs.append(host_instructions("unpinned", "legacy", n))
+    pinned, unpinned = statistics.median(pinned_runs), statistics.median(unpinned_runs)
     row = Row(
         workload="mcp call stdio legacy, pinning on, calling process",
         subject="pinned",
@@ -204,8 +207,9 @@ def instruction_rows(quick: bool) -> list[dict[str, object]]:
         subject_us=pinned,
         floor_us=unpinned,
         note=(
-            f"{pinned - unpinned:+,.0f} instructions a call (callgrind, N={n}); pin=False under another "
-            f"server name: {control - unpinned:+,.0f} (the layout's own spread)"
+            f"{pinned - unpinned:+,.0f} instructions a call, medians of {runs} runs (callgrind, N={n}); "
+            f"the runs span {min(pinned_runs):,.0f}-{max(pinned_runs):,.0f} pinned, "
+            f"{min(unpinned_runs):,.0f}-{max(unpinned_runs):,.0f} with pin=False"
         ),
     )
     print(f"{row.workload}: {pinned:,.0f} vs {unpinned:,.0f} instructions, {row.ratio:.3f}x")
