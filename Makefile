@@ -75,8 +75,22 @@ $(REDIS_STAMP): | $(STAMP)
 	command -v redis-server >/dev/null
 	touch $(REDIS_STAMP)
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(BFCL_STAMP) $(NODE_STAMP) $(REDIS_STAMP)
-	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest
+# tests/test_docs_site.py opens the built site from disk in a real headless browser: Debian's
+# Chromium, installed where there is none (without one, that test checks the built links only).
+CHROMIUM_STAMP := $(VENV)/.chromium-installed
+
+$(CHROMIUM_STAMP): | $(STAMP)
+	command -v chromium >/dev/null || (export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium)) || \
+	  echo "could not install chromium: the docs site's search is checked by its links only"
+	touch $(CHROMIUM_STAMP)
+
+# Two workers (pytest-xdist): independent tests run in parallel; the tests of the session's Ray
+# cluster all go to one of them (--dist loadgroup). PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
+
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(BFCL_STAMP) $(NODE_STAMP) $(REDIS_STAMP) $(DOCS_STAMP) $(CHROMIUM_STAMP)
+	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: lint pytest
 
@@ -128,11 +142,15 @@ soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak
 
 # The docs site (mkdocs-material + mkdocstrings, mkdocs.yml), built strictly into site/: a warning,
-# a broken link or anchor fails it. Its Python blocks run in tests/test_docs_blocks.py.
+# a broken link or anchor fails it. Its Python blocks run in tests/test_docs_blocks.py. The build
+# reads the sources statically (mkdocstrings' griffe): it needs the `docs` extra's packages only,
+# not the runtime's dependencies nor the dev extra.
 DOCS_STAMP := $(VENV)/.docs-installed
 
-$(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[docs]'
+$(DOCS_STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" > $(VENV)/docs-requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/docs-requirements.txt
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP) $(CODE_STAMP)
@@ -162,4 +180,4 @@ wheel-check: dist
 	rm -rf $(WHEEL_VENV)
 
 clean:
-	rm -rf $(VENV) $(WHEEL_VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results site dist
+	rm -rf $(VENV) $(WHEEL_VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results site dist .cache

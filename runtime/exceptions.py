@@ -17,8 +17,15 @@ Hierarchy::
     ├── ResultTypeError (TypeError)     a tool returned a value that is not its declared result type
     └── RuntimeClosed (RuntimeError)    the caller used a runtime that is closed (the caller's mistake)
 
+    ToolRuntimeWarning (UserWarning)    base of the runtime's warnings (for the developer, never the model)
+    ├── ResultTypeWarning               a tool returned a value that is not its declared result type,
+    │                                   and the model read it as returned (once per tool and shape)
+    └── ToolDefinitionWarning           a tool is defined with something the model will miss (no description)
+
 Only `RuntimeClosed` ever reaches a caller of `Runtime.call`: everything a tool does
 becomes a `ToolFailure`. The module sits below every layer so that each may raise these.
+A warnings filter that turns `ResultTypeWarning` into an error (`-W error`, pytest's
+`filterwarnings = error`) makes a mismatched result fail its call, as `strict_result=True` does.
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ __all__ = [
     "ToolRuntimeError",
     "ToolUnavailable",
     "WorkerLost",
+    "ToolRuntimeWarning",
+    "ResultTypeWarning",
+    "ToolDefinitionWarning",
 ]
 
 
@@ -155,13 +165,42 @@ class ToolDefinitionError(ToolRuntimeError, TypeError):
 
 
 class ResultTypeError(ToolRuntimeError, TypeError):
-    """A tool returned a value that is not its declared result type (the call is ERROR, naming both).
+    """A tool returned a value that is not its declared result type.
 
-    Raised where a result is turned into what goes back, never to a caller: an MCP client
-    checks `structuredContent` against the tool's `outputSchema`, so a value that does not
-    fit its declared type must not be served as if it did.
+    Raised where a result is turned into what goes back, never to a caller. Real code's return
+    annotations are often looser than its values (`-> Dict[str, str]` returning a nested dict),
+    so by default the value is given to the model as it was returned, and the mismatch goes to
+    the developer (`ResultTypeWarning`, `ToolSuccess.type_mismatch`, the span, `statistics()`);
+    an MCP client is then sent no `structuredContent`, which its `outputSchema` would refuse.
+    With the tool's `strict_result=True` the call is ERROR, naming both.
+
+    Attributes:
+        returned: (the text the model reads, `ToolSuccess.value`) made from the value as it was
+            returned, when the check is loose; None when it is strict (the call fails).
     """
+
+    def __init__(self, message: str, *, returned: tuple[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.returned = returned
 
 
 class RuntimeClosed(ToolRuntimeError, RuntimeError):
     """The runtime is closed (or not yet open); no call can be made on it."""
+
+
+class ToolRuntimeWarning(UserWarning):
+    """Base class of the runtime's warnings: what a developer should fix, never what a model reads."""
+
+
+class ResultTypeWarning(ToolRuntimeWarning):
+    """A tool returned a value that is not its declared result type; the model read it as returned.
+
+    Issued once per tool and shape of mismatch. Fix the annotation (or the value), or declare the
+    tool `strict_result=True` to fail such calls; a warnings filter of "error" for this class
+    fails them everywhere.
+    """
+
+
+class ToolDefinitionWarning(ToolRuntimeWarning):
+    """A tool was defined with something the model will miss (no description): it works, but the
+    model is told less than it needs. Issued once per tool, where it is defined."""

@@ -177,6 +177,8 @@ class ToolSuccess(msgspec.Struct, Generic[R], frozen=True, kw_only=True, tag="su
         content: the text the model reads.
         value: the tool's typed result (decoded back to builtins after a process hop).
         parts: multimodal content; empty means one text part, `content`.
+        type_mismatch: None, or why the value is not of the tool's declared result type (the
+            model read it as it was returned; the tool's `strict_result=True` fails such calls).
     """
 
     call_id: str
@@ -184,6 +186,7 @@ class ToolSuccess(msgspec.Struct, Generic[R], frozen=True, kw_only=True, tag="su
     content: str
     value: R = None  # type: ignore[assignment]  # None for a tool that returns nothing
     parts: tuple[ContentPart, ...] = ()
+    type_mismatch: str | None = None
 
     ok: ClassVar[bool] = True
 

@@ -42,6 +42,7 @@ __all__ = [
     "GEN_AI_TOOL_TYPE",
     "OUTCOME",
     "PRINCIPAL",
+    "RESULT_TYPE_MISMATCH",
     "Tracing",
 ]
 
@@ -59,6 +60,8 @@ PRINCIPAL: Final = "tool_runtime.principal"
 """Span attribute: who the call ran for (a principal id, never a credential)."""
 CALL_ABANDONED: Final = "tool_runtime.call.abandoned"
 """Span attribute: the call was answered while its work could not be stopped (it runs on, abandoned)."""
+RESULT_TYPE_MISMATCH: Final = "tool_runtime.result.type_mismatch"
+"""Span attribute: why the result is not of the tool's declared result type (the model read it as returned)."""
 
 CALL_DURATION_METRIC: Final = "tool_runtime.tool.call.duration"
 CALLS_IN_FLIGHT_METRIC: Final = "tool_runtime.tool.calls.in_flight"
@@ -215,6 +218,8 @@ class Tracing(Feature):
             span.set_status(Status(StatusCode.ERROR, result.message))
         else:
             attributes[OUTCOME] = "success"
+            if result.type_mismatch is not None:
+                span.set_attribute(RESULT_TYPE_MISMATCH, result.type_mismatch)
             if self.record_results:
                 span.set_attribute(GEN_AI_TOOL_CALL_RESULT, result.content)
         span.end()

@@ -24,7 +24,7 @@ def measure() -> dict[str, object]:
     return {"reading": Reading(2.5), "ratio": Fraction(1, 3), "more": ...}
 
 
-@tool(placement=Subprocess(workers=1))
+@tool(placement=Subprocess(workers=1), strict_result=True)
 def miscounted() -> list[int]:
-    """A result that is not its declared type, made in another process."""
+    """A result that is not its declared type, made in another process (which fails the call)."""
     return ["one"]  # type: ignore[list-item]

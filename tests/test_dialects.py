@@ -629,19 +629,21 @@ def test_strict_mode_offers_null_for_a_key_without_default_and_null_leaves_it_ou
     assert note.decode_args('{"text": "hi", "pinned": null}') == {"text": "hi"}
 
 
-def test_strict_mode_keeps_nested_fields_non_nullable_and_states_their_defaults() -> None:
+def test_strict_mode_makes_nested_defaulted_fields_nullable_and_states_their_defaults() -> None:
+    # One level down the rule is the top level's: required, nullable, the default in words
+    # (before, `bold` was a required non-null boolean: the model had to pick a value).
     params = render_tool(draw.descriptor, "openai", strict=True)["function"]["parameters"]
     style = params["properties"]["style"]
     assert style["required"] == ["bold", "size"]
-    assert style["properties"]["bold"] == {"type": "boolean", "description": "(default: false)"}
+    assert style["properties"]["bold"] == {"type": ["boolean", "null"], "description": "(default: false)"}
     assert style["properties"]["size"] == {
-        "type": "integer",
+        "type": ["integer", "null"],
         "minimum": 6,
         "maximum": 72,
         "description": "(default: 12)",
     }
     border = params["properties"]["border"]  # top level, nullable already: null is a value
-    assert border["anyOf"][1] == {"type": "null"}
+    assert border["anyOf"][-1] == {"type": "null"}
     assert border["description"].endswith("(default: null)")
 
 
@@ -673,7 +675,8 @@ def test_strict_mode_keeps_recursive_types_as_closed_definitions() -> None:
     node = params["$defs"]["Node"]
     assert node["additionalProperties"] is False
     assert node["required"] == ["value", "children"]
-    assert node["properties"]["children"]["items"] == {"$ref": "#/$defs/Node"}
+    children = node["properties"]["children"]  # defaulted, so nullable (null: the default applies)
+    assert children["anyOf"] == [{"type": "array", "items": {"$ref": "#/$defs/Node"}}, {"type": "null"}]
 
 
 def test_registry_schemas_are_rendered_once_per_provider_and_flag() -> None:

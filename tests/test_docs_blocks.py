@@ -44,12 +44,27 @@ def test_blocks_that_do_not_run_are_few_and_say_why() -> None:
 def test_the_runner_holds_blocks_to_the_convention(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
-        "```python\nx = 1\n```\n\n<!-- docs: continue -->\n```python\nprint(x + 1)\n```\n"
+        '```python\nx = 1\n```\n\n<!-- docs: continue -->\n```python title="a.py (continued)"\nprint(x + 1)\n```\n'
         "<!-- docs: output -->\n```text\n2\n```\n"
         "<!-- docs: skip needs a person -->\n```python\ninput()\n```\n"
+        '<!-- docs: file -->\n```python title="helper.py"\nY = 3\n```\n'
+        "```python\nimport helper\nprint(helper.Y)\n```\n<!-- docs: output -->\n```text\n3\n```\n"
     )
     found = doc_blocks.run_page(page, root=tmp_path)
-    assert [(p.kind, p.blocks, p.output) for p in found] == [("run", 2, "2\n"), ("skip", 1, None)]
+    assert [(p.kind, p.blocks, p.output, p.arg) for p in found] == [
+        ("run", 2, "2\n", ""),
+        ("skip", 1, None, "needs a person"),
+        ("file", 1, None, "helper.py"),
+        ("run", 1, "3\n", ""),
+    ]
+
+    # What the reader sees says it: a continued block in its title, a file's name as the block's title.
+    page.write_text("```python\nx = 1\n```\n<!-- docs: continue -->\n```python\nprint(x)\n```\n")
+    with pytest.raises(doc_blocks.PageError, match="says so where the reader sees it"):
+        doc_blocks.programs(page, tmp_path)
+    page.write_text("<!-- docs: file helper.py -->\n```python\nY = 3\n```\n")
+    with pytest.raises(doc_blocks.PageError, match="the file's name goes in the block's title"):
+        doc_blocks.programs(page, tmp_path)
 
     page.write_text("```python\nprint(1)\n```\n<!-- docs: output -->\n```text\n2\n```\n")
     with pytest.raises(doc_blocks.PageError, match=r"page.md:1: printed\n1\n\nbut the page shows\n2"):

@@ -2,9 +2,10 @@
 
 5: a result msgspec cannot encode goes through the tool's encoder hook, else each object's
 `str()`: a success, never an ERROR after the side effects were done. 9: a result is checked
-against the declared return type; a mismatch is ERROR naming both, so an MCP client (the
-official SDK's, which validates `structuredContent` against `outputSchema`) never gets a
-structured result that disagrees with the schema it was given.
+against the declared return type; for a tool declared `strict_result=True` a mismatch is ERROR
+naming both, so an MCP client (the official SDK's, which validates `structuredContent` against
+`outputSchema`) never gets a structured result that disagrees with the schema it was given.
+(By default such a value reaches the model as returned: tests/test_loose_results.py.)
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ async def test_an_unencodable_result_made_in_a_worker_process_comes_back_as_a_su
 # -- 9. a result is checked against the declared return type --------------------------------------
 
 
-@tool
+@tool(strict_result=True)
 async def search(query: str, limit: int = 10) -> list[str]:
     """Search the documentation (the README's first example, with its `...` body)."""
     ...
@@ -148,7 +149,7 @@ class Forecast(msgspec.Struct):
     celsius: float
 
 
-@tool
+@tool(strict_result=True)
 def forecast(city: str, broken: bool = False) -> Forecast:
     """The weather."""
     return Forecast(city=city, celsius="warm" if broken else 21.5)  # type: ignore[arg-type]
@@ -159,7 +160,7 @@ class Hit(pydantic.BaseModel):
     score: float
 
 
-@tool
+@tool(strict_result=True)
 def best(query: str, broken: bool = False) -> Hit:
     """The best hit, a pydantic model."""
     if broken:
@@ -192,7 +193,7 @@ def count(words: str) -> int:
         ),
     ],
 )
-async def test_a_result_that_is_not_its_declared_type_is_an_error_naming_both(
+async def test_under_strict_result_a_result_not_of_its_declared_type_is_an_error_naming_both(
     t: Any, arguments: str, message: str
 ) -> None:
     result = await _call(t, arguments)
@@ -210,7 +211,7 @@ async def test_results_of_their_declared_type_pass_as_they_are() -> None:
     assert (await _call(count, '{"words": "a b c"}')).content == "3"
 
 
-async def test_a_mismatch_made_in_a_worker_process_is_an_error_naming_it() -> None:
+async def test_under_strict_result_a_mismatch_made_in_a_worker_process_is_an_error_naming_it() -> None:
     with trio.fail_after(LIMIT):
         result = await _call(miscounted)
     assert result.kind is FailureKind.ERROR

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -284,3 +285,27 @@ def test_langgraph_own_tool_node_runs_our_tools() -> None:
     messages = asyncio.run(main())
     assert messages[-1].content == "ok"
     check_answers(by_id(messages), hidden=False)
+
+
+def test_create_react_agent_takes_our_node_as_its_tool_node() -> None:
+    # Issue 46, item 7: wherever LangGraph takes a ToolNode, ours goes (it is one, with LangGraph).
+    pytest.importorskip("langgraph")
+    from langgraph.prebuilt import ToolNode, create_react_agent
+    from langgraph.warnings import LangGraphDeprecatedSinceV10
+
+    async def main() -> list[BaseMessage]:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            node = RuntimeToolNode(rt, exclude={"secret"})
+            assert isinstance(node, ToolNode)
+            assert sorted(node.tools_by_name) == sorted(t.name for t in node.tools())
+            chat = model(AIMessage(content="", tool_calls=CALLS), AIMessage(content="all done"))
+            with warnings.catch_warnings():  # moved to `langchain.agents` in LangGraph 1.0, still there
+                warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
+                agent = create_react_agent(chat, node)
+            state = await agent.ainvoke({"messages": [HumanMessage("go")]})
+            return list(state["messages"])
+
+    messages = asyncio.run(main())
+    assert messages[-1].content == "all done"
+    check_answers(by_id(messages))
+    assert FakeToolModel.offered == [sorted(n for n in ("overlap", "add", "boom", "positive", "sleepy"))]

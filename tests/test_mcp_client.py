@@ -357,7 +357,13 @@ async def test_a_cancelled_call_cancels_the_request_and_progress_reaches_the_spa
 @pytest.mark.parametrize("era", ERAS)
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_list_changed_refreshes_the_tools(transport: str, era: str, shared_http: HttpServer) -> None:
-    spec = demo_stdio(mode=era) if transport == "stdio" else mcp.http(shared_http.url, mode=era)
+    # A changed tool is served once accepted (pinning, tests/test_mcp_pinning.py): here every change is.
+    accepted = {"on_tool_change": lambda change: True}
+    spec = (
+        demo_stdio(mode=era, **accepted)
+        if transport == "stdio"
+        else mcp.http(shared_http.url, mode=era, **accepted)
+    )
     name = f"grown_{transport}_{era.replace('-', '_')}"
     with trio.fail_after(LIMIT):
         async with open_runtime(mcp_servers=[spec]) as rt:

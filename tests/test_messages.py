@@ -98,6 +98,7 @@ def test_encode_result_defaults_to_json_with_a_type_tag() -> None:
         "content": "3",
         "value": 3,
         "parts": [],
+        "type_mismatch": None,
     }
     assert msgspec.json.decode(encode_result(FAILURES[0]))["type"] == "failure"
 

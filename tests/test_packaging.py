@@ -64,7 +64,8 @@ def test_the_console_script_imports_tools_from_the_current_folder(tmp_path: Path
     if not SCRIPT.exists():
         pytest.skip("the tool-runtime script is not installed in this environment")
     (tmp_path / "my_tools.py").write_text(
-        "from runtime import tool\n\n@tool\ndef greet(name: str) -> str:\n    return f'hello {name}'\n"
+        "from runtime import tool\n\n@tool\ndef greet(name: str) -> str:\n"
+        '    """Greet someone."""\n    return f\'hello {name}\'\n'
     )
     done = run(SCRIPT, "call", "my_tools:greet", "greet", '{"name": "Ada"}', cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "hello Ada\n", "")

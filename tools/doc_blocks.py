@@ -12,10 +12,14 @@ How to write a page's blocks (the convention this runner holds them to):
   is its own business: the runtime logs a crashed tool's traceback, by design). No name may
   come from nowhere: imports, tools and registries are in the block.
 - A block may continue the previous one of the same page when the page says so: the line
-  right before its fence is `<!-- docs: continue -->`. The blocks of such a chain are joined
-  and run once, as one program (so the first block can define the tools, the next one run them).
-- A block that is a file the page's later programs import: `<!-- docs: file my_tools.py -->`.
-  It is written to the page's folder under that name (and imported once, to check it).
+  right before its fence is `<!-- docs: continue -->`, and its title tells the reader
+  (```` ```python title="agent.py (continued)" ````: mkdocs-material shows it above the code).
+  The blocks of such a chain are joined and run once, as one program (so the first block can
+  define the tools, the next one run them).
+- A block that is a file the page's later programs (or commands) import: `<!-- docs: file -->`,
+  its name in the block's title, where the rendered page shows it:
+  ```` ```python title="my_tools.py" ````. It is written to the page's folder under that name
+  (and imported once, to check it).
 - A block that serves until stopped (an HTTP server): `<!-- docs: server -->`. It is started
   with `PORT` set to a free loopback port, the page's later programs run while it serves (with
   the same `PORT`), and at the end of the page it gets SIGINT and must exit 0. So such
@@ -57,6 +61,7 @@ NOT_HELD = {"docs/ARCHITECTURE.md": "the design document: its blocks sketch sign
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 _MARKER = re.compile(r"^\s*<!--\s*docs:\s*(?P<kind>[a-z]+)\s*(?P<arg>.*?)\s*-->\s*$")
 _KINDS = {"continue", "file", "server", "output", "skip"}
+_TITLE = re.compile(r"""\btitle=(?P<quote>["'])(?P<title>.*?)(?P=quote)""")
 _TIMEOUT = 300.0  # seconds one program may take (a Ray program starts a local Ray)
 
 
@@ -71,6 +76,7 @@ class Block:
     code: str
     kind: str | None  # the marker right before the fence, if any
     arg: str
+    title: str = ""  # the fence's `title="..."`, shown above the code on the rendered page
 
 
 @dataclasses.dataclass
@@ -100,6 +106,8 @@ def blocks(text: str) -> list[Block]:
             continue
         indent, fence = match["indent"], match["fence"]
         language = (match["info"].split() or [""])[0].lower()
+        titled = _TITLE.search(match["info"])
+        title = titled["title"] if titled is not None else ""
         start = i
         body: list[str] = []
         i += 1
@@ -117,7 +125,7 @@ def blocks(text: str) -> list[Block]:
                 kind, arg = marker["kind"], marker["arg"]
                 if kind not in _KINDS:
                     raise PageError(f"line {before + 1}: unknown marker 'docs: {kind}'")
-        found.append(Block(start + 1, language, textwrap.dedent("\n".join(body)) + "\n", kind, arg))
+        found.append(Block(start + 1, language, textwrap.dedent("\n".join(body)) + "\n", kind, arg, title))
     return found
 
 
@@ -139,6 +147,11 @@ def programs(path: Path, root: Path = ROOT) -> list[Program]:
         if block.kind == "continue":
             if not out or out[-1].kind not in ("run", "server", "file"):
                 raise PageError(f"{where}: 'docs: continue' with no program before it on the page")
+            if "continued" not in block.title:
+                raise PageError(
+                    f"{where}: a block that continues the one above says so where the reader sees it: "
+                    'its title, e.g. ```python title="agent.py (continued)"'
+                )
             out[-1].code += "\n" + block.code
             out[-1].blocks += 1
         elif block.kind == "skip":
@@ -146,9 +159,17 @@ def programs(path: Path, root: Path = ROOT) -> list[Program]:
                 raise PageError(f"{where}: 'docs: skip' needs a reason")
             out.append(Program(page, block.line, block.code, "skip", block.arg))
         elif block.kind == "file":
-            if not re.fullmatch(r"[\w./-]+", block.arg) or block.arg.startswith(("/", "..")):
-                raise PageError(f"{where}: 'docs: file' needs a relative file name, not {block.arg!r}")
-            out.append(Program(page, block.line, block.code, "file", block.arg))
+            if block.arg:
+                raise PageError(
+                    f"{where}: the file's name goes in the block's title, where the rendered page shows "
+                    f'it (```python title="{block.arg}"), not in the marker'
+                )
+            name = block.title
+            if not re.fullmatch(r"[\w./-]+", name) or name.startswith(("/", "..")):
+                raise PageError(
+                    f"{where}: 'docs: file' needs a relative file name as the block's title, not {name!r}"
+                )
+            out.append(Program(page, block.line, block.code, "file", name))
         else:
             out.append(Program(page, block.line, block.code, block.kind or "run"))
     for program in out:

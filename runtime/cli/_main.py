@@ -27,15 +27,27 @@ class CommandError(Exception):
     """A mistake on the command line; printed as one line, exit status 2."""
 
 
-def load_registry(spec: str) -> ToolRegistry:
-    """Import `MODULE:ATTR` and make a registry of it (a registry, a tool, a ToolSet, a list...)."""
+def load_registry(spec: str, app_dir: str | None = None) -> ToolRegistry:
+    """Import `MODULE:ATTR` and make a registry of it (a registry, a tool, a ToolSet, a list...).
+
+    Args:
+        spec: `MODULE:ATTR`.
+        app_dir: the folder to import MODULE from (first on `sys.path`); None: the current one.
+    """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise CommandError(f"expected MODULE:ATTR, got {spec!r}")
+    if app_dir is not None:
+        folder = os.path.abspath(app_dir)
+        if not os.path.isdir(folder):
+            raise CommandError(f"--app-dir {app_dir}: no such folder")
+        sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise CommandError(f"cannot import {module_name!r}: {exc}") from exc
+        where = app_dir if app_dir is not None else os.getcwd()
+        hint = "" if app_dir is not None else "; name the folder that holds it with --app-dir"
+        raise CommandError(f"cannot import {module_name!r} (from {where}): {exc}{hint}") from exc
     except Exception as exc:  # the module itself failed while importing
         raise CommandError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     try:
@@ -53,13 +65,13 @@ def load_registry(spec: str) -> ToolRegistry:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    registry = load_registry(args.target)
+    registry = load_registry(args.target, args.app_dir)
     print(json.dumps(registry.schemas(args.provider, strict=args.strict), indent=2))
     return 0
 
 
 def _call(args: argparse.Namespace) -> int:
-    registry = load_registry(args.target)
+    registry = load_registry(args.target, args.app_dir)
 
     async def call() -> ToolFailure | str:
         async with open_runtime(registry) as rt:
@@ -75,7 +87,7 @@ def _call(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    registry = load_registry(args.target)
+    registry = load_registry(args.target, args.app_dir)
     address = _address(args.http) if args.http is not None else None
     token = _token(args)
     if token is not None and address is None:
@@ -125,8 +137,9 @@ def _serve(args: argparse.Namespace) -> int:
                     functools.partial(serve_http, rt, address[0], address[1], args.path, **http_options)
                 )
                 where = f"[{host}]" if ":" in host else host
+                count = len(rt.registry)
                 print(
-                    f"serving {len(rt.registry)} tools over MCP at http://{where}:{port}{args.path}",
+                    f"serving {count} tool{'' if count == 1 else 's'} over MCP at http://{where}:{port}{args.path}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -195,21 +208,33 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="tool-runtime command line")
     parser.add_argument("--version", action="version", version=f"tool-runtime {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    # Where MODULE is imported from: the current folder unless --app-dir says (an MCP client such
+    # as a desktop app starts `tool-runtime serve` in a folder of its own choosing).
+    importing = argparse.ArgumentParser(add_help=False)
+    importing.add_argument(
+        "--app-dir",
+        metavar="DIR",
+        help="import MODULE from this folder (default: the current folder)",
+    )
     demo = sub.add_parser("demo", help="run the offline demo")
     demo.set_defaults(run=_demo)
-    schema = sub.add_parser("schema", help="print the tool schemas of MODULE:ATTR")
+    schema = sub.add_parser("schema", help="print the tool schemas of MODULE:ATTR", parents=[importing])
     schema.add_argument("target", metavar="MODULE:ATTR")
     schema.add_argument("--provider", default="jsonschema", choices=sorted(DIALECTS))
     schema.add_argument("--strict", action="store_true", help="OpenAI strict mode")
     schema.set_defaults(run=_schema)
-    call = sub.add_parser("call", help="call one tool of MODULE:ATTR and print its result")
+    call = sub.add_parser(
+        "call", help="call one tool of MODULE:ATTR and print its result", parents=[importing]
+    )
     call.add_argument("target", metavar="MODULE:ATTR")
     call.add_argument("name", metavar="NAME", help="the tool's name")
     call.add_argument(
         "arguments", metavar="JSON", nargs="?", default="{}", help="the arguments, a JSON object"
     )
     call.set_defaults(run=_call)
-    serve = sub.add_parser("serve", help="serve the tools of MODULE:ATTR over MCP (stdio unless --http)")
+    serve = sub.add_parser(
+        "serve", help="serve the tools of MODULE:ATTR over MCP (stdio unless --http)", parents=[importing]
+    )
     serve.add_argument("target", metavar="MODULE:ATTR")
     serve.add_argument(
         "--http", metavar="HOST:PORT", help="serve streamable HTTP here (port 0: any free port)"

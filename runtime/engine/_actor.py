@@ -314,6 +314,7 @@ class ToolActor:
             threads=self.mailbox.running if threads is not None else 0,
             down_reason=self.down_reason,
             retries=c.retries,
+            type_mismatches=c.type_mismatches,
             placement=self.plan.placed.statistics() if self.plan.placed is not None else None,
             **resilience_counts(self.plan.policies),
         )

@@ -27,6 +27,7 @@ from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from typing import Any
 
+import msgspec
 import trio
 
 from ..exceptions import RemoteToolError, ResultTypeError
@@ -380,7 +381,9 @@ class ToolPlan:
         value cannot be turned into text. None: keeping it has to wait (the call ends then);
         never with `wait=False` (what would wait is cut instead)."""
         if self.is_placed and type(value) is ToolSuccess:  # built where the tool ran
-            return self._bounded(call, value.value, value.content, value.parts, wait)
+            shaped = self._bounded(call, value.value, value.content, value.parts, wait)
+            mismatch = value.type_mismatch
+            return shaped if mismatch is None else self._mismatched(call, shaped, mismatch)
         if type(value) is Collected:  # a stream past its limit, cut (or spilled) as it came
             return self._collected(call, value, wait)
         try:
@@ -392,10 +395,38 @@ class ToolPlan:
         except Exception as exc:
             error_type, text = describe_error(exc)
             if isinstance(exc, ResultTypeError):
+                if exc.returned is not None:  # a loose check: the model reads the value as returned
+                    return self._mismatched(call, self._returned(call, value, exc.returned, wait), str(exc))
+                self.counters.type_mismatches += 1
                 message = str(exc)
             else:
                 message = f"tool {self.name!r} returned a result that could not be encoded: {text}"
             return failure(call.call, FailureKind.ERROR, message[: self.max_chars], error_type)
+
+    def _returned(
+        self, call: Call[ToolPlan], value: Any, returned: tuple[str, Any], wait: bool
+    ) -> ToolResult | None:
+        """The success of a value that is not of the declared result type, as it was returned."""
+        text, shown = returned
+        parts: tuple[ContentPart, ...] = ()
+        if self._parts:
+            try:
+                parts = tuple(self.tool.result_to_parts(value))
+            except Exception:  # the text stands for it
+                log.debug("tool %r: no parts for a result of another type", self.name, exc_info=True)
+        return self._bounded(call, shown, text, parts, wait)
+
+    def _mismatched(self, call: Call[ToolPlan], result: ToolResult | None, message: str) -> ToolResult | None:
+        """`result`, of a value that is not of the declared result type: counted, the developer
+        warned (once per shape), and marked; ERROR where a warnings filter makes that an error."""
+        self.counters.type_mismatches += 1
+        try:
+            self.tool.result_codec.warn_once(message)
+        except Exception as exc:  # `-W error`: the mismatch fails the call, as strict_result does
+            return failure(call.call, FailureKind.ERROR, message[: self.max_chars], describe_error(exc)[0])
+        if type(result) is ToolSuccess:
+            return msgspec.structs.replace(result, type_mismatch=message)
+        return result  # a failure, or kept whole later as an artifact (not marked then)
 
     def _bounded(
         self, call: Call[ToolPlan], value: Any, text: str, parts: tuple[ContentPart, ...], wait: bool

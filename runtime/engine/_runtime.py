@@ -27,7 +27,7 @@ from ..features import Feature
 from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
 from ..registry import ToolLike, ToolRegistry
 from ..schema import ToolDescriptor, render_tool
-from ..stores import ArtifactStore
+from ..stores import ArtifactStore, Store
 from ..tools import FunctionTool, ToolBase
 from ..tools.lowlevel import Asker
 from ._call import Call
@@ -371,6 +371,14 @@ class Runtime(Calls, metaclass=_NoPublicConstructor):
         they are cut. Read one from code with `await rt.artifacts.read(principal, handle)`."""
         keeper = self._routing.settings.keeper
         return keeper.store if keeper is not None else None
+
+    @property
+    def store(self) -> Store:
+        """The store this runtime keeps state in (`open_runtime(store=...)`, a `MemoryStore` by
+        default): its policies' state, and its MCP connections' tool pins."""
+        resilience = self._routing.settings.resilience
+        assert resilience is not None  # open_runtime always makes one
+        return resilience.store
 
     def statistics(self) -> RuntimeStatistics:
         """Per-tool counters: calls, failures by kind, in flight, queued, restarts, state,

@@ -28,6 +28,7 @@ class ToolCounters:
         abandoned_late: orphans whose work ended more than a grace after they were answered.
         abandoned_threads: threads of a sync tool left running when their call was cancelled.
         retries: attempts made again (`Retry`).
+        type_mismatches: results that were not of the tool's declared result type.
     """
 
     __slots__ = (
@@ -40,6 +41,7 @@ class ToolCounters:
         "restarts",
         "retries",
         "succeeded",
+        "type_mismatches",
     )
 
     def __init__(self) -> None:
@@ -52,6 +54,7 @@ class ToolCounters:
         self.abandoned_late = 0
         self.abandoned_threads = 0
         self.retries = 0
+        self.type_mismatches = 0
 
     def stuck_orphans(self, now: float) -> int:
         """Orphans that count as abandoned by `now`."""
@@ -92,6 +95,9 @@ class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
         joined: calls that shared an identical call's execution (`Dedupe`).
         breaker: its circuit breaker's state ("closed", "open", "half_open"), if it has one.
         placement: what a placed tool's workers are doing (Subprocess, Ray), while it serves.
+        type_mismatches: results that were not of the tool's declared result type: the model
+            read them as returned (`ToolSuccess.type_mismatch` says why), or, for a tool declared
+            `strict_result=True`, they failed their call (ERROR).
     """
 
     calls: int
@@ -112,6 +118,7 @@ class ToolStatistics(msgspec.Struct, frozen=True, kw_only=True):
     joined: int = 0
     breaker: str | None = None
     placement: PlacementStatistics | None = None
+    type_mismatches: int = 0
 
 
 class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):

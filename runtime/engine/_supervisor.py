@@ -213,6 +213,7 @@ def _idle_statistics(counters: ToolCounters | None, state: str) -> ToolStatistic
         state=state,
         abandoned=c.abandoned_late + c.abandoned_threads,
         retries=c.retries,
+        type_mismatches=c.type_mismatches,
     )
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextvars
 import copy
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
@@ -50,6 +50,14 @@ from ..messages import ToolCall, ToolFailure, ToolResult
 from ._caller import BlockingCaller, Caller, RuntimeLike, Selection, caller_of, merge, new_call_id
 from ._mirror import SpanMirror, parent_context
 
+if TYPE_CHECKING:
+    from langgraph.prebuilt import ToolNode as _NodeBase
+else:
+    try:  # with LangGraph, the node is one of its ToolNodes (create_react_agent takes it as one)
+        from langgraph.prebuilt import ToolNode as _NodeBase
+    except ImportError:  # without it, a plain Runnable: the node needs only langchain-core
+        _NodeBase = Runnable
+_LANGGRAPH = _NodeBase.__module__.startswith("langgraph")
 __all__ = [
     "OpenTelemetryCallbackHandler",
     "RuntimeTool",
@@ -216,7 +224,7 @@ def _blocking(caller: Caller) -> BlockingCaller:
     return caller
 
 
-class RuntimeToolNode(Runnable[Any, Any]):
+class RuntimeToolNode(_NodeBase):
     """A LangGraph tool node backed by the runtime: the last AIMessage's tool calls, run as one batch.
 
     Input and output are those of `langgraph.prebuilt.ToolNode`: a state dict (or object)
@@ -224,6 +232,11 @@ class RuntimeToolNode(Runnable[Any, Any]):
     of ToolMessages; a list of tool calls (or LangGraph's `Send` payload with a `tool_call`)
     -> `{messages_key: [...]}`. One ToolMessage per tool call, in the calls' order, each with
     `status` "success" or "error" and the `ToolResult` as `artifact`.
+
+    With LangGraph installed it is a `ToolNode` (a subclass), so it goes wherever LangGraph
+    takes one: `create_react_agent(model, RuntimeToolNode(rt))` binds its `tools_by_name`
+    (the runtime's tools visible to it when it was made) to the model. Without LangGraph it is a
+    plain `Runnable`.
 
     Args:
         runtime: an `AsyncioRuntime`, a `RuntimeThread` (also for sync `invoke`) or any `Caller`.
@@ -248,9 +261,11 @@ class RuntimeToolNode(Runnable[Any, Any]):
     ) -> None:
         self._caller = caller_of(runtime)
         self._selection = Selection(only, exclude)
-        self._messages_key = messages_key
         self._metadata = metadata
         self._timeout = timeout
+        if _LANGGRAPH:  # LangGraph's ToolNode: its tools, name and messages key
+            super().__init__(self.tools(), name=name, messages_key=messages_key)
+        self._messages_key = messages_key
         self.name = name
 
     def tools(self) -> list[RuntimeTool]:

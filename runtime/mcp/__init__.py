@@ -15,6 +15,7 @@ from ._client_tool import McpTool as McpTool
 from ._header import Header as Header
 from ._oauth import MemoryTokenStorage as MemoryTokenStorage
 from ._oauth import oauth as oauth
+from ._pins import ToolChange as ToolChange
 from ._schema_tool import JsonSchemaTool as JsonSchemaTool
 from ._server import serve_stdio as serve_stdio
 from ._server_http import serve_http as serve_http

@@ -238,6 +238,7 @@ class RemoteServer:
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client, trio.open_nursery() as nursery:
                 watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
+                _read_unstructured(client)
                 capabilities = client.server_capabilities
                 # A version adopted without asking (mode="2026-07-28") learned no capabilities:
                 # listening is tried, and a refusal is taken as the answer.
@@ -304,6 +305,7 @@ class RemoteServer:
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client:
                 watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
+                _read_unstructured(client)
                 connecting.deadline = math.inf
                 link.client = client
                 try:
@@ -545,6 +547,26 @@ async def _ask_info_logs(client: Client) -> None:
             await client.set_logging_level("info")
     except MCPError as exc:
         log.debug("logging/setLevel refused: %s", exc.error.message)
+
+
+def _read_unstructured(client: Client) -> None:
+    """Let the session take a result without `structuredContent` from a tool with an outputSchema.
+
+    The SDK refuses such a result ("has an output schema but did not return structured
+    content"); a server sends one when the value is not of the tool's declared type (a runtime
+    serving a loose annotation leaves the structured part out rather than send it wrong). Its
+    text is the value as returned, which is what the model reads here: it is taken as text.
+    Structured content that is sent is still checked against the schema.
+    """
+    session = client.session
+    check = session.validate_tool_result
+
+    async def validate_tool_result(name: str, result: types.CallToolResult) -> None:
+        if result.structured_content is None and "structured_content" not in result.model_fields_set:
+            return
+        await check(name, result)
+
+    session.validate_tool_result = validate_tool_result  # type: ignore[method-assign]
 
 
 def _progress_to(ctx: CallContext) -> ProgressFnT:

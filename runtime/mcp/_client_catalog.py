@@ -4,7 +4,9 @@ The connection (`RemoteServer`, in `_client`) hands each full listing here; the 
 the runtime tools (`McpTool`, their `inputSchema` kept as given), keeps the listing within
 its bounds (`max_tools`, `MAX_DESCRIPTION_CHARS`, `MAX_SCHEMA_BYTES`) and makes the
 registry match it, changing only what changed. A name another tool already has is not
-taken over: that tool is skipped and logged.
+taken over: that tool is skipped and logged. Each listed tool is compared with its pin first
+(`runtime.mcp._pins`): one whose change is not accepted is registered as a `HeldTool` (listed as
+pinned, its calls REJECTED) instead of the changed definition.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import mcp_types as types
 import msgspec
 
 from ..schema import parse_json_schema
+from ..stores import MemoryStore
 from ._client_tool import WRAP_MARKER, Caller, McpTool, local_name
+from ._pins import HeldTool, Pins, ToolChange
 from ._schema_tool import schema_descriptor, schema_validator
 
 if TYPE_CHECKING:
@@ -68,14 +72,35 @@ class RemoteCatalog:
 
     Attributes:
         tools: local name -> (the tool, its listing entry as last seen).
+        held: local name -> the change that holds it (its tool is a `HeldTool`).
     """
 
     def __init__(self, spec: ServerOptions, caller: Caller) -> None:
         self.spec = spec
         self.name = spec.name
-        self.tools: dict[str, tuple[McpTool, dict[str, Any]]] = {}
+        self.tools: dict[str, tuple[McpTool | HeldTool, dict[str, Any]]] = {}
+        self.held: dict[str, ToolChange] = {}
         self._caller = caller
         self._skipped: set[str] = set()  # names already logged as clashing
+        self._pins: Pins | None = None
+
+    async def _review(
+        self, registrar: ToolRegistrar, wanted: dict[str, tuple[types.Tool, dict[str, Any]]]
+    ) -> dict[str, ToolChange]:
+        """The listed tools whose change from their pin is not accepted (none when pinning is off)."""
+        if not getattr(self.spec, "pin", True):
+            return {}
+        pins = self._pins
+        if pins is None:
+            store = getattr(registrar, "store", None)
+            pins = self._pins = Pins(
+                store if store is not None else MemoryStore(),
+                self.name,
+                getattr(self.spec, "on_tool_change", None),
+            )
+        local = {remote.name: name for name, (remote, _) in wanted.items()}
+        held = await pins.review({remote.name: entry for remote, entry in wanted.values()})
+        return {local[remote]: change for remote, change in held.items()}
 
     async def apply(self, registrar: ToolRegistrar, listing: list[types.Tool]) -> None:
         """Make the registered tools match `listing`: remove, replace and add only what changed."""
@@ -99,18 +124,25 @@ class RemoteCatalog:
                 continue
             entry = remote.model_dump(mode="json", by_alias=True, exclude_none=True)
             wanted[name] = (remote, {k: entry[k] for k in _FINGERPRINT if k in entry})
+        held = await self._review(registrar, wanted)
         removed = [n for n in self.tools if n not in wanted]
-        fresh: dict[str, tuple[McpTool, dict[str, Any]]] = {}
+        fresh: dict[str, tuple[McpTool | HeldTool, dict[str, Any]]] = {}
         for name, (remote, entry) in wanted.items():
             known = self.tools.get(name)
-            if known is not None and known[1] == entry:
+            change = held.get(name)
+            if known is not None and known[1] == entry and self.held.get(name) == change:
                 continue
-            made = self._make(name, remote)
+            made: McpTool | HeldTool | None
+            if change is not None:
+                made = HeldTool(name=name, server=self.name, change=change)
+            else:
+                made = self._make(name, remote)
             if made is None:
                 if known is not None:
                     removed.append(name)
                 continue
             fresh[name] = (made, entry)
+        self.held = held
         if removed:
             await registrar.unregister(*removed)
             for name in removed:

@@ -13,7 +13,7 @@ still too long is cut to 55 characters plus 8 hex digits of a hash; the change i
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ..tools import ToolOptions
 from ._client import RemoteServer
 from ._client_transport import Transport, http_transport, sse_transport, stdio_transport
+from ._pins import ToolChange
 
 if TYPE_CHECKING:
     from ..engine import ToolRegistrar
@@ -65,6 +66,13 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
             keeps artifacts); the others stay links. 0: never read.
         max_link_bytes: the most bytes read for the links of one result; a link that says it is
             larger (`size`), or whose content turns out larger, stays a link.
+        pin: pin each of its tools at first sight (name, title, description, schemas,
+            annotations) in the runtime's store, keyed by `name`, and hold a tool whose
+            definition then changes until the change is accepted: it stays listed as pinned and
+            its calls are REJECTED saying what changed (`runtime.mcp._pins`). False: off.
+        on_tool_change: decides on a change, `(change: ToolChange) -> bool` (sync or async;
+            True accepts it: the new definition is pinned and served). None (the default)
+            refuses every change and logs it. Asked again at every listing while the tool is held.
     """
 
     name: str
@@ -81,6 +89,8 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     max_links: int = 8
     max_link_bytes: int = 16 << 20
+    pin: bool = True
+    on_tool_change: Any = None
 
     def __post_init__(self) -> None:
         if self.options:
@@ -93,6 +103,12 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True):
         if self.prefix is not None and not _PREFIX.fullmatch(self.prefix):
             raise ValueError(
                 f"MCP prefix {self.prefix!r} must be 1-32 characters from a-z, A-Z, 0-9, '_' and '-'"
+            )
+        if not isinstance(self.pin, bool):
+            raise ValueError(f"MCP pin must be True or False, not {self.pin!r}")
+        if self.on_tool_change is not None and not callable(self.on_tool_change):
+            raise ValueError(
+                f"MCP on_tool_change must be a callable (change) -> bool, not {self.on_tool_change!r}"
             )
         if self.mode not in _MODES:
             raise ValueError(f"MCP mode must be one of {', '.join(map(repr, _MODES))}, not {self.mode!r}")
@@ -285,6 +301,8 @@ def stdio(
     options: Mapping[str, Any] | None = None,
     max_links: int = 8,
     max_link_bytes: int = 16 << 20,
+    pin: bool = True,
+    on_tool_change: Callable[[ToolChange], bool | Awaitable[bool]] | None = None,
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -308,6 +326,9 @@ def stdio(
             `{"cache": Cache(ttl=60)}` caches the read-only ones.
         max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
         max_link_bytes: the most bytes read for the links of one result.
+        pin: pin its tools at first sight and hold a changed one until accepted (see `ServerSpec`).
+        on_tool_change: `(change) -> bool`, sync or async: True accepts a changed tool (default:
+            every change is refused and logged).
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
@@ -330,6 +351,8 @@ def stdio(
         options=dict(options or {}),
         max_links=max_links,
         max_link_bytes=max_link_bytes,
+        pin=pin,
+        on_tool_change=on_tool_change,
     )
 
 
@@ -355,6 +378,8 @@ def http(
     principal_idle_timeout: float = 300.0,
     max_links: int = 8,
     max_link_bytes: int = 16 << 20,
+    pin: bool = True,
+    on_tool_change: Callable[[ToolChange], bool | Awaitable[bool]] | None = None,
 ) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
@@ -384,6 +409,9 @@ def http(
         principal_idle_timeout: seconds a principal's session may be unused before it closes.
         max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
         max_link_bytes: the most bytes read for the links of one result.
+        pin: pin its tools at first sight and hold a changed one until accepted (see `ServerSpec`).
+        on_tool_change: `(change) -> bool`, sync or async: True accepts a changed tool (default:
+            every change is refused and logged).
     """
     return HttpServer(
         name=name or prefix or _display_url(url),
@@ -406,6 +434,8 @@ def http(
         principal_idle_timeout=principal_idle_timeout,
         max_links=max_links,
         max_link_bytes=max_link_bytes,
+        pin=pin,
+        on_tool_change=on_tool_change,
     )
 
 
@@ -430,6 +460,8 @@ def sse(
     principal_idle_timeout: float = 300.0,
     max_links: int = 8,
     max_link_bytes: int = 16 << 20,
+    pin: bool = True,
+    on_tool_change: Callable[[ToolChange], bool | Awaitable[bool]] | None = None,
 ) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
@@ -456,6 +488,8 @@ def sse(
         principal_idle_timeout=principal_idle_timeout,
         max_links=max_links,
         max_link_bytes=max_link_bytes,
+        pin=pin,
+        on_tool_change=on_tool_change,
     )
 
 

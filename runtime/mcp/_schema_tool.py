@@ -138,7 +138,9 @@ def _drop_null_defaults(schema: Any, value: dict[str, Any]) -> dict[str, Any]:
 
     OpenAI strict mode makes every property required, so the model sends null for each one it
     leaves out, at every depth (the strict schema offers that null: `runtime.schema._openai`).
-    Properties are found where the schema puts them: `properties`, `$ref`, `allOf`, array `items`.
+    Properties are found where the schema puts them: `properties` (and `allOf` parts), `$ref`,
+    array `items` and `prefixItems`, `additionalProperties`, and the one option of an `anyOf` /
+    `oneOf` the value fits.
     """
     if not _has_null(value):
         return value
@@ -169,21 +171,12 @@ def _resolved(schema: Any, root: Any) -> Any:
     return schema
 
 
-def _without_nulls(schema: Any, value: Any, root: Any, depth: int) -> Any:
-    schema = _resolved(schema, root)
-    if depth > 32 or not isinstance(schema, Mapping):
-        return value
-    if isinstance(value, list):
-        items = schema.get("items")
-        return (
-            [_without_nulls(items, v, root, depth + 1) for v in value]
-            if isinstance(items, Mapping)
-            else value
-        )
-    if not isinstance(value, dict):
-        return value
+def _object_parts(schema: Mapping[str, Any], root: Any) -> tuple[dict[str, Any], set[str], Any]:
+    """The properties an object schema names (its `allOf` parts' too), its required names, and
+    the schema of the others (`additionalProperties`, when it is one)."""
     properties: dict[str, Any] = {}
     required: set[str] = set()
+    extra: Any = None
     for part in (schema, *(_resolved(p, root) for p in schema.get("allOf") or () if isinstance(p, Mapping))):
         if isinstance(part, Mapping):
             props = part.get("properties")
@@ -192,7 +185,80 @@ def _without_nulls(schema: Any, value: Any, root: Any, depth: int) -> Any:
             names = part.get("required")
             if isinstance(names, list):
                 required.update(n for n in names if isinstance(n, str))
-    out: dict[str, Any] = {}
+            more = part.get("additionalProperties")
+            if isinstance(more, Mapping) and extra is None:
+                extra = more
+    return properties, required, extra
+
+
+def _option(schema: Mapping[str, Any], value: Any, root: Any) -> Any:
+    """The one option of the schema's `anyOf` / `oneOf` that `value` (a dict or a list) fits, or None."""
+    options = [
+        _resolved(o, root)
+        for key in ("anyOf", "oneOf")
+        for o in schema.get(key) or ()
+        if isinstance(o, Mapping)
+    ]
+    if not options:
+        return None
+    if isinstance(value, list):
+        arrays = [o for o in options if _kind(o) == "array"]
+        return arrays[0] if len(arrays) == 1 else None
+    objects = [o for o in options if _kind(o) == "object"]
+    if len(objects) > 1:
+        objects = [o for o in objects if _fits(o, value, root)]
+    return objects[0] if len(objects) == 1 else None
+
+
+def _kind(schema: Mapping[str, Any]) -> str | None:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if kind is None and ("properties" in schema or "additionalProperties" in schema):
+        return "object"
+    if kind is None and ("items" in schema or "prefixItems" in schema):
+        return "array"
+    return kind if isinstance(kind, str) else None
+
+
+def _fits(schema: Mapping[str, Any], value: dict[str, Any], root: Any) -> bool:
+    """Whether `value` can be an instance of the object `schema`: its required keys are there, a
+    closed object knows every key, and a `const` (a tag) has its value."""
+    properties, required, _ = _object_parts(schema, root)
+    if not required <= value.keys():
+        return False
+    if schema.get("additionalProperties") is False and not value.keys() <= properties.keys():
+        return False
+    for key, sub in properties.items():
+        sub = _resolved(sub, root)
+        if key in value and isinstance(sub, Mapping) and "const" in sub and value[key] != sub["const"]:
+            return False
+    return True
+
+
+def _without_nulls(schema: Any, value: Any, root: Any, depth: int) -> Any:
+    schema = _resolved(schema, root)
+    if depth > 32 or not isinstance(schema, Mapping):
+        return value
+    if not isinstance(value, dict | list):
+        return value
+    if "anyOf" in schema or "oneOf" in schema:
+        option = _option(schema, value, root)
+        if option is not None and option is not schema:
+            value = _without_nulls(option, value, root, depth + 1)
+        if "properties" not in schema and "items" not in schema and "prefixItems" not in schema:
+            return value
+    if isinstance(value, list):
+        items = schema.get("items")
+        positions = schema.get("prefixItems")
+        out: list[Any] = []
+        for i, item in enumerate(value):
+            sub = positions[i] if isinstance(positions, list) and i < len(positions) else items
+            out.append(_without_nulls(sub, item, root, depth + 1) if isinstance(sub, Mapping) else item)
+        return out
+    properties, required, extra = _object_parts(schema, root)
+    result: dict[str, Any] = {}
     for key, item in value.items():
         sub = properties.get(key)
         if (
@@ -202,8 +268,10 @@ def _without_nulls(schema: Any, value: Any, root: Any, depth: int) -> Any:
             and not _admits_null(_resolved(sub, root))
         ):
             continue
-        out[key] = _without_nulls(sub, item, root, depth + 1) if sub is not None else item
-    return out
+        if sub is None:
+            sub = extra
+        result[key] = _without_nulls(sub, item, root, depth + 1) if sub is not None else item
+    return result
 
 
 def _admits_null(schema: Any) -> bool:

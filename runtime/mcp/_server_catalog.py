@@ -4,7 +4,9 @@ The listing is rebuilt only when the runtime's tool set changes (`registry_versi
 tool's entry only when the tool itself changed. A tool whose result type is known gets an
 `outputSchema` and its results a `structuredContent`; MCP wants an object there, so any other
 result type is wrapped as `{"result": value}` with a matching schema (FastMCP's convention).
-A `str` result is the text itself and gets neither.
+A `str` result is the text itself and gets neither. A value that is not of its declared type
+(`ToolSuccess.type_mismatch`) is sent as text only: its structured part is left out rather than
+sent wrong.
 """
 
 from __future__ import annotations
@@ -68,7 +70,9 @@ class ServedTool:
         if isinstance(result, ToolFailure):
             return error_result(result.content)
         content = _content(result)
-        if not self.structured:
+        if not self.structured or result.type_mismatch is not None:
+            # A value that is not of the declared type does not fit the outputSchema promised for
+            # it: the client gets it as text, never a structuredContent it would have to refuse.
             return types.CallToolResult(content=content)
         try:
             encoded = self.tool.encode_result(result.value)

@@ -178,8 +178,14 @@ class ToolHost:
     def done(self, call_id: str, value: Any) -> Reply:
         """The reply for a call that returned `value`."""
         tool = self.tool
+        mismatch: str | None = None
         try:
-            text, shown = self._present(value)
+            try:
+                text, shown = self._present(value)
+            except ResultTypeError as exc:
+                if exc.returned is None:  # strict: the call fails
+                    raise
+                (text, shown), mismatch = exc.returned, str(exc)  # the parent counts and warns
             parts = tuple(tool.result_to_parts(value)) if self._parts else ()
             value = shown
         except Exception as exc:
@@ -192,7 +198,14 @@ class ToolHost:
             )
         retire = self.max_rss_mb is not None and rss_mb() > self.max_rss_mb
         return Done(
-            result=ToolSuccess(call_id=call_id, tool=self.name, content=text, value=value, parts=parts),
+            result=ToolSuccess(
+                call_id=call_id,
+                tool=self.name,
+                content=text,
+                value=value,
+                parts=parts,
+                type_mismatch=mismatch,
+            ),
             retire=retire,
         )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from .._extras import install_command
 from ..exceptions import ToolDefinitionError
 
 __all__ = ["ensure_ray", "ray_module", "stop_call", "wait_ref"]
@@ -26,9 +27,7 @@ def ray_module() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise ToolDefinitionError(
-            "placement=Ray needs Ray: install the extra, `pip install 'tool-runtime[ray]'`"
-        ) from exc
+        raise ToolDefinitionError(f"placement=Ray needs Ray: {install_command('ray')}") from exc
     return ray
 
 

@@ -408,7 +408,7 @@ class _Builder:
         if isinstance(info, msgspec.inspect.Metadata):
             info = info.type
         params = _type_params(tp)
-        doc = parse_docstring(cls.__doc__) if _own_doc(cls) else None
+        doc = parse_docstring(cls.__doc__) if own_doc(cls) else None
         attr_docs = attribute_docs(cls)
         fields = getattr(info, "fields", None)
         if fields is None:
@@ -563,7 +563,7 @@ def _substitute(hint: Any, params: dict[Any, Any]) -> Any:
         return hint
 
 
-def _own_doc(cls: Any) -> bool:
+def own_doc(cls: Any) -> bool:
     """Whether `cls.__doc__` was written by a person (not a dataclass's generated signature)."""
     if not isinstance(cls, type):
         return False
@@ -574,7 +574,7 @@ def _own_doc(cls: Any) -> bool:
 
 
 def _class_doc(cls: type) -> str | None:
-    return (parse_docstring(cls.__doc__).description or None) if _own_doc(cls) else None
+    return (parse_docstring(cls.__doc__).description or None) if own_doc(cls) else None
 
 
 def _own_description(tp: Any, node: TypeNode) -> str | None:

@@ -4,14 +4,14 @@ Strict mode (Structured Outputs) accepts a subset of JSON Schema and asks more o
 every object closed (`additionalProperties: false`) and every property required, at every
 depth. The strict renderer meets that from the IR instead of patching a finished schema:
 
-- A parameter the model may omit becomes required. Its description says the default,
-  `(default: 10)`, and the `default` keyword is left out (strict mode rejects it). At the
-  top level such a parameter also admits null, because the decoder reads a top-level null
-  as "not sent": the default is used (`runtime.tools._codec`), and a parameter without a
-  known default (every optional property of a JSON-Schema or MCP tool, a TypedDict
-  `NotRequired` key) is left out, so the model never has to invent a value. Deeper down
-  nothing turns null into a default, so nested types stay as declared and the model sends
-  a value (its description says the default).
+- A property the model may omit becomes required, at every depth (the arguments, the fields of
+  a nested object, of an array's items, of a union's options, of a `$defs` entry). Its
+  description says the default, `(default: 10)`, and the `default` keyword is left out (strict
+  mode rejects it). Where its type has no null it also admits null, which the decoders read as
+  "not sent" at every depth: the default is used, and a property without a known default
+  (every optional property of a JSON-Schema or MCP tool, a TypedDict `NotRequired` key) is left
+  out, so the model never has to invent a value (`runtime.schema._nulls`,
+  `runtime.mcp._schema_tool`).
 - Keywords strict mode rejects (minLength, maxLength, uniqueItems, formats outside its
   list, patterns with lookaround, contentEncoding, a tuple's prefixItems) move into the
   description; the decoder still enforces them.
@@ -123,36 +123,31 @@ def _strict_or_none(descriptor: ToolDescriptor) -> dict[str, Any] | None:
 
 
 def _strict_parameters(descriptor: ToolDescriptor) -> dict[str, Any]:
-    # A tool checked against its given JSON Schema reads a null for an optional property as "not
-    # sent" at every depth (`runtime.mcp._schema_tool`); a typed tool's decoder, at the top only.
-    deep = descriptor.input_schema is not None
-    schema = _closed_object(descriptor.parameters, "$", top=True, deep=deep)
+    schema = _closed_object(descriptor.parameters, "$")
     if descriptor.definitions:
         schema["$defs"] = {
-            name: _node(node, f"$defs.{name}", deep) for name, node in descriptor.definitions.items()
+            name: _node(node, f"$defs.{name}") for name, node in descriptor.definitions.items()
         }
     return schema
 
 
-def _closed_object(
-    properties: tuple[ToolParameter, ...], path: str, *, top: bool, deep: bool = False
-) -> dict[str, Any]:
-    props = {p.name: _property(p, f"{path}.{p.name}", top=top, deep=deep) for p in properties}
+def _closed_object(properties: tuple[ToolParameter, ...], path: str) -> dict[str, Any]:
+    props = {p.name: _property(p, f"{path}.{p.name}") for p in properties}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
-def _property(param: ToolParameter, path: str, *, top: bool, deep: bool = False) -> dict[str, Any]:
-    body, notes = _body(param.type, path, deep)
-    if (top or deep) and not param.required and not is_nullable(param.type):
-        body = _nullable(body)  # a null the decoder reads as "not sent"
+def _property(param: ToolParameter, path: str) -> dict[str, Any]:
+    body, notes = _body(param.type, path)
+    if not param.required and not is_nullable(param.type):
+        body = _nullable(body)  # a null the decoders read as "not sent", at every depth
     note = default_note(param)
     if note:
         notes.append(note)
     return _described(body, param.description or _text(param.type), notes)
 
 
-def _node(node: TypeNode, path: str, deep: bool = False) -> dict[str, Any]:
-    body, notes = _body(node, path, deep)
+def _node(node: TypeNode, path: str) -> dict[str, Any]:
+    body, notes = _body(node, path)
     return _described(body, _text(node), notes)
 
 
@@ -173,7 +168,7 @@ def _described(body: dict[str, Any], text: str | None, notes: list[str]) -> dict
     return {**body, "description": description}
 
 
-def _body(node: TypeNode, path: str, deep: bool = False) -> tuple[dict[str, Any], list[str]]:
+def _body(node: TypeNode, path: str) -> tuple[dict[str, Any], list[str]]:
     """The schema of `node` without its description, and the notes for the description."""
     notes: list[str] = []
     if isinstance(node, String):
@@ -202,7 +197,7 @@ def _body(node: TypeNode, path: str, deep: bool = False) -> tuple[dict[str, Any]
     if isinstance(node, AnyValue):
         raise _NotStrict(f"{path} accepts any JSON value, which strict mode cannot describe")
     if isinstance(node, Array):
-        schema = {"type": "array", "items": _node(node.items, f"{path}[]", deep)}
+        schema = {"type": "array", "items": _node(node.items, f"{path}[]")}
         if node.min_items is not None:
             schema["minItems"] = node.min_items
         if node.max_items is not None:
@@ -217,16 +212,16 @@ def _body(node: TypeNode, path: str, deep: bool = False) -> tuple[dict[str, Any]
             raise _NotStrict(f"{path} is a map with free-form keys, which strict mode cannot describe")
         if node.additional is True and not node.properties:
             raise _NotStrict(f"{path} is an object with free-form keys, which strict mode cannot describe")
-        return _closed_object(node.properties, path, top=False, deep=deep), notes
+        return _closed_object(node.properties, path), notes
     if isinstance(node, Union):
         options = [o for o in node.options if not isinstance(o, Null)]
         has_null = len(options) < len(node.options)
         if len(options) == 1:
-            body, notes = _body(options[0], path, deep)
+            body, notes = _body(options[0], path)
             return (_nullable(body) if has_null else body), notes
         variants: list[dict[str, Any]] = []
         for option in options:
-            schema = _node(option, path, deep)
+            schema = _node(option, path)
             variants.extend(schema["anyOf"] if set(schema) == {"anyOf"} else [schema])
         if has_null and _NULL not in variants:
             variants.append(dict(_NULL))

@@ -12,14 +12,16 @@ import dataclasses
 import dis
 import inspect
 import re
+import sys
 import types
 import typing
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from ..exceptions import ToolDefinitionError
+from ..exceptions import ResultTypeError, ToolDefinitionError, ToolDefinitionWarning
 from ..messages import ContentPart, TextPart
 from ..schema import ToolDescriptor, parse_docstring
 from ..schema.lowlevel import (
@@ -28,8 +30,10 @@ from ..schema.lowlevel import (
     descriptor_from_type,
     is_model,
     normalize,
+    omitted_nulls,
     shown_default,
 )
+from ..schema.lowlevel import own_doc as written_doc
 from ._codec import ArgField, ArgsCodec, ModelArgsCodec, accepts_none
 from ._context import CallContext, check_tool_name
 from ._options import Loop, OnFull, ToolOptions
@@ -46,6 +50,7 @@ __all__ = [
     "describe",
     "result_encoder",
     "run_to_end",
+    "warn_undocumented",
 ]
 
 ArgsT = TypeVar("ArgsT")
@@ -85,6 +90,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     placement: Any = None
     loop: Loop = "trio"
     requires_approval: Any = False
+    strict_result: bool = False
     encoder: Callable[[Any], Any] | None = None
     """Gives a result's objects that msgspec cannot encode a JSON form (a function, or a method:
     `def encoder(self, obj)`); raise NotImplementedError to leave an object to `str()`."""
@@ -134,7 +140,8 @@ class ToolBase(Generic[ArgsT, ResultT]):
         name = cls.__dict__.get("name") or getattr(cls, "name", None) or _snake(cls.__name__)
         cls.name = check_tool_name(name)
         own_doc = parse_docstring(cls.__dict__.get("__doc__"))
-        args_doc = parse_docstring(getattr(args_type, "__doc__", None))
+        # a dataclass's generated `__doc__` ("Args(text: str)") says nothing to a model
+        args_doc = parse_docstring(getattr(args_type, "__doc__", None) if written_doc(args_type) else None)
         description = cls.__dict__.get("description") or own_doc.description or cls.description
         codec, fields = _codec_for(args_type, cls.name)
         cls.args_type = args_type
@@ -148,6 +155,10 @@ class ToolBase(Generic[ArgsT, ResultT]):
             args_type=args_type,
             result_type=result_type,
         )
+        codec.nulls = omitted_nulls(cls.descriptor)  # strict mode's nulls below the top level
+        if not cls.descriptor.description:
+            execute = cls.__dict__.get("execute")
+            warn_undocumented(cls.name, getattr(execute, "__code__", None), cls.__module__, cls.__qualname__)
 
     @property
     def options(self) -> ToolOptions:
@@ -222,7 +233,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
         codec: ResultCodec | None = self.__dict__.get("_result_codec")
         if codec is None:
             declared = None if not self.checks_result else self.result_type
-            codec = self.__dict__["_result_codec"] = ResultCodec(self.name, declared, self.encoder)
+            codec = self.__dict__["_result_codec"] = ResultCodec(
+                self.name, declared, self.encoder, strict=bool(getattr(self, "strict_result", False))
+            )
         return codec
 
     checks_result: ClassVar[bool] = True
@@ -232,8 +245,9 @@ class ToolBase(Generic[ArgsT, ResultT]):
         """The one function the engine calls with each value a call returned.
 
         It returns (the text the model reads, what `ToolSuccess.value` carries), or raises
-        `ResultTypeError` when the value is not of the declared result type. Without overridden
-        codec hooks it is `result_codec.present`; with them, the check, then the hooks.
+        `ResultTypeError` when the value is not of the declared result type (loose: carrying
+        that pair, made from the value as it was returned). Without overridden codec hooks it is
+        `result_codec.present`; with them, the check, then the hooks.
         """
         cls = type(self)
         codec = self.result_codec
@@ -249,13 +263,24 @@ class ToolBase(Generic[ArgsT, ResultT]):
         to_value = self.result_value
 
         def present(value: Any) -> tuple[str, Any]:
+            mismatch: ResultTypeError | None = None
             if check is not None:
-                check(value)
-            if to_text is None:
-                text, shown = codec.present(value)
-            else:
+                try:
+                    check(value)
+                except ResultTypeError as exc:
+                    if exc.returned is None:  # strict: the call fails
+                        raise
+                    mismatch = exc
+            if to_text is not None:
                 text, shown = to_text(value), value
-            return text, to_value(value) if own_value else shown
+            elif mismatch is not None and mismatch.returned is not None:
+                text, shown = mismatch.returned
+            else:
+                text, shown = codec.present(value)
+            made = (text, to_value(value) if own_value else shown)
+            if mismatch is not None:  # what the hooks made of it, given to the model as it is
+                raise ResultTypeError(str(mismatch), returned=made)
+            return made
 
         return present
 
@@ -508,6 +533,32 @@ def _hints(obj: Any, tool_name: str) -> dict[str, Any]:
             f"tool {tool_name!r}: cannot resolve the type annotations of {obj!r} ({exc}); "
             "define the types it names at module level"
         ) from exc
+
+
+_TOLD: set[tuple[str, int, str]] = set()  # (file, line, tool) told of a missing description
+
+
+def warn_undocumented(name: str, code: types.CodeType | None, module: str, where: str) -> None:
+    """Warn once (per definition) that the tool `name` has no description: the model would be
+    told nothing of what it does. The warning points at the definition (`code`), where there is one."""
+    if code is not None:
+        filename, line = code.co_filename, code.co_firstlineno
+    else:
+        filename, line = getattr(sys.modules.get(module), "__file__", None) or module, 0
+    key = (filename, line, name)
+    if key in _TOLD:
+        return
+    warnings.warn_explicit(
+        ToolDefinitionWarning(
+            f"tool {name!r} ({where}) has no description: the model will be told nothing of what it "
+            "does; give it a docstring (or description=)"
+        ),
+        ToolDefinitionWarning,
+        filename,
+        line,
+        module=module,
+    )
+    _TOLD.add(key)
 
 
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")

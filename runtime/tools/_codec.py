@@ -13,6 +13,10 @@ the decoder takes:
 - A parameter whose type is made of pydantic models is kept as raw JSON by the Struct and
   validated by pydantic after (`runtime.schema._pydantic`); a pydantic model as the whole
   args type decodes through `ModelArgsCodec`.
+- Below the top level, a null where a property may be omitted and its type has no null is
+  "not sent" too (strict mode makes every property of every object required): such nulls are
+  dropped and the arguments decoded again, so the property's default applies
+  (`runtime.schema._nulls`). Only arguments that hold such a null pay for the second pass.
 
 The schema shows the declared type; only the decoder is lenient, and only as JSON Schema is.
 """
@@ -31,7 +35,7 @@ from typing import Any, Literal, NamedTuple, Optional
 import msgspec
 
 from ..exceptions import InvalidArguments, ToolDefinitionError
-from ..schema.lowlevel import adapter, invalid, mentions_model
+from ..schema.lowlevel import OmittedNulls, adapter, invalid, mentions_model
 from ._integral import decode_integral, refused_float
 
 __all__ = ["ArgField", "ArgsCodec", "ModelArgsCodec", "accepts_none", "translate_error"]
@@ -88,7 +92,7 @@ class ArgsCodec:
         field_names: the parameter names as the model writes them.
     """
 
-    __slots__ = ("_build", "_decoder", "_fill", "_models", "field_names", "plain", "struct_type")
+    __slots__ = ("_build", "_decoder", "_fill", "_models", "field_names", "nulls", "plain", "struct_type")
 
     def __init__(
         self,
@@ -123,6 +127,9 @@ class ArgsCodec:
         )
         """JSON text -> args in one step, when nothing is mended, built or validated after msgspec
         (most tools); on any error, `decode` says what is wrong (or mends it)."""
+        self.nulls: OmittedNulls | None = None
+        """Drops the nulls that stand for an omitted key below the top level (set by the tool from
+        its descriptor; None when it has no such key)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ArgsCodec:
         return self  # immutable, and its decoder cannot be copied: a copied tool shares it
@@ -220,6 +227,10 @@ class ArgsCodec:
             else:
                 raise InvalidArguments(f"arguments must be a JSON object, got {type(raw).__name__}")
         except msgspec.ValidationError as exc:
+            if self.nulls is not None and "got `null`" in str(exc):
+                mended = self._without_nulls(raw)
+                if mended is not None:
+                    return self.decode(mended)
             path = refused_float(exc)
             if path is None:
                 raise self._invalid(exc) from None
@@ -242,6 +253,26 @@ class ArgsCodec:
                 raise InvalidArguments(str(exc) or type(exc).__name__) from exc
         return value
 
+    def _without_nulls(self, raw: str | bytes | Mapping[str, Any]) -> bytes | dict[str, Any] | None:
+        """`raw` without the nulls that stand for an omitted key (JSON text stays JSON text), or
+        None when it has none of them (the null the decoder refused is wrong in itself)."""
+        nulls = self.nulls
+        if nulls is None:
+            return None
+        if isinstance(raw, Mapping):
+            data: Any = raw if type(raw) is dict else dict(raw)
+        else:
+            try:
+                data = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                return None
+        if type(data) is not dict:
+            return None
+        mended = nulls(data)
+        if mended is data:
+            return None
+        return mended if isinstance(raw, Mapping) else _encode(mended)
+
     def _validate_models(self, value: Any) -> None:
         import pydantic  # a field's type is a pydantic model: the user's code has imported it
 
@@ -258,7 +289,24 @@ class ArgsCodec:
             try:
                 setattr(value, name, validator.validate_json(data))
             except pydantic.ValidationError as exc:
-                raise invalid(exc, f"$.{json_name}") from None
+                mended = self._field_without_nulls(json_name, data)
+                if mended is None:
+                    raise invalid(exc, f"$.{json_name}") from None
+                try:
+                    setattr(value, name, validator.validate_json(mended))
+                except pydantic.ValidationError as again:
+                    raise invalid(again, f"$.{json_name}") from None
+
+    def _field_without_nulls(self, json_name: str, data: bytes) -> bytes | None:
+        """One pydantic-typed argument's JSON without the nulls that stand for an omitted key."""
+        nulls = self.nulls
+        if nulls is None or b"null" not in data:
+            return None
+        try:
+            mended = nulls({json_name: msgspec.json.decode(data)})
+        except msgspec.DecodeError:
+            return None
+        return _encode(mended[json_name]) if json_name in mended else None
 
     def _integral(self, raw: str | bytes | Mapping[str, Any], exc: msgspec.ValidationError, path: str) -> Any:
         """`raw` decoded again with integral floats as ints where an int was refused (see `_integral`)."""
@@ -292,13 +340,14 @@ class ModelArgsCodec:
     is OpenAI strict mode's "not sent", as for every other tool.
     """
 
-    __slots__ = ("_loose", "_model", "field_names", "struct_type")
+    __slots__ = ("_loose", "_model", "field_names", "nulls", "struct_type")
 
     plain = None  # every call goes through pydantic
 
     def __init__(self, model: Any) -> None:
         self._model = model
         self.struct_type = model
+        self.nulls: OmittedNulls | None = None  # set by the tool from its descriptor (see ArgsCodec)
         names: list[str] = []
         loose: list[str] = []
         for name, info in model.model_fields.items():
@@ -330,7 +379,9 @@ class ModelArgsCodec:
             data = raw if raw.strip() else b"{}"  # some models send "" for a tool without parameters
         else:
             raise InvalidArguments(f"arguments must be a JSON object, got {type(raw).__name__}")
-        if self._loose and b"null" in (data.encode() if isinstance(data, str) else data):
+        if (self._loose or self.nulls is not None) and b"null" in (
+            data.encode() if isinstance(data, str) else data
+        ):
             data = self._without_nulls(data)
         try:
             return self._model.model_validate_json(data)
@@ -350,7 +401,9 @@ class ModelArgsCodec:
         if not isinstance(value, dict):
             return data
         dropped = {k: v for k, v in value.items() if v is not None or k not in self._loose}
-        return _encode(dropped) if len(dropped) != len(value) else data
+        if self.nulls is not None:
+            dropped = self.nulls(dropped)
+        return _encode(dropped) if dropped != value else data
 
 
 def _json_of(raw: Mapping[str, Any]) -> bytes:

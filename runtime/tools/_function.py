@@ -38,8 +38,8 @@ import msgspec
 
 from ..exceptions import ToolDefinitionError
 from ..schema import Docstring, parse_docstring
-from ..schema.lowlevel import descriptor_from_fields, field_default, normalize, shown_default
-from ._base import ToolBase, check_streaming, function_code
+from ..schema.lowlevel import descriptor_from_fields, field_default, normalize, omitted_nulls, shown_default
+from ._base import ToolBase, check_streaming, function_code, warn_undocumented
 from ._codec import ArgField, ArgsCodec
 from ._context import CallContext, check_tool_name
 from ._options import ToolOptions, ToolOptionsKw
@@ -138,6 +138,9 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             hints = self._resolve_hints(fn)
         self._hints = hints
         self.description = description if description is not None else doc.description
+        if description is None and not self.description:
+            code = getattr(fn, "__code__", None)
+            warn_undocumented(self.name, code, getattr(fn, "__module__", "") or "", qualname or repr(fn))
         codec = self._plan(fn, hints)
         self.args_type = codec.struct_type  # the Struct made from the signature
         fields = [
@@ -150,6 +153,7 @@ class FunctionTool(ToolBase[Any, Any], Generic[P, R], dynamic=True):
             param_descriptions=doc.params,
             output=str if streams else hints.get("return"),  # a stream's result: its chunks joined
         )
+        codec.nulls = omitted_nulls(self.descriptor)  # strict mode's nulls below the top level
         if title is not None or annotations is not None:
             self.descriptor = msgspec.structs.replace(
                 self.descriptor,
@@ -468,6 +472,12 @@ def tool(
             `mpmath.mpf`) their JSON form: `encoder=float`, `encoder=lambda o: o.to_dict()`;
             raise NotImplementedError to leave one to `str()`, which is the default. The
             result is still checked against the declared return type after it.
+        strict_result: a result that is not of the declared return type fails the call (ERROR).
+            By default the model reads it as it was returned and the developer is told (a
+            `ResultTypeWarning` once per shape of mismatch, `ToolSuccess.type_mismatch`, the
+            span, `statistics()`).
+
+    Every option of `ToolOptions` is accepted as a keyword (tags, policies, retry, cache...).
     """
 
     def make(f: Any) -> FunctionTool[..., Any]:

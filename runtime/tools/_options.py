@@ -79,6 +79,10 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         max_result_chars: its own limit on each text that goes back (None: the runtime's
             `max_result_chars`); a longer one is cut, or kept whole as an artifact when the
             runtime keeps them (`open_runtime(artifacts=...)`).
+        strict_result: a result that is not of the declared return type fails the call (ERROR
+            naming both). By default the model reads such a value as it was returned, and the
+            mismatch is reported to the developer: a `ResultTypeWarning` once per shape of
+            mismatch, `ToolSuccess.type_mismatch`, the span, `statistics()`.
     """
 
     timeout: Seconds | None = None
@@ -102,6 +106,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     rate_limit: RateLimit | None = None
     breaker: CircuitBreaker | None = None
     max_result_chars: Count | None = None
+    strict_result: bool = False
 
     def __post_init__(self) -> None:
         # The checks msgspec's constraints cannot make; `build` words them (its `_why`).
@@ -174,6 +179,7 @@ _EXPECTED = {
     "rate_limit": "a runtime.RateLimit(...) or None",
     "breaker": "a runtime.CircuitBreaker(...) or None",
     "max_result_chars": "a positive int or None",
+    "strict_result": "True or False",
 }
 
 
@@ -247,3 +253,4 @@ class ToolOptionsKw(TypedDict, total=False):
     rate_limit: RateLimit | None
     breaker: CircuitBreaker | None
     max_result_chars: int | None
+    strict_result: bool

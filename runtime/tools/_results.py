@@ -3,13 +3,17 @@
 One object per tool (`ResultCodec`), made once, does the whole job for every call:
 
 1. The value is checked against the tool's declared result type, when there is one to check
-   (not `Any`, `object` or absent): an MCP client validates `structuredContent` against the
-   tool's `outputSchema`, so a value that does not fit is `ResultTypeError` (the call is
-   ERROR naming both), never a structured result the client refuses. The check is what the
-   schema says: the value's JSON form decodes as the declared type. A plain `str`, `int`,
-   `float`, `bool` or `None` is checked with one `isinstance`; `dict[str, Any]` and
-   `list[Any]` by the first byte of their JSON; any other type by msgspec decoding the JSON
-   that is made anyway (pydantic models by pydantic, an instance by `isinstance`).
+   (not `Any`, `object` or absent). The check is what the schema says: the value's JSON form
+   decodes as the declared type. A plain `str`, `int`, `float`, `bool` or `None` is checked
+   with one `isinstance`; `dict[str, Any]` and `list[Any]` by the first byte of their JSON;
+   any other type by msgspec decoding the JSON that is made anyway (pydantic models by
+   pydantic, an instance by `isinstance`). A value that does not fit raises `ResultTypeError`:
+   loose (the default), it carries what the model reads, made from the value as it was
+   returned, and the engine gives the model that, marks the result (`type_mismatch`: no MCP
+   `structuredContent`, which the `outputSchema` would refuse), counts it and warns once per
+   shape of mismatch (`warn_once`); strict (`strict_result=True`), the call is ERROR naming both.
+   Real code's annotations are often looser than its values (`-> Dict[str, str]` returning a
+   nested dict): the work was done and its value is usable.
 2. The text: a `str` as it is, anything else as JSON. A value msgspec cannot encode (a custom
    class, `Ellipsis`, `mpmath.mpf`) is not an ERROR after the work was done: each object it
    cannot encode goes through the tool's `encoder` hook (`@tool(encoder=...)`), a pydantic
@@ -23,16 +27,18 @@ with `encoder=float`, and is a mismatch without one (its `str()` is not a number
 from __future__ import annotations
 
 import collections.abc as cabc
+import re
 import typing
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from ..exceptions import ResultTypeError
+from ..exceptions import ResultTypeError, ResultTypeWarning
 from ..schema.lowlevel import adapter, is_model, mentions_model
 
-__all__ = ["ResultCodec", "default_enc_hook", "encode_value", "type_name"]
+__all__ = ["ResultCodec", "default_enc_hook", "encode_value", "mismatch_shape", "type_name"]
 
 Encoder = Callable[[Any], Any]
 
@@ -138,12 +144,16 @@ class ResultCodec:
         result_type: the declared result type (None: nothing to check).
     """
 
-    __slots__ = ("_check", "_encoder", "_mode", "_name", "present", "result_type")
+    __slots__ = ("_check", "_encoder", "_mode", "_name", "present", "result_type", "strict")
 
-    def __init__(self, tool_name: str, result_type: Any, encoder: Encoder | None = None) -> None:
+    def __init__(
+        self, tool_name: str, result_type: Any, encoder: Encoder | None = None, *, strict: bool = False
+    ) -> None:
         self._name = tool_name
         self.result_type = result_type
         self._encoder = encoder
+        self.strict = strict
+        """A value that is not of the declared type fails the call (else the model reads it as returned)."""
         mode = _mode(result_type)
         self._check: Callable[[bytes], Any] | None = None
         if mode == _TYPED:
@@ -161,7 +171,8 @@ class ResultCodec:
         """(the text the model reads, what `ToolSuccess.value` carries) for one returned value.
 
         Raises:
-            ResultTypeError: the value is not of the declared result type.
+            ResultTypeError: the value is not of the declared result type (loose: with what the
+                model reads of it as returned, in `returned`).
         """
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ResultCodec:
@@ -219,11 +230,11 @@ class ResultCodec:
             return
         if mode == _OBJECT:
             if data[:1] != b"{":
-                self._mismatch(value, f"Expected `object`, got `{_json_kind(data)}`", native)
+                self._mismatch(value, f"Expected `object`, got `{_json_kind(data)}`", data, native)
             return
         if mode == _ARRAY:
             if data[:1] != b"[":
-                self._mismatch(value, f"Expected `array`, got `{_json_kind(data)}`", native)
+                self._mismatch(value, f"Expected `array`, got `{_json_kind(data)}`", data, native)
             return
         check = self._check
         if check is None:
@@ -231,21 +242,61 @@ class ResultCodec:
         try:
             check(data)
         except msgspec.ValidationError as exc:
-            self._mismatch(value, str(exc), native)
+            self._mismatch(value, str(exc), data, native)
         except Exception as exc:  # pydantic's ValidationError
             errors = getattr(exc, "errors", None)
             if not callable(errors):
                 raise
             from ..schema.lowlevel import invalid
 
-            self._mismatch(value, str(invalid(exc)), native)
+            self._mismatch(value, str(invalid(exc)), data, native)
 
-    def _mismatch(self, value: Any, why: str, native: bool = True) -> typing.NoReturn:
+    def _mismatch(self, value: Any, why: str, data: bytes, native: bool = True) -> typing.NoReturn:
         hint = "" if native else "; msgspec cannot encode it: give the tool an encoder= that can"
-        raise ResultTypeError(
+        message = (
             f"tool {self._name!r} returned {_value_name(value)}, which is not its declared result type "
             f"`{type_name(self.result_type)}` ({why}{hint})"
         )
+        if self.strict:
+            raise ResultTypeError(message)
+        # What the model reads: the value as it was returned (a string as it is, anything else
+        # as JSON, made through the encoder hook or `str()` where msgspec cannot encode it).
+        text = value if type(value) is str else data.decode()
+        raise ResultTypeError(message, returned=(text, value if native else _decode(data)))
+
+    @staticmethod
+    def warn_once(message: str) -> None:
+        """Warn the developer of a mismatch (`ResultTypeError`'s message), once per tool and shape
+        of it in this process (the message names the tool: tools made afresh for each session or
+        object, `tools_of(obj)`, warn once between them).
+
+        A warnings filter of "error" raises the warning here, each time (the engine then fails the
+        call); a shape is only marked as told once the warning went out.
+        """
+        shape = mismatch_shape(message)
+        if shape in _WARNED or len(_WARNED) >= _MAX_SHAPES:
+            return
+        warnings.warn(
+            ResultTypeWarning(
+                f"{message}; the model read it as returned. Correct the annotation, or declare the "
+                "tool strict_result=True to fail such calls"
+            ),
+            stacklevel=2,
+        )
+        _WARNED.add(shape)
+
+
+_MAX_SHAPES = 4096  # shapes of mismatch warned of in one process (then no more: a bound, not a leak)
+_WARNED: set[str] = set()
+_INDEX = re.compile(r"\[\d+\]")
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'")
+
+
+def mismatch_shape(message: str) -> str:
+    """A mismatch's message without what varies from one value to the next (positions in a list,
+    quoted values), so that every value that misses the declared type the same way has one shape."""
+    tool, said, rest = message.partition(" returned ")  # the tool's name stays as it is
+    return tool + said + _QUOTED.sub("'...'", _INDEX.sub("[...]", rest))
 
 
 def _fast_path(mode: int, general: Callable[[Any], tuple[str, Any]]) -> Callable[[Any], tuple[str, Any]]:
