@@ -34,7 +34,8 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice, pairwise
+from itertools import compress, islice, pairwise
+from operator import neg
 
 import msgspec
 
@@ -64,12 +65,12 @@ REPEAT = 0.8  # a term's weight once a result holds it (see `_diverse`)
 NAME_BONUS = 2.0
 SAME_NAME = 0.6  # a tool named as one already picked (`weather_get`, `weather_get_2`) counts this much
 POOL = 30  # the candidates the results are picked from...
-ASK_POOL = 10  # ...and, for a message of several asks, each ask's own best
+ASK_POOL = 3  # ...and, for a message of several asks, each ask's own best
 ASK_SHARE = 0.5  # an ask whose best tool scores this share of the top result gets a place
 FULL_TERMS = 16  # the rarest terms of a query whose every posting is read...
-FULL_POSTINGS = 16_000  # ...as long as they hold no more postings than this in all;
-REFINE = 256  # the other terms only add to this many best candidates so far
-ASK_TERMS = 6  # an ask's rarest terms read in full, even past `FULL_TERMS`
+FULL_POSTINGS = 8_000  # ...as long as they hold no more postings than this in all;
+REFINE = 128  # the other terms only add to this many best candidates so far
+ASK_TERMS = 3  # an ask's rarest terms read in full, even past `FULL_TERMS`
 
 
 class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -393,18 +394,13 @@ class ToolIndex:
             if ask >= 0:
                 read[ask] += 1
             spent += df
-            scores = buckets[ask]
-            get = scores.get
             idf = _idf(n, df) * weight
-            for doc, w in zip(entry.ids, entry.weights, strict=True):
-                scores[doc] = get(doc, 0.0) + idf * w
+            _add_to(buckets[ask], dict(zip(entry.ids, map(idf.__mul__, entry.weights), strict=True)))
         scores = buckets[-1]
         if asks:  # the asks' own scores are kept for their candidates (below)
             scores = dict(scores)
-            get = scores.get
             for bucket in buckets[:-1]:
-                for doc, s in bucket.items():
-                    scores[doc] = get(doc, 0.0) + s
+                _add_to(scores, bucket)
         if common:
             # Past the rare terms: a term only adds to the best candidates found so far (a
             # tool that has only common words of the query is not among the best).
@@ -413,10 +409,14 @@ class ToolIndex:
             for df, _term, entry, weight in common:
                 idf = _idf(n, df) * weight
                 ids, weights = entry.ids, entry.weights
-                size = len(ids)
+                if df <= 4 * len(scores):  # fewer entries than bisections: read them
+                    for doc, w in zip(ids, weights, strict=True):
+                        if doc in scores:
+                            scores[doc] += idf * w
+                    continue
                 for doc in scores:
                     at = bisect_left(ids, doc)
-                    if at < size and ids[at] == doc:
+                    if at < df and ids[at] == doc:
                         scores[doc] += idf * weights[at]
         keep = None if admit is None else self._admitted(admit)
         pool = [doc for doc, _ in _top(scores, max(limit, POOL), keep)]
@@ -453,86 +453,122 @@ class ToolIndex:
         and of two tools that match alike the one the query names wins.
         """
         n = self._count
-        parts: list[dict[str, float]] = []
-        bonus: list[float] = []
-        for doc in pool:
+        parts: list[dict[str, float]] = []  # candidate -> what each query term gives it
+        holders: dict[str, list[int]] = {}  # query term -> the candidates holding it
+        worth: list[float] = []
+        rarity: dict[str, float] = {}  # the idf of each name term met
+        for i, doc in enumerate(pool):
             mine: dict[str, float] = {}
-            for term in self._terms[doc]:
-                hit = found.get(term)
-                if hit is not None:
-                    idf, entry = hit
-                    mine[term] = idf * entry.weights[bisect_left(entry.ids, doc)]
+            for term in sorted(found.keys() & self._terms[doc]):  # the loop over its terms in C
+                idf, entry = found[term]
+                mine[term] = idf * entry.weights[bisect_left(entry.ids, doc)]
+                holders.setdefault(term, []).append(i)
             parts.append(mine)
             total = held = 0.0
             for term in self._name_terms[doc]:
-                weight = _idf(n, len(self._postings[term].ids))
+                weight = rarity.get(term)
+                if weight is None:
+                    weight = rarity[term] = _idf(n, len(self._postings[term].ids))
                 total += weight
                 if term in found:
                     held += weight
-            bonus.append(NAME_BONUS * held / total if total else 0.0)
+            worth.append((NAME_BONUS * held / total if total else 0.0) + sum(mine.values()))
+        keys = [self._name_terms[doc] for doc in pool]
         covered: dict[str, int] = {}
         named: dict[tuple[str, ...], int] = {}
         left = list(range(len(pool)))
         picked: list[tuple[float, int]] = []
         while left and len(picked) < limit:
-            best, worth = -1, -1.0
+            best, value = -1, -1.0
             for i in left:
-                value = bonus[i] + sum(v * REPEAT ** covered.get(t, 0) for t, v in parts[i].items())
-                value *= SAME_NAME ** named.get(self._name_terms[pool[i]], 0)
-                if value > worth:
-                    best, worth = i, value
+                v = worth[i] * SAME_NAME ** named[keys[i]] if keys[i] in named else worth[i]
+                if v > value:
+                    best, value = i, v
             left.remove(best)
-            picked.append((worth, best))
-            for term in parts[best]:
-                covered[term] = covered.get(term, 0) + 1
-            key = self._name_terms[pool[best]]
-            named[key] = named.get(key, 0) + 1
+            picked.append((value, best))
+            named[keys[best]] = named.get(keys[best], 0) + 1
+            for term in parts[best]:  # each holder of a term now covered gets less of it
+                times = covered.get(term, 0)
+                cut = REPEAT**times * (1.0 - REPEAT)
+                for i in holders[term]:
+                    worth[i] -= parts[i][term] * cut
+                covered[term] = times + 1
         if asks and picked:
-            picked = self._keep_asks(picked, parts, asks, limit)
-        return [(worth, pool[i]) for worth, i in picked]
+            picked = _keep_asks(picked, parts, holders, asks, limit)
+        return [(value, pool[i]) for value, i in picked]
 
-    @staticmethod
-    def _keep_asks(
-        picked: list[tuple[float, int]],
-        parts: list[dict[str, float]],
-        asks: tuple[frozenset[str], ...],
-        limit: int,
-    ) -> list[tuple[float, int]]:
-        """`picked`, with a place kept for each ask's best candidate that scores at least
-        `ASK_SHARE` of the top result (the last picks give way, the order is kept)."""
-        top = picked[0][0]
-        kept: list[int] = []
-        for ask in asks:
-            score, best = max((sum(v for t, v in p.items() if t in ask), i) for i, p in enumerate(parts))
-            if score >= ASK_SHARE * top and best not in kept:
+
+def _keep_asks(
+    picked: list[tuple[float, int]],
+    parts: list[dict[str, float]],
+    holders: dict[str, list[int]],
+    asks: tuple[frozenset[str], ...],
+    limit: int,
+) -> list[tuple[float, int]]:
+    """`picked`, with a place kept for each ask's best candidate that scores at least
+    `ASK_SHARE` of the top result (the last picks give way, the order is kept)."""
+    top = picked[0][0]
+    kept: list[int] = []
+    for ask in asks:
+        scores: dict[int, float] = {}
+        for term in ask:
+            for i in holders.get(term, ()):
+                scores[i] = scores.get(i, 0.0) + parts[i][term]
+        if scores:
+            best = min(scores, key=lambda i: (-scores[i], i))
+            if scores[best] >= ASK_SHARE * top and best not in kept:
                 kept.append(best)
-        kept = kept[:limit]
-        if not kept:
-            return picked
-        room = limit - len(kept)
-        out: list[tuple[float, int]] = []
-        for worth, i in picked:
-            if i in kept:
-                out.append((worth, i))
-            elif room > 0:
-                out.append((worth, i))
-                room -= 1
-        shown = {i for _, i in out}
-        out += [(0.0, i) for i in kept if i not in shown]
-        return out
+    kept = kept[:limit]
+    if not kept:
+        return picked
+    room = limit - len(kept)
+    out: list[tuple[float, int]] = []
+    for value, i in picked:
+        if i in kept:
+            out.append((value, i))
+        elif room > 0:
+            out.append((value, i))
+            room -= 1
+    shown = {i for _, i in out}
+    out += [(0.0, i) for i in kept if i not in shown]
+    return out
+
+
+def _add_to(scores: dict[int, float], more: dict[int, float]) -> None:
+    """Add `more` to `scores`: the ids in both are summed in Python, the others are inserted by
+    `dict.update` in C (most of a term's tools are new to the scores of the others)."""
+    both = {doc: scores[doc] + more[doc] for doc in scores.keys() & more.keys()}
+    scores.update(more)
+    scores.update(both)
+
+
+def _at_least(scores: dict[int, float], k: int) -> dict[int, float]:
+    """A part of `scores` that holds its `k` best: the entries of a sample's top share and above,
+    filtered in C (no Python call per entry), or all of `scores` if the sample misjudged it."""
+    size = len(scores)
+    step = size // 256
+    if step < 4:
+        return scores
+    sample = sorted(islice(scores.values(), 0, None, step), reverse=True)
+    line = sample[min(len(sample) - 1, 2 * k // step + 1)]  # about 2k entries are at least this
+    ids = list(compress(scores, map(line.__le__, scores.values())))
+    return {doc: scores[doc] for doc in ids} if len(ids) >= k else scores
 
 
 def _top(
     scores: dict[int, float], k: int, keep: Callable[[int], bool] | None = None
 ) -> list[tuple[int, float]]:
     """The `k` best (id, score) of `scores`, best first (ties: the lower id), of those `keep` admits."""
-    if keep is None:
-        best = heapq.nlargest(k, zip(scores.values(), (-doc for doc in scores), strict=True))
-        return [(-negative, score) for score, negative in best]
-    # A view's filter is a call per candidate: ask it of the best first, widening as needed.
-    wanted = k * 4
+    wanted = k if keep is None else k * 4
     while True:
-        best = heapq.nlargest(wanted, zip(scores.values(), (-doc for doc in scores), strict=True))
+        some = _at_least(scores, wanted)
+        pairs = zip(some.values(), map(neg, some), strict=True)  # no Python call per entry
+        best = (
+            sorted(pairs, reverse=True)[:wanted] if wanted * 8 >= len(some) else heapq.nlargest(wanted, pairs)
+        )
+        if keep is None:
+            return [(-negative, score) for score, negative in best]
+        # A view's filter is a call per candidate: ask it of the best first, widening as needed.
         admitted = [(-negative, score) for score, negative in best if keep(-negative)]
         if len(admitted) >= k or len(best) < wanted:
             return list(islice(admitted, k))

@@ -214,12 +214,14 @@ def terms(text: str, *, limit: int | None = None, stop_words_only: bool = True) 
     """
     kept: list[str] = []
     stopped: list[str] = []
+    stems = _STEMS
     for word in _ascii_words(text) if text.isascii() else _words(text):
         if word in STOP_WORDS:
             if stop_words_only and not kept and len(stopped) < (limit or 64):
                 stopped.append(word)
             continue
-        kept.append(word if word[0].isdigit() else _stem(word))
+        found = stems.get(word)
+        kept.append(found if found is not None else word if word[0].isdigit() else _stem(word))
         if limit is not None and len(kept) >= limit:
             break
     return kept if kept else [_stem(w) for w in stopped]
@@ -236,10 +238,8 @@ def sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text) if s and not s.isspace()]
 
 
-def _ascii_words(text: str) -> Iterator[str]:
-    for part in _ASCII_PART.finditer(text):
-        word = part.group()
-        yield word if word[0].isdigit() else word.lower()
+def _ascii_words(text: str) -> list[str]:
+    return list(map(str.lower, _ASCII_PART.findall(text)))  # digits are their own lower case
 
 
 def _words(text: str) -> Iterator[str]:
