@@ -210,7 +210,7 @@ class Selection:
         return sent, answered
 
 
-def merge(sent: list[ToolResult], answered: dict[int, ToolFailure], total: int) -> list[ToolResult]:
+def merge(sent: list[ToolResult], answered: Mapping[int, ToolResult], total: int) -> list[ToolResult]:
     """Results in call order, from what the runtime answered and what was answered here."""
     served = iter(sent)
     return [answered[i] if i in answered else next(served) for i in range(total)]

@@ -57,8 +57,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..engine import Runtime
 from ..exceptions import ArtifactMissing, RuntimeClosed
 from ..messages import ResourceLinkPart, ToolCall, ToolResult, ToolSuccess
-from ..schema import render_tool
-from ..search import ToolSearch
+from ..schema import ToolDescriptor, render_tool
+from ..search import FoundTools, ToolSearch, found_text
 from ..tools import LOG_LEVELS, CallContext, asking, reporting
 from ._asking import ServedAsker
 from ._server_catalog import Catalog, error_result, plain_result
@@ -218,12 +218,14 @@ class ServedRuntime:
             1 for n in (self._rt.registry if view is None else view.registry).names() if search.is_always(n)
         )
         found: list[types.Tool] = []
+        described: list[ToolDescriptor] = []
         for descriptor in finder(query, limit=search.limit + skip + 1):
             if descriptor.name == search.name or search.is_always(descriptor.name):
                 continue
             served = self._catalog.get(descriptor.name)
             if served is not None and len(found) < search.limit:
                 found.append(served.listing)
+                described.append(descriptor)
         connection = _connection_of(ctx.session)
         if found and connection in self._handshakes:  # a session: the found tools join its listing
             known = self._found.setdefault(connection, [])
@@ -231,14 +233,7 @@ class ServedRuntime:
             if new:
                 known.extend(new)
                 await self._notify(ctx.session)
-        if not found:
-            text = f"No tool matches {query[:200]!r}; search again with other words."
-        else:
-            lines = [f"Found {len(found)} tools; call them by name:"]
-            for t in found:
-                first = (t.description or "").strip().split("\n", 1)[0][:200]
-                lines.append(f"- {t.name}: {first}" if first else f"- {t.name}")
-            text = "\n".join(lines)
+        text = found_text(FoundTools(query=query, tools=tuple(described)))
         definitions = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in found]
         return types.CallToolResult(
             content=[types.TextContent(text=text)], structured_content={"tools": definitions}
