@@ -223,7 +223,7 @@ def tokens(descriptors: list[ToolDescriptor]) -> dict[str, Any]:
 ABLATIONS: dict[str, dict[str, float]] = {
     "without the same-name demotion": {"SAME_NAME": 1.0},
     "without description phrases": {"PHRASE_QUERY_WEIGHT": 0.0},
-    "without asks (one query per message)": {"ASK_POOL": 0, "ASK_TERMS": 0, "ASK_SHARE": math.inf},
+    "without asks (one query per message)": {"ASK_POOL": 0, "ASK_TERMS": 0},
 }
 
 

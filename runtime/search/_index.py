@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 import threading
 from array import array
 from bisect import bisect_left
@@ -66,7 +67,6 @@ NAME_BONUS = 2.0
 SAME_NAME = 0.6  # a tool named as one already picked (`weather_get`, `weather_get_2`) counts this much
 POOL = 30  # the candidates the results are picked from...
 ASK_POOL = 3  # ...and, for a message of several asks, each ask's own best
-ASK_SHARE = 0.5  # an ask whose best tool scores this share of the top result gets a place
 FULL_TERMS = 16  # the rarest terms of a query whose every posting is read...
 FULL_POSTINGS = 8_000  # ...as long as they hold no more postings than this in all;
 REFINE = 128  # the other terms only add to this many best candidates so far
@@ -125,7 +125,7 @@ def _phrases(sequence: list[str]) -> Iterator[str]:
     scripts written without spaces are already pairs of characters, and are left alone."""
     for a, b in pairwise(sequence):
         if a.isascii() and b.isascii():
-            yield f"{a} {b}"
+            yield sys.intern(f"{a} {b}")  # one string for every tool that holds the phrase
 
 
 def _parameters(descriptor: ToolDescriptor) -> Iterator[tuple[str, str | None, TypeNode]]:
@@ -357,9 +357,9 @@ class ToolIndex:
 
         A message that asks for several things, one sentence each ("convert 100 euros to
         dollars. Then tell me the time in Tokyo."), is one query whose best candidates may all
-        answer its longest ask. So each sentence's terms are also scored on their own: the best
-        tools of each ask join the candidates, and an ask whose best tool scores at least
-        `ASK_SHARE` of the top result keeps a place for it.
+        answer its longest ask. So each sentence's rarest terms are also scored on their own,
+        and the best tools of each ask join the candidates the results are picked from (where
+        the re-rank's coverage of the query's terms favours an ask not answered yet).
         """
         n = self._count
         if n == 0:
@@ -425,7 +425,7 @@ class ToolIndex:
             for bucket in buckets[:-1]:
                 pool += [doc for doc, _ in _top(bucket, ASK_POOL, keep) if doc not in seen]
                 seen.update(pool)
-        return self._diverse(pool, {t: (_idf(n, df) * w, e) for df, t, e, w in found}, asks, limit)
+        return self._diverse(pool, {t: (_idf(n, df) * w, e) for df, t, e, w in found}, limit)
 
     def _admitted(self, admit: Callable[[str, ToolDescriptor], bool]) -> Callable[[int], bool]:
         descriptors = self._descriptors
@@ -440,7 +440,6 @@ class ToolIndex:
         self,
         pool: list[int],
         found: dict[str, tuple[float, _Postings]],
-        asks: tuple[frozenset[str], ...],
         limit: int,
     ) -> list[tuple[float, int]]:
         """The best `limit` of the candidates `pool`, picked one at a time.
@@ -493,45 +492,7 @@ class ToolIndex:
                 for i in holders[term]:
                     worth[i] -= parts[i][term] * cut
                 covered[term] = times + 1
-        if asks and picked:
-            picked = _keep_asks(picked, parts, holders, asks, limit)
         return [(value, pool[i]) for value, i in picked]
-
-
-def _keep_asks(
-    picked: list[tuple[float, int]],
-    parts: list[dict[str, float]],
-    holders: dict[str, list[int]],
-    asks: tuple[frozenset[str], ...],
-    limit: int,
-) -> list[tuple[float, int]]:
-    """`picked`, with a place kept for each ask's best candidate that scores at least
-    `ASK_SHARE` of the top result (the last picks give way, the order is kept)."""
-    top = picked[0][0]
-    kept: list[int] = []
-    for ask in asks:
-        scores: dict[int, float] = {}
-        for term in ask:
-            for i in holders.get(term, ()):
-                scores[i] = scores.get(i, 0.0) + parts[i][term]
-        if scores:
-            best = min(scores, key=lambda i: (-scores[i], i))
-            if scores[best] >= ASK_SHARE * top and best not in kept:
-                kept.append(best)
-    kept = kept[:limit]
-    if not kept:
-        return picked
-    room = limit - len(kept)
-    out: list[tuple[float, int]] = []
-    for value, i in picked:
-        if i in kept:
-            out.append((value, i))
-        elif room > 0:
-            out.append((value, i))
-            room -= 1
-    shown = {i for _, i in out}
-    out += [(0.0, i) for i in kept if i not in shown]
-    return out
 
 
 def _add_to(scores: dict[int, float], more: dict[int, float]) -> None:
