@@ -28,7 +28,9 @@ _MARKS = (
     "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
     "\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3099\u309a"
 )
-_RUN = re.compile(rf"(?:[^\W_]|[{_MARKS}])+")  # letters and digits of any script, with their marks
+# Letters and digits of any script, with their marks; a run is cut every 256 characters (no word
+# is longer, and a query of 8 KB of Chinese is then read only as far as its first terms).
+_RUN = re.compile(rf"(?:[^\W_]|[{_MARKS}]){{1,256}}")
 _ASCII_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")  # camelCase, HTTPServer, x86
 _SCRIPT_PART = re.compile(rf"\d+|(?:[^\W\d_]|[{_MARKS}])+")  # digits, or the rest
 
@@ -232,10 +234,19 @@ def terms(text: str, *, limit: int | None = None, stop_words_only: bool = True) 
 _SENTENCE_END = re.compile(r"(?<=[.?!;])\s+|(?<=[\u3002\uff1f\uff01\uff1b])\s*|\n+")
 
 
-def sentences(text: str) -> list[str]:
+def sentences(text: str) -> Iterator[str]:
     """`text` cut where a sentence ends (`.`, `?`, `!`, `;` before a space, and line breaks):
-    a message that asks for several things usually asks for each in a sentence of its own."""
-    return [s for s in _SENTENCE_END.split(text) if s and not s.isspace()]
+    a message that asks for several things usually asks for each in a sentence of its own.
+    Lazily: a reader that has what it needs stops reading."""
+    start = 0
+    for end in _SENTENCE_END.finditer(text):
+        piece = text[start : end.start()]
+        if piece and not piece.isspace():
+            yield piece
+        start = end.end()
+    piece = text[start:]
+    if piece and not piece.isspace():
+        yield piece
 
 
 def _ascii_words(text: str) -> list[str]:
@@ -269,11 +280,14 @@ def _script_terms(part: str) -> Iterator[str]:
     if part.isdigit():
         yield part if part.isascii() else unicodedata.normalize("NFKC", part)
         return
-    # Accents and compatibility forms away: "Käärijä" is found by "kaarija", full-width letters by their ASCII forms.
-    folded = "".join(c for c in unicodedata.normalize("NFKD", part) if not unicodedata.combining(c))
-    if folded.isascii():
-        yield from _ascii_words(folded)
-        return
+    # Accents and compatibility forms away: "Käärijä" is found by "kaarija", full-width letters by
+    # their ASCII forms. (Not tried on the unspaced scripts, which never fold to ASCII: a
+    # character at a time in Python over 8 KB of Chinese would cost milliseconds.)
+    if _UNSPACED.search(part) is None:
+        folded = "".join(c for c in unicodedata.normalize("NFKD", part) if not unicodedata.combining(c))
+        if folded.isascii():
+            yield from _ascii_words(folded)
+            return
     folded = unicodedata.normalize("NFKC", part).casefold()  # marks kept: Thai vowels are marks
     if _UNSPACED.search(folded) is None:
         yield folded
