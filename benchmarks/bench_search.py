@@ -123,6 +123,20 @@ def scaled(descriptors: list[ToolDescriptor], times: int) -> list[ToolDescriptor
     return out
 
 
+# The queries any search must answer within its bound (each gets a list; tests/test_search.py).
+EDGE_QUERIES = {
+    "empty": "",
+    "stop words only": "what is it that you can do for me",
+    "1 MB ascii": "weather " * 131_072,
+    "1 MB chinese": "我想知道上海目前的天气状况" * 80_000,
+    "1 MB korean": "날씨가 어때요 " * 150_000,
+    "1 MB thai": "ช่วยหาบริการรีดผ้า" * 60_000,
+    "chinese": "我想知道上海目前的天气状况\uff0c可以帮我查询吗\uff1f",  # full-width comma, question mark
+    "korean": "최근 박지성에 관한 뉴스를 찾아줘.",
+    "thai": "ช่วยหาคุณแม่บ้านที่ให้บริการรีดผ้า",
+}
+
+
 def _percentiles(seconds: list[float]) -> dict[str, float]:
     ordered = sorted(seconds)
     return {
@@ -167,6 +181,12 @@ def speed(
     search = lambda text: index.search(text, limit=5)  # noqa: E731
     wall, cpu = _timed(search, texts, collect=True)  # as a server sees it
     wall_no_gc, _ = _timed(search, texts, collect=False)
+    edge = {name: [] for name in EDGE_QUERIES}  # each odd query, 9 times
+    for _ in range(9):
+        for name, text in EDGE_QUERIES.items():
+            start = time.perf_counter()
+            index.search(text, limit=5)
+            edge[name].append(time.perf_counter() - start)
     rng = random.Random(44)
     changed = rng.sample(tools, 300)
     update_wall, update_cpu = _timed(index.add, changed, collect=True)  # replaces the tool of that name
@@ -181,6 +201,7 @@ def speed(
         "search_cpu": _percentiles(cpu),
         "update_wall": _percentiles(update_wall),
         "update_cpu": _percentiles(update_cpu),
+        "edge_median_ms": {name: round(sorted(t)[len(t) // 2] * 1e3, 3) for name, t in edge.items()},
     }
     if times <= 10:  # the baseline reads every posting of every term: at 100x, seconds a query
         del index
@@ -300,6 +321,7 @@ def show(report: Report) -> None:
             f"cpu {c['p50_ms']}/{c['p99_ms']}; update wall {s['update_wall']['p50_ms']}/"
             f"{s['update_wall']['p99_ms']}, cpu {s['update_cpu']['p50_ms']}/{s['update_cpu']['p99_ms']}"
         )
+        print(f"          odd queries, median ms: {s['edge_median_ms']}")
         if "plain_bm25_wall" in s:
             b, bc = s["plain_bm25_wall"], s["plain_bm25_cpu"]
             print(
