@@ -146,9 +146,12 @@ def _percentiles(seconds: list[float]) -> dict[str, float]:
     }
 
 
-def _timed(run: Any, items: list[Any], *, collect: bool) -> tuple[list[float], list[float]]:
-    """Wall and CPU seconds of `run(item)` for each item, the garbage collector on or off."""
-    wall, cpu = [], []
+def _timed(
+    run: Any, items: list[Any], *, collect: bool, floor: Any = None
+) -> tuple[list[float], list[float], list[float]]:
+    """Wall and CPU seconds of `run(item)` for each item, the garbage collector on or off; and,
+    interleaved (one after each item), the wall seconds of `floor()`."""
+    wall, cpu, floors = [], [], []
     if not collect:
         gc.disable()
     try:
@@ -157,9 +160,31 @@ def _timed(run: Any, items: list[Any], *, collect: bool) -> tuple[list[float], l
             run(item)
             cpu.append(time.thread_time() - used)
             wall.append(time.perf_counter() - start)
+            if floor is not None:
+                start = time.perf_counter()
+                floor()
+                floors.append(time.perf_counter() - start)
     finally:
         gc.enable()
-    return wall, cpu
+    return wall, cpu, floors
+
+
+def _fixed_work(seconds: float) -> Any:
+    """A function of pure Python arithmetic that takes about `seconds` of CPU: the floor a search
+    of that median cost is timed against (its wall-clock tail is this machine's, not a search's)."""
+
+    def work(n: int) -> int:
+        total = 0
+        for i in range(n):
+            total += i * i
+        return total
+
+    n = 10_000
+    start = time.thread_time()
+    work(n)
+    spent = max(time.thread_time() - start, 1e-6)
+    n = max(1, int(n * seconds / spent))
+    return lambda: work(n)
 
 
 def speed(
@@ -179,8 +204,10 @@ def speed(
     texts = [q.text for q in (queries if not quick else queries[:300])]
     load_before = os.getloadavg()[0]
     search = lambda text: index.search(text, limit=5)  # noqa: E731
-    wall, cpu = _timed(search, texts, collect=True)  # as a server sees it
-    wall_no_gc, _ = _timed(search, texts, collect=False)
+    _, warm, _ = _timed(search, texts[:200], collect=True)
+    floor = _fixed_work(sorted(warm)[len(warm) // 2])
+    wall, cpu, floor_wall = _timed(search, texts, collect=True, floor=floor)  # as a server sees it
+    wall_no_gc, _, _ = _timed(search, texts, collect=False)
     edge = {name: [] for name in EDGE_QUERIES}  # each odd query, 9 times
     for _ in range(9):
         for name, text in EDGE_QUERIES.items():
@@ -189,7 +216,7 @@ def speed(
             edge[name].append(time.perf_counter() - start)
     rng = random.Random(44)
     changed = rng.sample(tools, 300)
-    update_wall, update_cpu = _timed(index.add, changed, collect=True)  # replaces the tool of that name
+    update_wall, update_cpu, _ = _timed(index.add, changed, collect=True)  # replaces the tool of that name
     out: dict[str, Any] = {
         "tools": len(tools),
         "build_s": round(build, 3),
@@ -199,6 +226,7 @@ def speed(
         "search_wall": _percentiles(wall),
         "search_wall_gc_off": _percentiles(wall_no_gc),
         "search_cpu": _percentiles(cpu),
+        "fixed_work_wall": _percentiles(floor_wall),
         "update_wall": _percentiles(update_wall),
         "update_cpu": _percentiles(update_cpu),
         "edge_median_ms": {name: round(sorted(t)[len(t) // 2] * 1e3, 3) for name, t in edge.items()},
@@ -206,7 +234,7 @@ def speed(
     if times <= 10:  # the baseline reads every posting of every term: at 100x, seconds a query
         del index
         baseline = PlainBM25(tools)
-        base_wall, base_cpu = _timed(lambda text: baseline.search(text, 5), texts, collect=True)
+        base_wall, base_cpu, _ = _timed(lambda text: baseline.search(text, 5), texts, collect=True)
         out["plain_bm25_wall"] = _percentiles(base_wall)
         out["plain_bm25_cpu"] = _percentiles(base_cpu)
     return out
@@ -321,6 +349,8 @@ def show(report: Report) -> None:
             f"cpu {c['p50_ms']}/{c['p99_ms']}; update wall {s['update_wall']['p50_ms']}/"
             f"{s['update_wall']['p99_ms']}, cpu {s['update_cpu']['p50_ms']}/{s['update_cpu']['p99_ms']}"
         )
+        f = s["fixed_work_wall"]
+        print(f"          fixed work of the median search's CPU, wall p50/p99 {f['p50_ms']}/{f['p99_ms']}")
         print(f"          odd queries, median ms: {s['edge_median_ms']}")
         if "plain_bm25_wall" in s:
             b, bc = s["plain_bm25_wall"], s["plain_bm25_cpu"]
