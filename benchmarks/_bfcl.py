@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,14 @@ class Query:
     id: str
     text: str
     answer: str  # the name of the right tool in the catalog
+
+    @property
+    def half(self) -> str:
+        """ "tuning" or "held-out": a fixed split of the entries in two halves (by the CRC-32 of
+        the entry's id, so an entry's several answers stay together). Whatever was chosen by
+        measuring (weights, thresholds) was chosen on the tuning half; the held-out half says
+        how it does on requests it was not chosen on."""
+        return "tuning" if zlib.crc32(self.id.encode()) % 2 == 0 else "held-out"
 
 
 def fetch() -> Path:

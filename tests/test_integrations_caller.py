@@ -108,9 +108,11 @@ def test_each_adapter_exports_what_users_need_and_nothing_else() -> None:
         "runtime.integrations.pydantic_ai": ["RETRY_ON", "RuntimeToolset"],
         "runtime.integrations.langchain": [
             "OpenTelemetryCallbackHandler",
+            "RuntimeSearchTool",
             "RuntimeTool",
             "RuntimeToolException",
             "RuntimeToolNode",
+            "loaded",
             "tools",
         ],
     }

@@ -30,6 +30,7 @@ from runtime.integrations.langchain import (
     OpenTelemetryCallbackHandler,
     RuntimeToolException,
     RuntimeToolNode,
+    loaded,
     tools,
 )
 
@@ -309,3 +310,81 @@ def test_create_react_agent_takes_our_node_as_its_tool_node() -> None:
     assert messages[-1].content == "all done"
     check_answers(by_id(messages))
     assert FakeToolModel.offered == [sorted(n for n in ("overlap", "add", "boom", "positive", "sleepy"))]
+
+
+# -- tool search ---------------------------------------------------------------------------
+
+
+def test_a_langgraph_agent_searches_the_runtime_and_binds_the_tools_found_next_turn() -> None:
+    pytest.importorskip("langgraph")
+    from runtime.search import ToolSearch
+
+    search = ToolSearch(threshold=2, always=["add"])
+    chat = model(
+        AIMessage(
+            content="",
+            tool_calls=[tool_call("search_tools", {"query": "accept only positive numbers"}, "s1")],
+        ),
+        AIMessage(
+            content="",
+            tool_calls=[tool_call("positive", {"n": 3}, "p1"), tool_call("search_tools", {}, "s2")],
+        ),
+        AIMessage(content="done"),
+    )
+
+    async def main() -> list[BaseMessage]:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            node = RuntimeToolNode(rt, exclude={"secret"}, search=search)
+
+            async def call_model(state: dict[str, Any]) -> dict[str, Any]:
+                bound = chat.bind_tools(node.tools(state["messages"]))  # what the searches loaded so far
+                return {"messages": [await bound.ainvoke(state["messages"])]}
+
+            from langgraph import graph as langgraph_graph
+            from langgraph.prebuilt import tools_condition
+
+            graph = langgraph_graph.StateGraph(langgraph_graph.MessagesState)
+            graph.add_node("agent", call_model)
+            graph.add_node("tools", node)
+            graph.add_edge(langgraph_graph.START, "agent")
+            graph.add_conditional_edges("agent", tools_condition)
+            graph.add_edge("tools", "agent")
+            state = await graph.compile().ainvoke({"messages": [HumanMessage("go")]})
+            return list(state["messages"])
+
+    messages = asyncio.run(main())
+    assert messages[-1].content == "done"
+    assert FakeToolModel.offered == [
+        ["add", "search_tools"],
+        ["add", "positive", "search_tools"],
+        ["add", "positive", "search_tools"],
+    ]
+    answers = by_id(messages)
+    assert answers["s1"].content.endswith(
+        "- positive: Accept only positive numbers (a sync tool: it runs in a worker thread)."
+    )
+    assert answers["p1"].content == "3"
+    assert answers["s2"].status == "error"
+    assert "takes one argument, 'query'" in str(answers["s2"].content)
+    assert loaded(messages, search) == ["positive"]
+
+
+def test_the_search_tool_runs_under_langchain_invoke_and_its_artifact_says_what_it_loaded() -> None:
+    from runtime.search import FoundTools, ToolSearch
+
+    search = ToolSearch(threshold=2)
+
+    async def main() -> tuple[list[str], ToolMessage, list[str]]:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            first = tools(rt, exclude={"secret"}, search=search)
+            message = await first[0].ainvoke(tool_call("search_tools", {"query": "positive numbers"}, "s1"))
+            later = tools(rt, exclude={"secret"}, search=search, messages=[message])
+            return [t.name for t in first], message, [t.name for t in later]
+
+    first, message, later = asyncio.run(main())
+    assert first == ["search_tools"]
+    assert isinstance(message, ToolMessage)
+    assert isinstance(message.artifact, ToolSuccess)
+    assert isinstance(message.artifact.value, FoundTools)
+    assert [d.name for d in message.artifact.value.tools] == ["positive"]
+    assert later == ["search_tools", "positive"]

@@ -259,3 +259,57 @@ def test_on_invoke_tool_called_directly_passes_the_arguments_as_they_are() -> No
             assert (await rt.call(ToolCall(id="d", name="add", arguments='{"a":1,"b":1}'))).content == "2"
 
     asyncio.run(main())
+
+
+# -- tool search ---------------------------------------------------------------------------
+
+
+def test_an_agent_searches_the_runtime_and_the_tools_found_are_enabled_next_turn() -> None:
+    from runtime.search import ToolSearch
+
+    async def main() -> tuple[ScriptedModel, Any]:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            model = ScriptedModel(
+                [
+                    [function_call("search_tools", {"query": "accept only positive numbers"}, call_id="s1")],
+                    [function_call("search_tools", {"limit": 3}, call_id="s2")],
+                    [function_call("positive", {"n": 3}, call_id="p1")],
+                    [assistant_message("done")],
+                ]
+            )
+            found = function_tools(rt, exclude={"secret"}, search=ToolSearch(threshold=2, always=["add"]))
+            agent = Agent(name="assistant", model=model, tools=found)
+            return model, await Runner.run(agent, "go")
+
+    model, result = asyncio.run(main())
+    assert result.final_output == "done"
+    turns = [[t.name for t in call.tools] for call in model.calls]
+    assert turns[0] == ["search_tools", "add"]
+    assert turns[1] == turns[2] == ["search_tools", "add", "positive"]
+    read = outputs(model, 3)
+    assert read["s1"].splitlines() == [
+        "Found 1 tool; they are loaded, call them by name:",
+        "- positive: Accept only positive numbers (a sync tool: it runs in a worker thread).",
+    ]
+    assert read["s2"].startswith("Error: search_tools takes one argument, 'query'")
+    assert read["p1"] == "3"
+
+
+def test_a_search_finds_no_tool_the_list_hides() -> None:
+    from runtime.search import ToolSearch
+
+    async def main() -> ScriptedModel:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            model = ScriptedModel(
+                [
+                    [function_call("search_tools", {"query": "launch codes secret"}, call_id="s1")],
+                    [assistant_message("done")],
+                ]
+            )
+            hidden = function_tools(rt, exclude={"secret"}, search=ToolSearch(threshold=2))
+            await Runner.run(Agent(name="assistant", model=model, tools=hidden), "go")
+            return model
+
+    model = asyncio.run(main())
+    assert outputs(model)["s1"] == "No tool matches 'launch codes secret'; search again with other words."
+    assert "secret" not in [t.name for t in model.calls[1].tools]

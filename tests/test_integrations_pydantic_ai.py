@@ -243,3 +243,65 @@ def test_a_runtime_thread_backs_the_toolset_too() -> None:
         asyncio.run(main())
     assert [script.answers()[c].content for c in ("c1", "c2")] == ["done x", "done y"]
     assert ran_in_parallel("x", "y")
+
+
+# -- tool search ---------------------------------------------------------------------------
+
+
+def test_an_agent_searches_the_runtime_and_calls_the_tools_its_search_loaded() -> None:
+    from pydantic_ai.messages import ToolSearchReturnPart
+
+    from runtime.search import ToolSearch
+
+    offered: list[list[str]] = []
+    found: list[Any] = []
+
+    def agent_turns(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        offered.append(sorted(t.name for t in info.function_tools))
+        if len(offered) == 1:  # two asks in one search: each finds its tool
+            return ModelResponse(
+                parts=[
+                    ToolCallPart(
+                        "search_tools",
+                        {"queries": ["accept only positive numbers", "run two calls in parallel, overlap"]},
+                        tool_call_id="s1",
+                    )
+                ]
+            )
+        if len(offered) == 2:
+            last = messages[-1]
+            assert isinstance(last, ModelRequest)
+            found.extend(p.content for p in last.parts if isinstance(p, ToolSearchReturnPart))
+            return ModelResponse(parts=[ToolCallPart("positive", {"n": 3}, tool_call_id="p1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    async def main() -> str:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            toolset = RuntimeToolset(rt, exclude={"secret"}, search=ToolSearch(threshold=2, always=["add"]))
+            agent = Agent(
+                FunctionModel(agent_turns), toolsets=[toolset], capabilities=[toolset.tool_search()]
+            )
+            return (await agent.run("go")).output
+
+    assert asyncio.run(main()) == "done"
+    assert offered[0] == ["add", "search_tools"]  # the rest is deferred: found by searching
+    assert sorted(m["name"] for m in found[0]["discovered_tools"]) == ["overlap", "positive"]
+    assert offered[1] == ["add", "overlap", "positive", "search_tools"]
+
+
+def test_within_the_threshold_every_tool_is_offered_and_tool_search_needs_search() -> None:
+    from runtime.search import ToolSearch
+
+    script = Script()
+
+    async def main() -> None:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            toolset = RuntimeToolset(rt, search=ToolSearch(threshold=10))
+            await Agent(FunctionModel(script), toolsets=[toolset], capabilities=[toolset.tool_search()]).run(
+                "go"
+            )
+            with pytest.raises(ValueError, match="search=ToolSearch"):
+                RuntimeToolset(rt).tool_search()
+
+    asyncio.run(main())
+    assert script.offered == sorted(t.name for t in TOOLS)

@@ -125,6 +125,80 @@ def test_any_query_gets_a_list() -> None:
     assert names(index.search("what is it")) == ["x"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "weather " * 130_000,  # ASCII
+        "我想知道上海目前的天气状况" * 80_000,  # Chinese
+        "날씨가 어때요 " * 150_000,  # Korean
+        "ช่วยหาบริการรีดผ้า" * 60_000,  # Thai
+        "weather 天气 날씨 สภาพอากาศ " * 45_000,  # all of them
+        "a" * 1_000_000,  # one word
+        "\n" * 1_000_000,  # no word at all
+    ],
+    ids=["ascii", "chinese", "korean", "thai", "mixed", "one-word", "newlines"],
+)
+def test_a_megabyte_query_in_any_script_is_read_only_to_its_bound(text: str) -> None:
+    from runtime.search._index import QUERY_CHARS, QUERY_TERMS, Query
+
+    assert len(text) >= 1_000_000
+    index = ToolIndex(
+        [
+            *(t.descriptor for t in TOOLS),
+            ToolDescriptor(name="weather_cn", description="查询城市的天气状况 날씨"),
+        ]
+    )
+    found = index.search(text)
+    assert isinstance(found, list)
+    assert found == index.search(text[:QUERY_CHARS])  # what 8 KB of it costs and finds
+    assert len(Query.parse(text).weights) <= 2 * QUERY_TERMS  # its terms and their phrases
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\ud800weather",  # a lone surrogate
+        "\x00weather\x00\x1b[31m",  # NUL and control characters
+        "🌧️ weather ☔",  # emoji
+        "מזג האוויר weather",  # right to left
+        "\u0301\u0301\u0301",  # combining marks alone
+        "天气 날씨 สภาพอากาศ",  # scripts the catalog does not use
+        "!!! ??? ...",
+    ],
+    ids=["surrogate", "control", "emoji", "rtl", "marks", "other-scripts", "punctuation"],
+)
+def test_any_text_is_a_query_and_gets_a_list(text: str) -> None:
+    found = ToolRegistry(TOOLS).search(text)
+    assert isinstance(found, list)
+    if "weather" in text:
+        assert names(found)[0] == "get_current_weather"
+
+
+def test_a_query_that_is_not_text_gets_an_empty_list() -> None:
+    index = ToolIndex(t.descriptor for t in TOOLS)
+    assert index.search(None) == []  # type: ignore[arg-type]
+    assert index.search(b"weather") == []  # type: ignore[arg-type]
+
+
+def test_a_huge_parameter_description_or_enum_neither_dominates_nor_disappears() -> None:
+    flood = "weather money flight issue " * 50_000
+    huge_text = ToolDescriptor(
+        name="describe_everything",
+        description="Files a report.",
+        parameters=(ToolParameter(name="topic", description=flood, type=String()),),
+    )
+    huge_enum = ToolDescriptor(
+        name="pick_anything",
+        description="Picks one.",
+        parameters=(ToolParameter(name="what", type=Enum(values=tuple(flood.split()[:100_000]))),),
+    )
+    index = ToolIndex([*(t.descriptor for t in TOOLS), huge_text, huge_enum])
+    assert names(index.search("weather in Rome", limit=1)) == ["get_current_weather"]
+    assert names(index.search("book a flight", limit=1)) == ["book_flight"]
+    assert names(index.search("file a report", limit=1)) == ["describe_everything"]
+    assert names(index.search("pick one", limit=1)) == ["pick_anything"]
+
+
 def test_a_huge_or_empty_description_neither_dominates_nor_disappears() -> None:
     huge = ToolDescriptor(name="everything", description="weather money flight issue " * 50_000)
     empty = ToolDescriptor(name="get_stock_price")
@@ -144,13 +218,14 @@ def test_the_index_follows_tools_added_replaced_and_removed() -> None:
     assert names(index.search("tide", limit=1)) == ["get_stock_price"]
     assert index.remove("get_stock_price")
     assert index.search("tide") == []
-    for _ in range(5):  # churn: dead entries are rewritten away, the results stay right
+    fresh = ToolIndex(t.descriptor for t in TOOLS).statistics()
+    for _ in range(5):  # churn: removed entries are gone at once, the results stay right
         for t in TOOLS:
             index.remove(t.name)
             index.add(t.descriptor)
+            index.add(t.descriptor)  # replaced in place
     assert names(index.search("weather", limit=1)) == ["get_current_weather"]
-    assert index.statistics().tools == len(TOOLS)
-    assert index.statistics().dead * 2 <= index.statistics().postings
+    assert index.statistics() == fresh  # nothing left behind by the churn
 
 
 def test_a_derived_registry_takes_the_index_over_and_the_old_one_stays_right() -> None:

@@ -19,6 +19,7 @@ from ..engine import Artifacts, open_runtime
 from ..messages import ToolCall, ToolFailure
 from ..registry import ToolRegistry
 from ..schema import DIALECTS
+from ..search import ToolSearch
 
 __all__ = ["console_main", "load_registry", "main"]
 
@@ -95,6 +96,14 @@ def _serve(args: argparse.Namespace) -> int:
     from ..mcp import serve_http, serve_stdio  # the MCP SDK takes seconds to import: only when serving
     from ..mcp._server_http import check_http_options
 
+    search = None
+    if args.search_over is not None:
+        if args.search_over < 0:
+            raise CommandError(f"--search-over must be 0 or more, not {args.search_over}")
+        search = ToolSearch(threshold=args.search_over, always=tuple(args.search_always))
+    elif args.search_always:
+        raise CommandError("--search-always needs --search-over N")
+
     if address is not None:
         try:
             check_http_options(address[0], token, None, args.insecure_no_auth)
@@ -111,6 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
         "max_sessions_per_principal": args.max_sessions_per_principal,
         "session_idle_timeout": args.session_idle_timeout,
         "sse_poll_after": args.sse_poll_after,
+        "search": search,
     }
 
     # stdout is the stdio transport: everything else, logs included, goes to stderr.
@@ -130,7 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
     async def serve() -> None:
         async with open_runtime(registry, artifacts=artifacts) as rt:
             if address is None:
-                await serve_stdio(rt)
+                await serve_stdio(rt, search=search)
                 return
             async with trio.open_nursery() as nursery:
                 host, port = await nursery.start(
@@ -302,6 +312,20 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="a call running longer closes its SSE stream; the client polls for the result (SEP-1699)",
+    )
+    serve.add_argument(
+        "--search-over",
+        type=int,
+        metavar="N",
+        help="with more than N tools, list a search_tools tool (and the --search-always ones) "
+        "instead of every tool; the tools a session's searches find join its listing",
+    )
+    serve.add_argument(
+        "--search-always",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a tool (or glob: 'git_*') listed whole even with --search-over; repeatable",
     )
     serve.add_argument(
         "--no-artifacts",

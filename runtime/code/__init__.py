@@ -20,8 +20,8 @@ try:
     import pydantic_monty as _monty  # noqa: F401
 except ImportError as exc:  # pragma: no cover - the extra is installed where it is tested
     raise ImportError(
-        "runtime.code runs programs in pydantic-monty's sandbox: install the extra, "
-        "`pip install 'tool-runtime[code]'`"
+        "runtime.code runs programs in pydantic-monty's sandbox: install the `code` extra "
+        "(`pip install '.[code]'` in a checkout), or `pip install 'pydantic-monty==1.4.0'`"
     ) from exc
 
 from ._limits import CodeLimits as CodeLimits

@@ -19,7 +19,9 @@ The same three rules hold in each: the model's arguments go to the runtime as th
 them (the runtime decodes and validates them); a `ToolFailure` becomes the framework's own
 tool-error form and no exception from a tool reaches the framework; the runtime's
 `execute_tool` span nests under the framework's span for that call. `only=` / `exclude=` hide
-tools: a hidden tool is never listed, and a call of one never reaches the runtime.
+tools: a hidden tool is never listed, and a call of one never reaches the runtime. `search=` (a
+`runtime.search.ToolSearch`) offers a search tool and the always-loaded tools instead of
+every tool past its threshold, the runtime's search loading what it finds (`_search`).
 
 This package imports no framework: each module imports its own when it is imported.
 """

@@ -15,7 +15,7 @@ its two awaitable call methods, usable from asyncio tasks.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Protocol, Unpack, runtime_checkable
 
 from ..embed import RuntimeThread
@@ -191,7 +191,7 @@ class Selection:
         return sent, answered
 
 
-def merge(sent: list[ToolResult], answered: dict[int, ToolFailure], total: int) -> list[ToolResult]:
+def merge(sent: list[ToolResult], answered: Mapping[int, ToolResult], total: int) -> list[ToolResult]:
     """Results in call order, from what the runtime answered and what was answered here."""
     served = iter(sent)
     return [answered[i] if i in answered else next(served) for i in range(total)]

@@ -26,6 +26,13 @@ as OTel spans (graph -> node -> tool, model calls too) and the runtime's span of
 call nests under the mirror of its tool run, the spans of a node's batch under the mirror of the
 node's run.
 
+Tool search: with `search=ToolSearch(threshold=N, always=[...])`, past N tools `tools(rt,
+search=..., messages=...)` gives a `search_tools` tool, the always-loaded ones, and the tools
+that the searches among `messages` found (their `ToolMessage.artifact`), in the order found: bind
+that list to the model on each turn (LangGraph: in the model node, from the state's messages).
+`RuntimeToolNode(rt, search=...)` answers the search calls with the runtime's search; a
+`RuntimeSearchTool` does the same under LangGraph's own `ToolNode`.
+
 `runtime` is an `AsyncioRuntime` (on the agent's event loop), a `RuntimeThread` (which also serves
 LangChain's sync `invoke`), or any `Caller` (see `runtime.integrations`).
 """
@@ -47,8 +54,12 @@ from opentelemetry.trace import TracerProvider
 from pydantic import PrivateAttr
 
 from ..messages import ToolCall, ToolFailure, ToolResult
+from ..registry import ToolRegistry
+from ..schema import render_tool
+from ..search import ToolSearch, found_tools
 from ._caller import BlockingCaller, Caller, RuntimeLike, Selection, caller_of, merge, new_call_id
 from ._mirror import SpanMirror, parent_context
+from ._search import Finder
 
 if TYPE_CHECKING:
     from langgraph.prebuilt import ToolNode as _NodeBase
@@ -60,9 +71,11 @@ else:
 _LANGGRAPH = _NodeBase.__module__.startswith("langgraph")
 __all__ = [
     "OpenTelemetryCallbackHandler",
+    "RuntimeSearchTool",
     "RuntimeTool",
     "RuntimeToolException",
     "RuntimeToolNode",
+    "loaded",
     "tools",
 ]
 
@@ -95,7 +108,9 @@ def tools(
     metadata: Mapping[str, Any] | None = None,
     timeout: float | None = None,
     handle_tool_error: Callable[[ToolException], str] = _failure_text,
-) -> list[RuntimeTool]:
+    search: ToolSearch | None = None,
+    messages: Sequence[BaseMessage] = (),
+) -> list[BaseTool]:
     """The runtime's tools (those it has now) as LangChain tools that call it.
 
     Args:
@@ -106,6 +121,9 @@ def tools(
         timeout: a deadline per call, in seconds (besides the tools' and the runtime's own).
         handle_tool_error: the text of a failed call's `ToolMessage(status="error")`, from a
             `RuntimeToolException`; by default the failure's own text.
+        search: past `search.threshold` tools, give a search tool, `search.always` and the
+            tools the searches among `messages` found, instead of every tool.
+        messages: the conversation so far (with `search`).
 
     Raises:
         ValueError: `only` names a tool the runtime does not have.
@@ -115,8 +133,18 @@ def tools(
     selection = Selection(only, exclude)
     registry = caller.registry
     selection.check(registry)
-    made = []
-    for schema in selection.visible(registry).schemas("jsonschema"):
+    made: list[BaseTool] = []
+    visible = selection.visible(registry)
+    if search is not None:
+        finder = Finder(caller, search, selection)
+        deferred = finder.deferred(registry)
+        if deferred is not None:
+            made.append(RuntimeSearchTool.of(finder, handle_tool_error))
+            hidden = set(deferred)
+            shown = [t.name for t in visible if t.name not in hidden]
+            shown += [n for n in loaded(messages, search) if n in hidden]
+            visible = ToolRegistry([registry.get(n) for n in shown])
+    for schema in visible.schemas("jsonschema"):
         parameters = copy.deepcopy(schema["parameters"])  # the registry's copy is cached
         parameters.pop("$schema", None)
         tool = RuntimeTool(
@@ -196,6 +224,69 @@ class RuntimeTool(BaseTool):
         return _content(result)
 
 
+class RuntimeSearchTool(BaseTool):
+    """The search tool as a LangChain tool (made by `tools(..., search=)`): the runtime's search,
+    answered here. Its `ToolMessage.artifact` is the search's `ToolSuccess` (its value a
+    `FoundTools`), which is how `loaded` finds what it loaded."""
+
+    _finder: Finder = PrivateAttr()
+
+    @classmethod
+    def of(cls, finder: Finder, handle_tool_error: Callable[[ToolException], str]) -> RuntimeSearchTool:
+        search = finder.search
+        parameters = render_tool(search.descriptor(), "jsonschema")["parameters"]
+        made = cls(
+            name=search.name,
+            description=search.description,
+            args_schema={k: v for k, v in parameters.items() if k != "$schema"},
+            handle_tool_error=handle_tool_error,
+            response_format="content_and_artifact",
+        )
+        made._finder = finder
+        return made
+
+    def invoke(
+        self,
+        input: str | dict[str, Any] | LangChainToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        token = _TOOL_CALL_ID.set(_call_id_of(input))
+        try:
+            return super().invoke(input, config, **kwargs)
+        finally:
+            _TOOL_CALL_ID.reset(token)
+
+    async def ainvoke(
+        self,
+        input: str | dict[str, Any] | LangChainToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        token = _TOOL_CALL_ID.set(_call_id_of(input))
+        try:
+            return await super().ainvoke(input, config, **kwargs)
+        finally:
+            _TOOL_CALL_ID.reset(token)
+
+    def _run(self, *args: Any, **kwargs: Any) -> tuple[str, ToolResult]:
+        call = ToolCall(id=_TOOL_CALL_ID.get() or new_call_id("langchain"), name=self.name, arguments=kwargs)
+        return _content(self._finder.answer(call))
+
+    async def _arun(self, *args: Any, **kwargs: Any) -> tuple[str, ToolResult]:
+        return self._run(*args, **kwargs)
+
+
+def loaded(messages: Sequence[BaseMessage], search: ToolSearch) -> list[str]:
+    """The names of the tools the searches among `messages` found, in the order found, each once
+    (from the `ToolMessage.artifact` of each `search.name` call)."""
+    names: dict[str, None] = {}
+    for message in messages:
+        if isinstance(message, ToolMessage) and message.name == search.name:
+            names.update(dict.fromkeys(d.name for d in found_tools(message.artifact)))
+    return list(names)
+
+
 def _content(result: ToolResult) -> tuple[str, ToolResult]:
     if isinstance(result, ToolFailure):
         raise RuntimeToolException(result)
@@ -246,6 +337,8 @@ class RuntimeToolNode(_NodeBase):
         metadata: given to every call (never to the model).
         timeout: a deadline for the whole batch, in seconds.
         name: the node's name.
+        search: the node answers calls of `search.name` with the runtime's search (and
+            `tools(messages)` gives what `tools(..., search=, messages=)` gives).
     """
 
     def __init__(
@@ -258,27 +351,55 @@ class RuntimeToolNode(_NodeBase):
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         name: str = "tools",
+        search: ToolSearch | None = None,
     ) -> None:
         self._caller = caller_of(runtime)
         self._selection = Selection(only, exclude)
         self._metadata = metadata
         self._timeout = timeout
+        self._search = search
+        self._finder = None if search is None else Finder(self._caller, search, self._selection)
         if _LANGGRAPH:  # LangGraph's ToolNode: its tools, name and messages key
             super().__init__(self.tools(), name=name, messages_key=messages_key)
         self._messages_key = messages_key
         self.name = name
 
-    def tools(self) -> list[RuntimeTool]:
-        """The node's tools as LangChain tools, to bind to the chat model (`bind_tools`)."""
+    def tools(self, messages: Sequence[BaseMessage] = ()) -> list[BaseTool]:
+        """The node's tools as LangChain tools, to bind to the chat model (`bind_tools`); with
+        `search`, the search tool, the always-loaded tools and those found in `messages`."""
         visible = self._selection.visible(self._caller.registry)
-        return tools(self._caller, only=visible.names(), metadata=self._metadata, timeout=self._timeout)
+        return tools(
+            self._caller,
+            only=visible.names(),
+            metadata=self._metadata,
+            timeout=self._timeout,
+            search=self._search,
+            messages=messages,
+        )
+
+    def _searched(
+        self, calls: Sequence[ToolCall], registry: ToolRegistry
+    ) -> tuple[list[ToolCall], dict[int, ToolResult]]:
+        """The calls for the runtime, and the answers (by position) given here: search calls
+        answered by the search, hidden tools refused."""
+        finder = self._finder
+        if finder is None:
+            sent, refused = self._selection.partition(calls, registry)
+            return sent, dict(refused)
+        others = [(i, c) for i, c in enumerate(calls) if c.name != finder.search.name]
+        sent, refused = self._selection.partition([c for _, c in others], registry)
+        answered: dict[int, ToolResult] = {others[i][0]: r for i, r in refused.items()}
+        for i, call in enumerate(calls):
+            if call.name == finder.search.name:
+                answered[i] = finder.answer(call)
+        return sent, answered
 
     # Like ToolNode, the node makes no run of its own: in a graph its run is the graph's node run
     # (whose child config it is given), and its calls' spans nest under that run's mirror.
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         calls, shape = self._parse(input)
         caller = _blocking(self._caller)
-        sent, answered = self._selection.partition(calls, caller.registry)
+        sent, answered = self._searched(calls, caller.registry)
         served: list[ToolResult] = []
         if sent:
             with parent_context(_key(_current_run(config))):
@@ -287,7 +408,7 @@ class RuntimeToolNode(_NodeBase):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         calls, shape = self._parse(input)
-        sent, answered = self._selection.partition(calls, self._caller.registry)
+        sent, answered = self._searched(calls, self._caller.registry)
         served: list[ToolResult] = []
         if sent:
             with parent_context(_key(_current_run(config))):

@@ -22,6 +22,13 @@ traces are not OpenTelemetry; with `OpenTelemetryTracingProcessor` registered
 (`agents.add_trace_processor(...)`) they are mirrored as OTel spans (trace -> agent -> function),
 and the runtime's `execute_tool` span nests under the mirror of the SDK's `function` span.
 
+Tool search: with `search=ToolSearch(threshold=N, always=[...])`, past N tools the agent is
+offered a `search_tools` tool and the always-loaded ones; the tools a search finds are enabled
+(`FunctionTool.is_enabled`) from the agent's next turn on. What the list's searches found is
+the list's: make one list per conversation (`Agent.clone(tools=function_tools(...))`). The
+SDK's hosted `ToolSearchTool` is OpenAI's server-side search; this one is the runtime's, on any
+model the SDK drives.
+
 `runtime` is an `AsyncioRuntime` (on the agent's event loop), a `RuntimeThread`, or any
 `Caller` (see `runtime.integrations`).
 """
@@ -39,8 +46,11 @@ from agents.tracing import Span, SpanError, Trace, TracingProcessor, get_current
 from opentelemetry.trace import TracerProvider
 
 from ..messages import ToolCall, ToolFailure
+from ..schema import render_tool
+from ..search import ToolSearch, found_tools
 from ._caller import Caller, RuntimeLike, Selection, ToolCallFailed, caller_of, new_call_id
 from ._mirror import SpanMirror, attributes_of, parent_context
+from ._search import Finder
 
 __all__ = ["OpenTelemetryTracingProcessor", "ToolCallFailed", "failure_text", "function_tools"]
 
@@ -62,6 +72,7 @@ def function_tools(
     metadata: Mapping[str, Any] | None = None,
     timeout: float | None = None,
     failure_error_function: FailureErrorFunction = failure_text,
+    search: ToolSearch | None = None,
 ) -> list[FunctionTool]:
     """The runtime's tools (those it has now) as `FunctionTool`s that call it.
 
@@ -74,6 +85,8 @@ def function_tools(
         timeout: a deadline per call, in seconds (besides the tools' and the runtime's own).
         failure_error_function: the text the model reads for a failed call, from a
             `ToolCallFailed`; by default the failure's own text.
+        search: past `search.threshold` tools, offer a search tool and `search.always`; the
+            tools found are enabled from the next turn on.
 
     Raises:
         ValueError: `only` names a tool the runtime does not have.
@@ -84,19 +97,57 @@ def function_tools(
     registry = caller.registry
     selection.check(registry)
     visible = selection.visible(registry)
+    finder = None if search is None else Finder(caller, search, selection)
+    deferred = frozenset(finder.deferred(registry) or ()) if finder is not None else frozenset()
+    found: set[str] = set()  # what this list's searches found
     tools: list[FunctionTool] = []
+    if finder is not None and deferred:
+        tools.append(_search_tool(finder, found, strict, failure_error_function))
     for schema in visible.schemas("openai", strict=strict):
         function = copy.deepcopy(schema["function"])  # the registry's copy is cached: never handed out
+        name = function["name"]
         tools.append(
             FunctionTool(
-                name=function["name"],
+                name=name,
                 description=function.get("description") or "",
                 params_json_schema=function["parameters"],
-                on_invoke_tool=_invoker(caller, function["name"], metadata, timeout, failure_error_function),
+                on_invoke_tool=_invoker(caller, name, metadata, timeout, failure_error_function),
                 strict_json_schema=bool(function.get("strict", False)),
+                is_enabled=_once_found(name, found) if name in deferred else True,
             )
         )
     return tools
+
+
+def _once_found(name: str, found: set[str]) -> Callable[[RunContextWrapper[Any], Any], bool]:
+    def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        return name in found
+
+    return is_enabled
+
+
+def _search_tool(
+    finder: Finder, found: set[str], strict: bool, failure_error_function: FailureErrorFunction
+) -> FunctionTool:
+    """The search tool: the runtime's search, answered here; what it finds joins `found`."""
+    search = finder.search
+    schema = render_tool(search.descriptor(), "openai", strict=strict)["function"]
+
+    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
+        call_id = getattr(ctx, "tool_call_id", None) or new_call_id("agents")
+        result = finder.answer(ToolCall(id=call_id, name=search.name, arguments=arguments or "{}"))
+        if isinstance(result, ToolFailure):
+            return await _failed(ctx, get_current_span(), result, failure_error_function)
+        found.update(d.name for d in found_tools(result))
+        return result.content
+
+    return FunctionTool(
+        name=search.name,
+        description=search.description,
+        params_json_schema=copy.deepcopy(schema["parameters"]),
+        on_invoke_tool=on_invoke_tool,
+        strict_json_schema=bool(schema.get("strict", False)),
+    )
 
 
 def _invoker(

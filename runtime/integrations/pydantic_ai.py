@@ -26,6 +26,14 @@ pydantic-ai's `execute_tool {name}` span is the current OpenTelemetry span while
 runs, so the runtime's own `execute_tool {name}` span is its child (the same trace, one level
 down).
 
+Tool search: with `search=ToolSearch(threshold=N, always=[...])`, past N tools the deferred
+ones are listed with `defer_loading=True` (pydantic-ai hides them until a search reveals them),
+and `toolset.tool_search()` is the `ToolSearch` capability whose strategy is the runtime's
+search (on providers with client-executed search, the same function answers their form):
+
+    toolset = RuntimeToolset(rt, search=ToolSearch(always=["get_time"]))
+    agent = Agent(model, toolsets=[toolset], capabilities=[toolset.tool_search()])
+
 `runtime` is an `AsyncioRuntime` (on the agent's event loop), a `RuntimeThread`, or any
 `Caller` (see `runtime.integrations`).
 """
@@ -33,17 +41,20 @@ down).
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext, ToolFailed
+from pydantic_ai.capabilities import ToolSearch as PydanticToolSearch
 from pydantic_ai.tools import AgentDepsT, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from ..messages import FailureKind, ToolCall, ToolFailure
 from ..registry import ToolRegistry
+from ..search import ToolSearch
 from ._caller import RuntimeLike, Selection, caller_of, new_call_id
+from ._search import Finder
 
 __all__ = ["RETRY_ON", "RuntimeToolset"]
 
@@ -70,6 +81,8 @@ class RuntimeToolset(AbstractToolset[AgentDepsT]):
         strict: pydantic-ai's `ToolDefinition.strict` (None: the model's default).
         metadata: given to every call (never to the model).
         timeout: a deadline per call, in seconds (besides the tools' and the runtime's own).
+        search: past `search.threshold` tools, the tools not in `search.always` are deferred
+            (`defer_loading`): found by the search of `tool_search()`.
     """
 
     def __init__(
@@ -84,9 +97,11 @@ class RuntimeToolset(AbstractToolset[AgentDepsT]):
         strict: bool | None = None,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        search: ToolSearch | None = None,
     ) -> None:
         self._caller = caller_of(runtime)
         self._selection = Selection(only, exclude)
+        self._finder = None if search is None else Finder(self._caller, search, self._selection)
         self._id = id
         self._max_retries = max_retries
         self._retry_on = frozenset(retry_on)
@@ -109,6 +124,7 @@ class RuntimeToolset(AbstractToolset[AgentDepsT]):
         if self._listed is not None and self._listed[0] is registry:
             return self._listed[1]
         definitions: dict[str, ToolDefinition] = {}
+        deferred = frozenset(self._finder.deferred(registry) or ()) if self._finder is not None else ()
         for schema in self._selection.visible(registry).schemas("jsonschema"):
             parameters = copy.deepcopy(schema["parameters"])  # the registry's copy is cached
             parameters.pop("$schema", None)
@@ -117,9 +133,32 @@ class RuntimeToolset(AbstractToolset[AgentDepsT]):
                 description=schema.get("description") or None,
                 parameters_json_schema=parameters,
                 strict=self._strict,
+                defer_loading=schema["name"] in deferred,
             )
         self._listed = (registry, definitions)
         return definitions
+
+    def tool_search(self) -> PydanticToolSearch[AgentDepsT]:
+        """pydantic-ai's `ToolSearch` capability, searching with the runtime's search.
+
+        Raises:
+            ValueError: the toolset was made without `search=`.
+        """
+        finder = self._finder
+        if finder is None:
+            raise ValueError("RuntimeToolset.tool_search() needs RuntimeToolset(..., search=ToolSearch(...))")
+
+        def strategy(
+            ctx: RunContext[AgentDepsT], queries: Sequence[str], tools: Sequence[ToolDefinition]
+        ) -> list[str]:
+            # Each query a sentence: several asks find tools for each (ToolIndex's asks).
+            query = ". ".join(q.strip().rstrip(".") for q in queries if q.strip())
+            return [d.name for d in finder.find(query, among={t.name for t in tools}).tools]
+
+        search = finder.search
+        return PydanticToolSearch(
+            strategy=strategy, max_results=search.limit, tool_description=search.description
+        )
 
     async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
         max_retries = self._max_retries if self._max_retries is not None else ctx.max_retries

@@ -9,6 +9,14 @@ trace context of the request's `_meta` becomes the call's metadata, so the serve
 eras: published on the `subscriptions/listen` bus (2026-07-28), and sent on the standalone
 channel of every connection that completed the `initialize` handshake (2025-11-25).
 
+A server holding many tools can offer a search tool instead (`search=ToolSearch(threshold=N)`):
+when a client would be listed more than N tools, `tools/list` holds the search tool and the
+always-listed ones (`ToolSearch.always`); a search answers with the tools it found (their text,
+and their whole MCP definitions as `structuredContent`), and in a 2025-11-25 session the found
+tools join that session's listing (after the others, in the order found) with a
+`notifications/tools/list_changed` to it alone. A tool not listed can still be called by name:
+the listing is what the model is shown, not what it may call (its view decides that).
+
 A streaming tool's chunks go out as they come, each a `notifications/progress` whose message is
 the chunk (progress counts the chunks; sent when the client gave a progress token), awaited in
 turn: a slow client slows the tool down. When the runtime keeps artifacts (`Artifacts`), a
@@ -63,6 +71,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..engine import READ_TOOLS, Runtime
 from ..exceptions import ArtifactMissing, RuntimeClosed
 from ..messages import ResourceLinkPart, ToolCall, ToolResult, ToolSuccess
+from ..schema import ToolDescriptor, render_tool
+from ..search import FoundTools, ToolSearch, found_text
 from ..tools import LOG_LEVELS, CallContext, asking, reporting
 from ._asking import ServedAsker
 from ._server_catalog import Catalog, error_result, plain_result
@@ -142,8 +152,13 @@ class ServedRuntime:
         max_views: int = DEFAULT_MAX_VIEWS,
         view_idle: float = DEFAULT_VIEW_IDLE,
         max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+        search: ToolSearch | None = None,
     ) -> None:
         self._rt = rt
+        self._search = search
+        self._search_listing = _search_listing(search) if search is not None else None
+        # the tools each 2025-11-25 connection's searches found, in the order found
+        self._found: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
         self._view_of = view_of
         # principal -> (its view, when last used), least recently used first
         self._views: collections.OrderedDict[str | None, tuple[Any, float]] = collections.OrderedDict()
@@ -191,11 +206,76 @@ class ServedRuntime:
     ) -> types.ListToolsResult:
         listing = self._catalog.listing()
         view = self._view()
-        if view is None:
+        tools = listing.tools
+        if view is not None:
+            visible = view.registry
+            tools = [t for t in listing.tools if visible.get_or_none(t.name) is not None]
+        if self._search is not None:
+            tools = self._deferred(tools, _connection_of(ctx.session))
+        elif view is None:
             return listing
-        visible = view.registry
-        return types.ListToolsResult(
-            tools=[t for t in listing.tools if visible.get_or_none(t.name) is not None]
+        return types.ListToolsResult(tools=tools)
+
+    # -- tool search -------------------------------------------------------------------
+
+    def _deferred(self, tools: list[types.Tool], connection: Any) -> list[types.Tool]:
+        """`tools` as listed with search on: all of them up to the threshold; past it the
+        search tool, the always-listed tools, and what this connection's searches found."""
+        search, tool = self._search, self._search_listing
+        assert search is not None
+        assert tool is not None
+        always = [t for t in tools if search.is_always(t.name) and t.name != search.name]
+        deferred = {t.name: t for t in tools if not search.is_always(t.name) and t.name != search.name}
+        if len(deferred) <= search.threshold:
+            return tools
+        found = [deferred[n] for n in self._found.get(connection, ()) if n in deferred]
+        return [tool, *always, *found]
+
+    def _offers_search(self, view: Any) -> bool:
+        """Whether the search tool is listed to this client (more tools than the threshold)."""
+        search = self._search
+        if search is None:
+            return False
+        registry = self._rt.registry if view is None else view.registry
+        deferred = sum(1 for n in registry.names() if n != search.name and not search.is_always(n))
+        return deferred > search.threshold
+
+    async def _run_search(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams, view: Any
+    ) -> types.CallToolResult:
+        search = self._search
+        assert search is not None
+        arguments = params.arguments or {}
+        query = arguments.get("query")
+        if not isinstance(query, str) or set(arguments) != {"query"}:
+            return error_result(
+                f"Error: {search.name} takes one argument, 'query': a few words saying what the "
+                "tool you need does"
+            )
+        finder = self._rt.search if view is None else view.search
+        skip = sum(
+            1 for n in (self._rt.registry if view is None else view.registry).names() if search.is_always(n)
+        )
+        found: list[types.Tool] = []
+        described: list[ToolDescriptor] = []
+        for descriptor in finder(query, limit=search.limit + skip + 1):
+            if descriptor.name == search.name or search.is_always(descriptor.name):
+                continue
+            served = self._catalog.get(descriptor.name)
+            if served is not None and len(found) < search.limit:
+                found.append(served.listing)
+                described.append(descriptor)
+        connection = _connection_of(ctx.session)
+        if found and connection in self._handshakes:  # a session: the found tools join its listing
+            known = self._found.setdefault(connection, [])
+            new = [t.name for t in found if t.name not in known]
+            if new:
+                known.extend(new)
+                await self._notify(ctx.session)
+        text = found_text(FoundTools(query=query, tools=tuple(described)))
+        definitions = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in found]
+        return types.CallToolResult(
+            content=[types.TextContent(text=text)], structured_content={"tools": definitions}
         )
 
     def _view(self) -> Any:
@@ -224,6 +304,8 @@ class ServedRuntime:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         view = self._view()
+        if self._search is not None and params.name == self._search.name and self._offers_search(view):
+            return await self._run_search(ctx, params, view)
         caller = self._rt if view is None else view
         registry = caller.registry
         listed = registry.get_or_none(params.name) is not None  # in this principal's view
@@ -421,6 +503,23 @@ class ServedRuntime:
                 log.debug("list_changed not delivered: %s", exc)
 
 
+def _search_listing(search: ToolSearch) -> types.Tool:
+    """The search tool as MCP lists it, with the shape of its `structuredContent`."""
+    listed = dict(render_tool(search.descriptor(), "mcp"))
+    listed["outputSchema"] = {
+        "type": "object",
+        "properties": {
+            "tools": {
+                "type": "array",
+                "description": "The tools found, as tools/list gives them.",
+                "items": {"type": "object"},
+            }
+        },
+        "required": ["tools"],
+    }
+    return types.Tool.model_validate(listed)
+
+
 async def _release_stream(close: Any, after: float) -> None:
     """SSE polling (SEP-1699): a call still running after `after` seconds lets go of its stream.
 
@@ -485,7 +584,13 @@ def _trace_id(traceparent: str) -> int | None:
         return None
 
 
-async def serve_stdio(rt: Runtime, *, name: str = DEFAULT_NAME, instructions: str | None = None) -> None:
+async def serve_stdio(
+    rt: Runtime,
+    *,
+    name: str = DEFAULT_NAME,
+    instructions: str | None = None,
+    search: ToolSearch | None = None,
+) -> None:
     """Serve `rt`'s tools over MCP on this process's stdin and stdout, until stdin closes.
 
     While serving, stdout carries only the protocol (stray prints go to stderr). Both
@@ -495,8 +600,10 @@ async def serve_stdio(rt: Runtime, *, name: str = DEFAULT_NAME, instructions: st
         rt: the runtime whose tools are served (tools registered later are served too).
         name: the server's name in the handshake.
         instructions: text the client may show its model about these tools.
+        search: past `search.threshold` tools, list a search tool and `search.always`
+            instead of every tool (see the module's docstring).
     """
-    served = ServedRuntime(rt, name=name, instructions=instructions)
+    served = ServedRuntime(rt, name=name, instructions=instructions, search=search)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(served.announce_changes)
         async with stdio_server() as (read_stream, write_stream):

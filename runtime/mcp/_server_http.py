@@ -54,6 +54,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from ..engine import Runtime
+from ..search import ToolSearch
 from ._http_limits import DEFAULT_LOG_INTERVAL, BoundBodies, LogRefusals, RefusalLog
 from ._http_sessions import FairSessions
 from ._server import DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_VIEWS, DEFAULT_NAME, DEFAULT_VIEW_IDLE, ServedRuntime
@@ -227,6 +228,7 @@ async def serve_http(
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
     name: str = DEFAULT_NAME,
     instructions: str | None = None,
+    search: ToolSearch | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `rt`'s tools over MCP streamable HTTP at `http://host:port/path`, until cancelled.
@@ -274,6 +276,8 @@ async def serve_http(
             make one line at its end (with their count), not one each.
         name: the server's name in the handshake.
         instructions: text the client may show its model about these tools.
+        search: past `search.threshold` tools, list a search tool and `search.always` instead
+            of every tool; what a session's searches find joins its listing (`ServedRuntime`).
         task_status: receives the bound (host, port) once the server accepts connections.
 
     Raises:
@@ -316,6 +320,7 @@ async def serve_http(
         max_views=max_views,
         view_idle=view_idle,
         max_read_bytes=max_read_bytes,
+        search=search,
     )
     verifier: TokenVerifier | None = StaticToken(token) if token is not None else token_verifier
     if verifier is not None and auth is None:

@@ -18,6 +18,7 @@ from ._deferred import SearchRequest as SearchRequest
 from ._deferred import SearchTools as SearchTools
 from ._deferred import ToolSearch as ToolSearch
 from ._deferred import deferred_schemas as deferred_schemas
+from ._deferred import found_text as found_text
 from ._deferred import found_tools as found_tools
 from ._deferred import tool_search_output as tool_search_output
 from ._index import IndexStatistics as IndexStatistics
@@ -35,6 +36,7 @@ __all__ = [
     "ToolIndex",
     "ToolSearch",
     "deferred_schemas",
+    "found_text",
     "found_tools",
     "tool_search_output",
 ]

@@ -36,6 +36,7 @@ __all__ = [
     "SearchTools",
     "ToolSearch",
     "deferred_schemas",
+    "found_text",
     "found_tools",
     "tool_search_output",
 ]
@@ -182,13 +183,20 @@ class SearchTools(ToolBase[SearchArgs, FoundTools]):
         return FoundTools(query=args.query, tools=tuple(found[: search.limit]))
 
     def result_to_text(self, result: FoundTools) -> str:
-        if not result.tools:
-            return f"No tool matches {result.query[:200]!r}; search again with other words."
-        lines = [f"Found {len(result.tools)} tools; they are loaded, call them by name:"]
-        for d in result.tools:
-            first = d.description.strip().split("\n", 1)[0][:200]
-            lines.append(f"- {d.name}: {first}" if first else f"- {d.name}")
-        return "\n".join(lines)
+        return found_text(result)
+
+
+def found_text(found: FoundTools) -> str:
+    """What the model reads of a search: the tools found, a line each (name and the first line
+    of its description), or that none matched."""
+    if not found.tools:
+        return f"No tool matches {found.query[:200]!r}; search again with other words."
+    count = f"{len(found.tools)} tools" if len(found.tools) > 1 else "1 tool"
+    lines = [f"Found {count}; they are loaded, call them by name:"]
+    for d in found.tools:
+        first = d.description.strip().split("\n", 1)[0][:200]
+        lines.append(f"- {d.name}: {first}" if first else f"- {d.name}")
+    return "\n".join(lines)
 
 
 class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):

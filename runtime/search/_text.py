@@ -20,7 +20,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-__all__ = ["STOP_WORDS", "stem", "terms"]
+__all__ = ["STOP_WORDS", "sentences", "stem", "terms"]
 
 # The marks that belong to letters (Thai and Indic vowel signs, combining accents, Hebrew and
 # Arabic points): `re` does not count them as word characters.
@@ -28,7 +28,9 @@ _MARKS = (
     "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
     "\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3099\u309a"
 )
-_RUN = re.compile(rf"(?:[^\W_]|[{_MARKS}])+")  # letters and digits of any script, with their marks
+# Letters and digits of any script, with their marks; a run is cut every 256 characters (no word
+# is longer, and a query of 8 KB of Chinese is then read only as far as its first terms).
+_RUN = re.compile(rf"(?:[^\W_]|[{_MARKS}]){{1,256}}")
 _ASCII_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")  # camelCase, HTTPServer, x86
 _SCRIPT_PART = re.compile(rf"\d+|(?:[^\W\d_]|[{_MARKS}])+")  # digits, or the rest
 
@@ -205,29 +207,50 @@ STOP_WORDS = frozenset(
 """English words that say nothing about what a tool does ("get" included: most tools get something)."""
 
 
-def terms(text: str, *, limit: int | None = None) -> list[str]:
+def terms(text: str, *, limit: int | None = None, stop_words_only: bool = True) -> list[str]:
     """The search terms of `text`, in order, repeats kept; stop words left out unless all are.
 
     Args:
         limit: stop after this many terms (a bound: the text is read no further than it needs).
+        stop_words_only: a text of only stop words gives them (False: it gives none).
     """
     kept: list[str] = []
     stopped: list[str] = []
+    stems = _STEMS
     for word in _ascii_words(text) if text.isascii() else _words(text):
         if word in STOP_WORDS:
-            if not kept and len(stopped) < (limit or 64):
+            if stop_words_only and not kept and len(stopped) < (limit or 64):
                 stopped.append(word)
             continue
-        kept.append(word if word[0].isdigit() else _stem(word))
+        found = stems.get(word)
+        kept.append(found if found is not None else word if word[0].isdigit() else _stem(word))
         if limit is not None and len(kept) >= limit:
             break
     return kept if kept else [_stem(w) for w in stopped]
 
 
-def _ascii_words(text: str) -> Iterator[str]:
-    for part in _ASCII_PART.finditer(text):
-        word = part.group()
-        yield word if word[0].isdigit() else word.lower()
+# Where a sentence ends: `.?!;` before a space (not in `5.6` or `a.b`), the full-width marks of
+# Chinese and Japanese (no space follows them), a line break.
+_SENTENCE_END = re.compile(r"(?<=[.?!;])\s+|(?<=[\u3002\uff1f\uff01\uff1b])\s*|\n+")
+
+
+def sentences(text: str) -> Iterator[str]:
+    """`text` cut where a sentence ends (`.`, `?`, `!`, `;` before a space, and line breaks):
+    a message that asks for several things usually asks for each in a sentence of its own.
+    Lazily: a reader that has what it needs stops reading."""
+    start = 0
+    for end in _SENTENCE_END.finditer(text):
+        piece = text[start : end.start()]
+        if piece and not piece.isspace():
+            yield piece
+        start = end.end()
+    piece = text[start:]
+    if piece and not piece.isspace():
+        yield piece
+
+
+def _ascii_words(text: str) -> list[str]:
+    return list(map(str.lower, _ASCII_PART.findall(text)))  # digits are their own lower case
 
 
 def _words(text: str) -> Iterator[str]:
@@ -257,11 +280,14 @@ def _script_terms(part: str) -> Iterator[str]:
     if part.isdigit():
         yield part if part.isascii() else unicodedata.normalize("NFKC", part)
         return
-    # Accents and compatibility forms away: "Käärijä" is found by "kaarija", full-width letters by their ASCII forms.
-    folded = "".join(c for c in unicodedata.normalize("NFKD", part) if not unicodedata.combining(c))
-    if folded.isascii():
-        yield from _ascii_words(folded)
-        return
+    # Accents and compatibility forms away: "Käärijä" is found by "kaarija", full-width letters by
+    # their ASCII forms. (Not tried on the unspaced scripts, which never fold to ASCII: a
+    # character at a time in Python over 8 KB of Chinese would cost milliseconds.)
+    if _UNSPACED.search(part) is None:
+        folded = "".join(c for c in unicodedata.normalize("NFKD", part) if not unicodedata.combining(c))
+        if folded.isascii():
+            yield from _ascii_words(folded)
+            return
     folded = unicodedata.normalize("NFKC", part).casefold()  # marks kept: Thai vowels are marks
     if _UNSPACED.search(folded) is None:
         yield folded
@@ -289,8 +315,8 @@ _VOWEL = re.compile(r"[aeiouy]")
 _INFLECTIONS = (
     ("ings", ""),
     ("ing", ""),
-    ("ies", "y"),
-    ("ied", "y"),
+    ("ies", "i"),
+    ("ied", "i"),
     ("ed", ""),
     ("es", ""),
     ("s", ""),
@@ -307,10 +333,12 @@ _ES_AFTER = ("s", "x", "z", "ch", "sh")
 def stem(word: str) -> str:
     """A light English stem of a lower-case word (`"calculated"` -> `"calcul"`).
 
-    An inflection is cut (`-s`, `-es`, `-ed`, `-ing`, `-ly`; `-ies` -> `-y`), then, from a word
-    still longer than four letters, one derivational ending (`-ation`, `-ator`, `-ate`, `-ment`,
-    `-ness`, `-er`, `-e`...); a stem keeps three letters and a vowel. Both sides of a search go
-    through it, so a stem needs only to be the same for the forms of a word, not a word itself.
+    An inflection is cut (`-s`, `-es`, `-ed`, `-ing`, `-ly`; `-ies`, `-ied` -> `-i`), then,
+    from a word still longer than four letters, one derivational ending (`-ation`, `-ator`,
+    `-ate`, `-ment`, `-ness`, `-er`, `-e`...); a stem keeps three letters and a vowel, and a
+    `-y` after a consonant ends it as `-i` (`movies`, `movie` -> `movi`; `copies`, `copy` ->
+    `copi`). Both sides of a search go through it, so a stem needs only to be the same for
+    the forms of a word, not a word itself.
     """
     if len(word) <= 3 or word.endswith(_KEEP_ENDINGS):
         return word
@@ -319,17 +347,20 @@ def stem(word: str) -> str:
             base = word[: -len(suffix)]
             if suffix == "es" and not base.endswith(_ES_AFTER):
                 base = word[:-1]
+            elif suffix == "ly" and (len(base) < 4 or base[-1] in "pi"):
+                break  # `apply`, `multiply`, `family` are no adverbs
             if len(base) >= 3 and _VOWEL.search(base):
                 word = _undouble(base) + replacement if not replacement else base + replacement
             break
-    if len(word) <= 4:
-        return word
-    for suffix, replacement in _DERIVATIONS:
-        if word.endswith(suffix):
-            base = word[: -len(suffix)]
-            if len(base) >= 3 and _VOWEL.search(base):
-                return _undouble(base) + replacement
-            break
+    if len(word) > 4:
+        for suffix, replacement in _DERIVATIONS:
+            if word.endswith(suffix):
+                base = word[: -len(suffix)]
+                if len(base) >= 3 and _VOWEL.search(base):
+                    word = _undouble(base) + replacement
+                break
+    if word[-1] == "y" and len(word) > 3 and word[-2] not in "aeiou":
+        return word[:-1] + "i"
     return word
 
 
