@@ -10,6 +10,7 @@ never stays half-open for good.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -357,3 +358,26 @@ async def test_a_breaker_whose_probe_hangs_probes_again_after_its_cool_down(
         finally:
             answers.set()
     assert any(r.ok for r in later), [getattr(r, "message", "") for r in later]
+
+
+# -- callers: a RuntimeThread serves every thread, whatever one caller's loop does ---------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: a caller's closed asyncio loop crashes the RuntimeThread (_thread.py pump)"
+)
+def test_a_runtime_thread_outlives_asyncio_callers_that_give_up_and_close_their_loop() -> None:
+    import asyncio
+
+    from runtime.embed import RuntimeThread
+
+    async def handler(rt: RuntimeThread) -> None:
+        """A sync web handler's bit of async code (`asyncio.run` per request): it gives up."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(rt.aio.call_many([C("s1", "wait_long", '{"n":5}')]), 0.05)
+
+    with RuntimeThread([wait_long, add]) as rt:
+        for _ in range(3):
+            asyncio.run(handler(rt))  # the loop closes right after the caller gave up
+        result = rt.call(C("c1", "add", '{"a":1,"b":2}'))
+    assert result.ok
