@@ -381,3 +381,36 @@ def test_a_runtime_thread_outlives_asyncio_callers_that_give_up_and_close_their_
             asyncio.run(handler(rt))  # the loop closes right after the caller gave up
         result = rt.call(C("c1", "add", '{"a":1,"b":2}'))
     assert result.ok
+
+
+# -- a call sent to another tool by a policy meets that tool's own policies ----------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: a call routed by a policy skips the target tool's own policies"
+)
+async def test_a_call_a_policy_sends_to_another_tool_meets_that_tools_own_policies() -> None:
+    class Route(Policy):
+        """A versioning shim: `login` is served by `login_v2` now."""
+
+        def intercept(self, request: CallRequest) -> Iterator[Any]:
+            if request.tool_name == "login":
+                return (yield request.replace(tool="login_v2"))
+            return (yield request)
+
+    ran: list[str] = []
+
+    @tool(policies=[Redact()], rate_limit=RateLimit(rate=0.001, burst=1))
+    def login_v2(user: str, api_key: str) -> str:
+        ran.append(user)
+        return user
+
+    spans = Spans()
+    async with open_runtime([login, login_v2], policies=[Route()], tracing=spans.tracing()) as rt:
+        results = [
+            await rt.call(C(f"c{i}", "login", f'{{"user":"u{i}","api_key":"{SECRET}"}}')) for i in range(2)
+        ]
+    assert spans.leaked() == []  # login_v2's own redaction
+    assert ran == ["u0"]  # login_v2's own rate limit: one call, then OVERLOADED
+    assert isinstance(results[1], ToolFailure)
+    assert results[1].kind is FailureKind.OVERLOADED
