@@ -3,10 +3,15 @@ test names a promise a hostile try broke on main, and is a strict xfail until it
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import trio
 
-from runtime import ToolCall, open_runtime, tool
+from runtime import Cache, ToolCall, mcp, open_runtime, tool
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def C(call_id: str, name: str, arguments: str) -> ToolCall:
@@ -40,3 +45,42 @@ async def test_fair_admission_holds_when_one_principal_fills_the_mailbox(
         nursery.cancel_scope.cancel()
     # deficit round robin: bob's call is served within a few turns, not after eve's whole burst
     assert served.index("bob") <= 6, served.index("bob")
+
+
+# -- idempotency keys: a tenant's key names its own calls, never another's ----------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: a shared Cache is keyed by the caller's idempotency key, not the arguments"
+)
+async def test_a_shared_cache_never_answers_a_call_with_another_tenants_result_for_other_arguments() -> None:
+    @tool(cache=Cache(ttl=60, shared=True), read_only=True)
+    def price(item: str) -> str:
+        return f"price of {item}: 10"
+
+    async with open_runtime([price]) as rt:
+        # eve's request carries a key bob's client also uses (a request id, a guessable counter)
+        await rt.call(
+            C("e1", "price", '{"item":"evil"}'), principal="eve", metadata={"idempotency_key": "req-42"}
+        )
+        result = await rt.call(
+            C("b1", "price", '{"item":"apples"}'), principal="bob", metadata={"idempotency_key": "req-42"}
+        )
+    assert result.content == "price of apples: 10"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-1: the MCP client forwards a tenant's idempotency key as it is to a shared server",
+)
+async def test_two_tenants_with_the_same_idempotency_key_get_their_own_results_from_an_mcp_server() -> None:
+    server = mcp.stdio(
+        sys.executable, ["-m", "runtime", "serve", "tests.attack_servers:registry"], cwd=str(ROOT)
+    )
+    results = {}
+    async with open_runtime([], mcp_servers=[server]) as rt:
+        for who in ("alice", "bob"):  # each tenant's own checkout numbering
+            call = ToolCall(id=who, name="charge", arguments={"order": f"{who}-order-1", "amount": 5})
+            results[who] = await rt.call(call, principal=who, metadata={"idempotency_key": "checkout-1"})
+    assert results["alice"].content == "charged 5 for alice-order-1"
+    assert results["bob"].content == "charged 5 for bob-order-1"  # not alice's journaled result
