@@ -3,13 +3,18 @@ test names a promise a hostile try broke on main, and is a strict xfail until it
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 import trio
+from redis_server import running_redis
 
-from runtime import Cache, ToolCall, mcp, open_runtime, tool
+from runtime import Artifacts, Cache, ToolCall, mcp, open_runtime, tool
+from runtime.stores import RedisStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,3 +89,47 @@ async def test_two_tenants_with_the_same_idempotency_key_get_their_own_results_f
             results[who] = await rt.call(call, principal=who, metadata={"idempotency_key": "checkout-1"})
     assert results["alice"].content == "charged 5 for alice-order-1"
     assert results["bob"].content == "charged 5 for bob-order-1"  # not alice's journaled result
+
+
+# -- a hung store never costs a call its result: artifacts too ----------------------------------
+
+
+@tool
+def report(n: int) -> str:
+    return "x" * n
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: keeping an artifact in a hung Redis waits out the call's deadline"
+)
+async def test_a_hung_redis_artifact_store_never_costs_a_call_its_result() -> None:
+    with running_redis() as server:
+        assert server.process is not None
+        async with open_runtime([report], artifacts=Artifacts(store=RedisStore(server.url))) as rt:
+            warm = await rt.call(C("w", "report", '{"n":200000}'), timeout=5)
+            assert warm.ok
+            os.kill(server.process.pid, signal.SIGSTOP)  # the store hangs: every step waits
+            try:
+                result = await rt.call(C("c", "report", '{"n":300000}'), timeout=1.0)
+            finally:
+                os.kill(server.process.pid, signal.SIGCONT)
+    # the result is cut, as it is when the store fails (its Redis step waited out the whole 1 s)
+    assert result.ok, result
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: keeping an artifact in a locked SQLite waits out the deadline"
+)
+async def test_a_locked_sqlite_artifact_store_never_costs_a_call_its_result(tmp_path: Path) -> None:
+    path = tmp_path / "artifacts.db"
+    async with open_runtime([report], artifacts=Artifacts(store=SQLiteStore(path))) as rt:
+        warm = await rt.call(C("w", "report", '{"n":200000}'), timeout=5)
+        assert warm.ok
+        holder = sqlite3.connect(path, timeout=0, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # another process's long transaction
+        try:
+            result = await rt.call(C("c", "report", '{"n":300000}'), timeout=1.5)
+        finally:
+            holder.close()
+        await trio.sleep(0.5)  # the store's thread ends once the file is free
+    assert result.ok, result  # cut, as when the store fails; not TIMEOUT after 5 s of busy wait
