@@ -13,7 +13,7 @@ import pytest
 import trio
 from redis_server import running_redis
 
-from runtime import Artifacts, Cache, ToolCall, mcp, open_runtime, tool
+from runtime import Artifacts, Cache, Dedupe, ToolCall, mcp, open_runtime, tool
 from runtime.stores import RedisStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,3 +133,36 @@ async def test_a_locked_sqlite_artifact_store_never_costs_a_call_its_result(tmp_
             holder.close()
         await trio.sleep(0.5)  # the store's thread ends once the file is free
     assert result.ok, result  # cut, as when the store fails; not TIMEOUT after 5 s of busy wait
+
+
+# -- exactly once across processes: a journal written during an outage reaches the shared store --
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-1: a journal written during a Redis outage reaches Redis only at its writer's next step",
+)
+async def test_a_charge_made_during_a_redis_outage_is_not_run_again_by_another_process() -> None:
+    charged: list[str] = []
+
+    @tool(dedupe=Dedupe(ttl=600))
+    def charge(order: str) -> str:
+        charged.append(order)
+        return f"charged {order}"
+
+    with running_redis() as server:
+        async with (
+            open_runtime([charge], store=RedisStore(server.url)) as a,
+            open_runtime([charge], store=RedisStore(server.url)) as b,
+        ):  # two server processes behind one load balancer
+            await a.call(C("w", "charge", '{"order":"warm"}'), principal="alice")
+            server.stop()  # Redis goes away
+            during = await a.call(C("c1", "charge", '{"order":"o-1"}'), principal="alice")
+            assert during.ok  # served from memory, the journal kept there
+            server.start()  # Redis is back
+            await trio.sleep(1)
+            replay = await b.call(
+                C("c2", "charge", '{"order":"o-1"}'), principal="alice"
+            )  # the client retries
+    assert replay.ok
+    assert charged == ["warm", "o-1"]
