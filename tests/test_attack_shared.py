@@ -3,17 +3,20 @@ test names a promise a hostile try broke on main, and is a strict xfail until it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
 import sys
+import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 from redis_server import running_redis
 
-from runtime import Artifacts, Cache, Dedupe, ToolCall, mcp, open_runtime, tool
+from runtime import Artifacts, Cache, Dedupe, ToolCall, ToolSuccess, mcp, open_runtime, tool
 from runtime.stores import RedisStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,3 +169,29 @@ async def test_a_charge_made_during_a_redis_outage_is_not_run_again_by_another_p
             )  # the client retries
     assert replay.ok
     assert charged == ["warm", "o-1"]
+
+
+# -- streams: nothing piles up -------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: a stream's chunks are all kept, then joined, then cut (_plan.py _stream)"
+)
+async def test_a_long_stream_is_never_held_whole_in_memory() -> None:
+    @tool
+    async def feed(n: int) -> AsyncIterator[str]:
+        for i in range(n):
+            yield chr(97 + i % 26) * (1 << 20)  # 1 MiB a chunk
+
+    async with open_runtime([feed]) as rt:
+        tracemalloc.start()
+        try:
+            async with contextlib.aclosing(rt.stream(C("s", "feed", '{"n":64}'))) as items:
+                async for item in items:
+                    last = item  # the reader drops each chunk as it comes
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert isinstance(last, ToolSuccess)
+    assert len(last.content) < 101_000  # cut to max_result_chars, as it should be
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB held for a result cut to 100,000 characters"
