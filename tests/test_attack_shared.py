@@ -16,7 +16,19 @@ import pytest
 import trio
 from redis_server import running_redis
 
-from runtime import Artifacts, Cache, Dedupe, ToolCall, ToolSuccess, mcp, open_runtime, tool
+from runtime import (
+    Artifacts,
+    Cache,
+    CircuitBreaker,
+    Dedupe,
+    FailureKind,
+    ToolCall,
+    ToolFailure,
+    ToolSuccess,
+    mcp,
+    open_runtime,
+    tool,
+)
 from runtime.stores import RedisStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,3 +207,37 @@ async def test_a_long_stream_is_never_held_whole_in_memory() -> None:
     assert isinstance(last, ToolSuccess)
     assert len(last.content) < 101_000  # cut to max_result_chars, as it should be
     assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB held for a result cut to 100,000 characters"
+
+
+# -- breakers open only when the server is down ---------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-1: calls lost to a restart caused by one tenant's input open the breaker for all",
+)
+async def test_one_tenants_crashing_input_does_not_open_the_breaker_for_everyone(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class Corrupt(Exception):
+        pass
+
+    @tool(restart_on=(Corrupt,), breaker=CircuitBreaker(failures=3, cool_down=30))
+    async def parse(doc: str) -> str:
+        if doc == "evil":
+            raise Corrupt("parser state corrupt")  # the tool's own error: it restarts
+        await trio.sleep(1)
+        return doc
+
+    async with open_runtime([parse]) as rt:
+        async with trio.open_nursery() as nursery:
+            for i in range(3):  # bob's calls in flight when the actor restarts
+                call = C(f"b{i}", "parse", '{"doc":"ok"}')
+                nursery.start_soon(lambda call=call: rt.call(call, principal="bob"))
+            await trio.sleep(0.1)
+            evil = await rt.call(C("e", "parse", '{"doc":"evil"}'), principal="eve")
+        assert isinstance(evil, ToolFailure)
+        assert evil.kind is FailureKind.ERROR
+        await trio.sleep(2)  # restarted, serving again
+        later = await rt.call(C("b9", "parse", '{"doc":"ok"}'), principal="bob")
+    assert later.ok, later  # not UNAVAILABLE "circuit open" for 30 s
