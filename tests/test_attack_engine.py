@@ -414,3 +414,44 @@ async def test_a_call_a_policy_sends_to_another_tool_meets_that_tools_own_polici
     assert ran == ["u0"]  # login_v2's own rate limit: one call, then OVERLOADED
     assert isinstance(results[1], ToolFailure)
     assert results[1].kind is FailureKind.OVERLOADED
+
+
+# -- a late result is journaled whatever ran the tool --------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-1: a sync tool that asks approval drops its late success (_plan.py _in_thread)",
+)
+async def test_a_late_charge_of_a_tool_that_asks_approval_is_journaled_and_replayed_without_running() -> None:
+    from runtime import Answer
+
+    provider_answers = threading.Event()
+    finished = threading.Event()
+    charged: list[str] = []
+
+    @tool(dedupe=Dedupe(ttl=600), requires_approval=True, timeout=0.2)
+    def pay(order: str) -> str:
+        provider_answers.wait(10)  # the payment provider is slow today
+        charged.append(order)
+        finished.set()
+        return f"charged {order}"
+
+    async def approve(question: Any) -> Answer:
+        return Answer.accept()
+
+    try:
+        async with open_runtime([pay], on_elicit=approve) as rt:
+            first = await rt.call(C("c1", "pay", '{"order":"o-1"}'), principal="alice")
+            assert isinstance(first, ToolFailure)
+            assert first.kind is FailureKind.TIMEOUT
+            provider_answers.set()  # its thread completes the charge after all
+            await trio.to_thread.run_sync(finished.wait, 10)
+            await trio.sleep(0.1)
+            replay = await rt.call(C("c2", "pay", '{"order":"o-1"}'), principal="alice")  # the model retries
+            await trio.sleep(0.1)
+    finally:
+        provider_answers.set()
+    assert charged == ["o-1"]
+    assert replay.ok
+    assert replay.content == "charged o-1"
