@@ -29,7 +29,7 @@ from runtime import (
     open_runtime,
     tool,
 )
-from runtime.stores import RedisStore, SQLiteStore
+from runtime.stores import DegradingStore, RedisStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -241,3 +241,32 @@ async def test_one_tenants_crashing_input_does_not_open_the_breaker_for_everyone
         await trio.sleep(2)  # restarted, serving again
         later = await rt.call(C("b9", "parse", '{"doc":"ok"}'), principal="bob")
     assert later.ok, later  # not UNAVAILABLE "circuit open" for 30 s
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: the copy-back after an outage overwrites what other processes did since"
+)
+async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> None:
+    now = ["10"]
+
+    @tool(cache=Cache(ttl=600), read_only=True)
+    def price(item: str) -> str:
+        return f"{item}: {now[0]}"
+
+    with running_redis() as server:
+
+        def store() -> DegradingStore:
+            return DegradingStore(RedisStore(server.url), retry_after=0.2)
+
+        async with open_runtime([price], store=store()) as a, open_runtime([price], store=store()) as b:
+            await a.call(C("w", "price", '{"item":"warm"}'), principal="p")
+            server.stop()
+            during = await a.call(C("c1", "price", '{"item":"apples"}'), principal="p")  # kept in a's memory
+            assert during.content == "apples: 10"
+            server.start()
+            now[0] = "12"  # the price changes, and the cache is told (on the shared store)
+            await b.invalidate("price")
+            await trio.sleep(0.5)
+            await a.call(C("c2", "price", '{"item":"pears"}'), principal="p")  # a's next step copies back
+            after = await b.call(C("c3", "price", '{"item":"apples"}'), principal="p")
+    assert after.content == "apples: 12"
