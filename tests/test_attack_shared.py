@@ -22,6 +22,7 @@ from runtime import (
     CircuitBreaker,
     Dedupe,
     FailureKind,
+    ResourceLinkPart,
     ToolCall,
     ToolFailure,
     ToolSuccess,
@@ -270,3 +271,42 @@ async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> N
             await a.call(C("c2", "price", '{"item":"pears"}'), principal="p")  # a's next step copies back
             after = await b.call(C("c3", "price", '{"item":"apples"}'), principal="p")
     assert after.content == "apples: 12"
+
+
+# -- per-principal isolation: one tenant never evicts another's artifacts or cache entries ---------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: the artifact cap drops the oldest artifact, whoever's it is"
+)
+async def test_one_tenants_artifacts_never_evict_anothers(autojump_clock: trio.abc.Clock) -> None:
+    @tool
+    def export(who: str, n: int) -> str:
+        return (who + "-") * (n // 4)
+
+    async with open_runtime([export], artifacts=Artifacts(max_bytes=1 << 20, tools=True)) as rt:
+        kept = await rt.call(C("b1", "export", '{"who":"bob","n":300000}'), principal="bob")
+        handle = next(p.name for p in kept.parts if isinstance(p, ResourceLinkPart))
+        for i in range(4):  # eve's own large results, over the store's cap together
+            await rt.call(C(f"e{i}", "export", f'{{"who":"eve{i}","n":300000}}'), principal="eve")
+        page = await rt.call(C("b2", "read_artifact", {"handle": handle, "length": 10}), principal="bob")
+    assert page.ok, page.content
+
+
+@pytest.mark.xfail(strict=True, reason="attack-1: a tool's cache is one LRU over every principal's entries")
+async def test_one_tenants_distinct_calls_never_evict_anothers_cache_entries(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ran: list[str] = []
+
+    @tool(cache=Cache(ttl=600, max_entries=100), read_only=True)
+    def quote(item: str) -> str:
+        ran.append(item)
+        return item
+
+    async with open_runtime([quote]) as rt:
+        await rt.call(C("b1", "quote", '{"item":"bobs"}'), principal="bob")
+        for i in range(200):  # eve's flood of distinct calls
+            await rt.call(C(f"e{i}", "quote", f'{{"item":"e{i}"}}'), principal="eve")
+        await rt.call(C("b2", "quote", '{"item":"bobs"}'), principal="bob")
+    assert ran.count("bobs") == 1  # bob's second call is a hit
