@@ -455,3 +455,20 @@ async def test_a_late_charge_of_a_tool_that_asks_approval_is_journaled_and_repla
     assert charged == ["o-1"]
     assert replay.ok
     assert replay.content == "charged o-1"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="attack-1: a call to an unknown (or hidden) tool passes no policy: no redaction"
+)
+async def test_a_redacted_field_stays_off_the_span_of_a_call_to_an_unknown_or_hidden_tool() -> None:
+    spans = Spans()
+    async with open_runtime([login], policies=[Redact()], tracing=spans.tracing()) as rt:
+        typo = await rt.call(C("c1", "logn", f'{{"user":"bob","api_key":"{SECRET}"}}'))  # the model's typo
+        with rt.scoped(principal="bob", exclude=["login"]) as view:
+            hidden = await view.call(C("c2", "login", f'{{"user":"bob","api_key":"{SECRET}"}}'))
+    assert isinstance(typo, ToolFailure)
+    assert typo.kind is FailureKind.UNKNOWN_TOOL
+    assert isinstance(hidden, ToolFailure)
+    assert hidden.kind is FailureKind.UNKNOWN_TOOL
+    assert len(spans.arguments()) == 2
+    assert spans.leaked() == []
