@@ -4,14 +4,18 @@ test names a promise a hostile try broke on main, and is a strict xfail until it
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 import trio
 from redis_server import running_redis
@@ -310,3 +314,63 @@ async def test_one_tenants_distinct_calls_never_evict_anothers_cache_entries(
             await rt.call(C(f"e{i}", "quote", f'{{"item":"e{i}"}}'), principal="eve")
         await rt.call(C("b2", "quote", '{"item":"bobs"}'), principal="bob")
     assert ran.count("bobs") == 1  # bob's second call is a hit
+
+
+# -- MCP serving: a client's notifications hold nothing for good ----------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-1: each notifications/initialized adds a session (+1.5 KB) held until disconnect",
+)
+def test_a_client_repeating_initialized_does_not_grow_the_servers_memory() -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "runtime", "serve", "tests.mcp_fixtures:registry"],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+
+    def listed(request_id: int) -> None:  # a round trip: everything sent before is handled
+        send({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"})
+        assert server.stdout is not None
+        assert b'"tools"' in server.stdout.readline()
+
+    try:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "eve", "version": "1"},
+                },
+            }
+        )
+        assert b'"result"' in server.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        listed(2)
+        before = psutil.Process(server.pid).memory_info().rss
+        for _ in range(40_000):  # a few seconds of a hostile client's notifications
+            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        listed(3)
+        grown = psutil.Process(server.pid).memory_info().rss - before
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        server.stdout.close()
+    assert grown < 10 << 20, f"the server grew {grown / 2**20:.0f} MiB"
