@@ -361,7 +361,7 @@ def test_a_client_repeating_initialized_does_not_grow_the_servers_memory() -> No
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         listed(2)
         before = psutil.Process(server.pid).memory_info().rss
-        for _ in range(40_000):  # a few seconds of a hostile client's notifications
+        for _ in range(4_000):  # a hostile client's notifications (each held ~1.5 KB)
             send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         listed(3)
         grown = psutil.Process(server.pid).memory_info().rss - before
@@ -373,4 +373,4 @@ def test_a_client_repeating_initialized_does_not_grow_the_servers_memory() -> No
             server.kill()
             server.wait()
         server.stdout.close()
-    assert grown < 10 << 20, f"the server grew {grown / 2**20:.0f} MiB"
+    assert grown < 2 << 20, f"the server grew {grown / 2**20:.0f} MiB"
