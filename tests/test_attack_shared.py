@@ -191,9 +191,6 @@ async def test_a_charge_made_during_a_redis_outage_is_not_run_again_by_another_p
 # -- streams: nothing piles up -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a stream's chunks are all kept, then joined, then cut (_plan.py _stream)"
-)
 async def test_a_long_stream_is_never_held_whole_in_memory() -> None:
     @tool
     async def feed(n: int) -> AsyncIterator[str]:
