@@ -135,9 +135,6 @@ def charge(amount: int, api_key: str) -> int:
     return amount
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a call refused by an inner policy loses the outer redaction"
-)
 async def test_a_redacted_field_stays_off_the_span_when_an_inner_policy_refuses_the_call() -> None:
     spans = Spans()
     async with open_runtime([login], policies=[Redact(), Refuse()], tracing=spans.tracing()) as rt:
@@ -148,7 +145,6 @@ async def test_a_redacted_field_stays_off_the_span_when_an_inner_policy_refuses_
     assert spans.leaked() == []
 
 
-@pytest.mark.xfail(strict=True, reason="attack-1: a cache hit loses the redaction of the policy before it")
 async def test_a_redacted_field_stays_off_the_span_of_a_cache_hit() -> None:
     spans = Spans()
     async with open_runtime([lookup], policies=[Redact()], tracing=spans.tracing()) as rt:
@@ -160,9 +156,6 @@ async def test_a_redacted_field_stays_off_the_span_of_a_cache_hit() -> None:
     assert spans.leaked() == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a dedupe replay loses the redaction of the policy before it"
-)
 async def test_a_redacted_field_stays_off_the_span_of_a_dedupe_replay() -> None:
     spans = Spans()
     async with open_runtime([charge], policies=[Redact()], tracing=spans.tracing()) as rt:
@@ -174,7 +167,6 @@ async def test_a_redacted_field_stays_off_the_span_of_a_dedupe_replay() -> None:
     assert spans.leaked() == []
 
 
-@pytest.mark.xfail(strict=True, reason="attack-1: a call refused by a budget loses the redaction before it")
 async def test_a_redacted_field_stays_off_the_span_of_a_call_over_its_rate_limit() -> None:
     spans = Spans()
     async with open_runtime(
@@ -194,9 +186,6 @@ async def test_a_redacted_field_stays_off_the_span_of_a_call_over_its_rate_limit
     assert spans.leaked() == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a call a policy sends to a missing tool loses its redaction"
-)
 async def test_a_redacted_field_stays_off_the_span_when_the_call_is_sent_to_a_missing_tool() -> None:
     class RedactAndSend(Policy):
         def intercept(self, request: CallRequest) -> Iterator[Any]:
@@ -386,9 +375,6 @@ def test_a_runtime_thread_outlives_asyncio_callers_that_give_up_and_close_their_
 # -- a call sent to another tool by a policy meets that tool's own policies ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a call routed by a policy skips the target tool's own policies"
-)
 async def test_a_call_a_policy_sends_to_another_tool_meets_that_tools_own_policies() -> None:
     class Route(Policy):
         """A versioning shim: `login` is served by `login_v2` now."""
@@ -457,9 +443,6 @@ async def test_a_late_charge_of_a_tool_that_asks_approval_is_journaled_and_repla
     assert replay.content == "charged o-1"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a call to an unknown (or hidden) tool passes no policy: no redaction"
-)
 async def test_a_redacted_field_stays_off_the_span_of_a_call_to_an_unknown_or_hidden_tool() -> None:
     spans = Spans()
     async with open_runtime([login], policies=[Redact()], tracing=spans.tracing()) as rt:

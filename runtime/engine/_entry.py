@@ -50,7 +50,7 @@ from ..tools.lowlevel import Asker
 from ._actor import Settings
 from ._call import CANCELLED_MESSAGE, DONE, HOOK_GRACE, QUEUED, REPORTED, RUNNING, Call
 from ._plan import ToolPlan, call_chain
-from ._policies import CallRequest, after, before, call_of, redacted
+from ._policies import CallRequest, Policy, after, before, call_of, redacted
 from ._resilience import Gate, Resilience
 from ._scope import Scope
 from ._supervisor import RegistryActor
@@ -130,13 +130,22 @@ class Entry:
         self._principal_gates = budget is not None and budget.per_principal is not None
         if settings.resilience is not None:
             settings.resilience.readmit = self.readmit
+        self._unrouted: tuple[Policy, ...] = tuple(settings.options.policies)
+        """What a call that reaches no tool meets (its tool is unknown, or hidden from its view):
+        every runtime-wide policy, so that a redaction holds and an audit hears it; the call
+        keeps its UNKNOWN_TOOL answer."""
+        self._unrouted_suspends = any(p.suspends for p in self._unrouted)
 
     @property
     def direct(self) -> bool:
         """Whether callers that are not trio tasks may run the whole entry themselves (no
         feature hook and no tool's policy can suspend)."""
         pipeline = self.pipeline
-        return (pipeline is None or pipeline.hooks_cannot_suspend) and not self._routing.suspends
+        return (
+            (pipeline is None or pipeline.hooks_cannot_suspend)
+            and not self._routing.suspends
+            and not self._unrouted_suspends
+        )
 
     def store_health(self) -> dict[str, Any]:
         """The store's failures so far, and whether it fails now (for `statistics()`)."""
@@ -376,8 +385,9 @@ class Entry:
         """Begin's steps after `prepare`, as one flow: the policies' before-halves (a call
         answered already hears them too), then the features' starting hooks."""
         plan = c.plan
-        if plan is not None and plan.policies:
-            self._let_through(c, (yield from before(c, plan.policies, self.context_of)))
+        policies = plan.policies if plan is not None else self._unrouted
+        if policies:
+            self._let_through(c, (yield from before(c, policies, self.context_of, self._chain_of)))
         pipeline = self.pipeline
         if pipeline is not None and pipeline.has_starting:
             yield from pipeline.starting(c.shown or c.call, c.ctx)  # type: ignore[arg-type]
@@ -402,7 +412,7 @@ class Entry:
         `suspends`, a feature's hook that can): they are awaited then, else driven here."""
         plan = c.plan
         pipeline = self.pipeline
-        return (plan is not None and plan.suspends) or (
+        return (plan.suspends if plan is not None else self._unrouted_suspends) or (
             pipeline is not None and not pipeline.hooks_cannot_suspend
         )
 
@@ -421,6 +431,11 @@ class Entry:
             await drive(self.finishing(c), finish_within=HOOK_GRACE)
         else:
             drive_now(self.finishing(c))
+
+    def _chain_of(self, name: str) -> tuple[Policy, ...] | None:
+        """The policies of the tool a policy sends a call to (None: there is no such tool)."""
+        actor = None if self.closing else self._routing.actor(name)
+        return actor.plan.policies if actor is not None else None
 
     def _tell(self, c: Call[ToolPlan]) -> None:
         """The policies' decisions, on the call's span now that it has one."""
@@ -448,6 +463,10 @@ class Entry:
             if request.tool_name != call.name:
                 actor = None if self.closing else self._routing.actor(request.tool_name)
                 if actor is None:
+                    if request._redacted:
+                        c.shown = ToolCall(
+                            id=call.id, name=call.name, arguments=redacted(call.arguments, request._redacted)
+                        )
                     c.fail(
                         FailureKind.UNKNOWN_TOOL,
                         f"a policy sent the call to tool {echo(request.tool_name)!r}, which does not exist",
@@ -502,7 +521,7 @@ class Entry:
         suspended = False
         try:
             plan = c.plan
-            if pipeline is not None or (plan is not None and plan.policies):
+            if pipeline is not None or (plan.policies if plan is not None else self._unrouted):
                 if self.waits(c):
                     await drive(self.starting(c))
                 else:
@@ -557,7 +576,7 @@ class Entry:
         c = self.prepare(call, metadata, deadline, timeout, _Stream(send), 0, principal, scope)
         try:
             plan = c.plan
-            if self.pipeline is not None or (plan is not None and plan.policies):
+            if self.pipeline is not None or (plan.policies if plan is not None else self._unrouted):
                 await self.start(c)
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             plan = c.plan  # a policy may have sent it to another tool
@@ -648,7 +667,11 @@ class Entry:
         plans.discard(None)
         if not batch.timed:
             batch.timed = any(not plan.untimed for plan in plans)  # type: ignore[union-attr]
-        plain = self.pipeline is None and not any(plan.policies for plan in plans)  # type: ignore[union-attr]
+        plain = (
+            self.pipeline is None
+            and not any(plan.policies for plan in plans)  # type: ignore[union-attr]
+            and not (self._unrouted and any(c.plan is None for c in cs))
+        )
         finished = 0
         try:
             if not plain:

@@ -247,17 +247,27 @@ def before(
     call: Call[Any],
     policies: tuple[Policy, ...],
     context_of: Callable[[Call[Any]], CallContext] | None = None,
+    chain_of: Callable[[str], tuple[Policy, ...] | None] | None = None,
 ) -> Flow[CallRequest | None]:
     """Run each policy up to its `yield request`, outermost first, as one flow
     (`runtime._flows`): what a policy that `suspends` yields to await goes to the driver and
     its value (or error) comes back. The policies that went on are kept on the call for
     `after`. Returns the request as the last policy let it through, or None when a policy
-    answered the call (it is settled, and the inner ones never ran)."""
+    answered the call (it is settled, and the inner ones never ran).
+
+    Whatever way the chain ends, the fields a policy redacted stay hidden from observers
+    (`call.shown`): a refusal, a cache hit or a replay further in keeps them off the span too.
+    A policy that sends the call to another tool (`chain_of` tells that tool's policies; None:
+    there is no such tool) hands it to that tool's chain: the policies of it the call has not
+    met yet run next, in place of the rest of this one's."""
     request = CallRequest(call, context_of)
     kept: list[tuple[Policy, PolicyFlow]] = []
     call.flows = kept
     call.notes = []
-    for policy in policies:
+    chain, i = policies, 0
+    while i < len(chain):
+        policy = chain[i]
+        i += 1
         flow = policy.intercept(request)
         value: Any = None
         error: BaseException | None = None
@@ -268,16 +278,32 @@ def before(
                     break
                 if not policy.suspends:
                     call.settle(_awaits(call, policy, flow, step))
-                    return None
+                    return _shown(call, request)
                 value, error = yield from _awaited(flow, step)
         except StopIteration as stop:  # it answered the call itself
             _answered(call, policy, stop.value)
-            return None
+            return _shown(call, request)
         except Exception as exc:
             call.settle(_crashed(call, policy, exc))
-            return None
+            return _shown(call, request)
+        routed = step.tool_name != request.tool_name
         request = _went_on(call, policy, flow, request, step)
+        if routed and chain_of is not None and not call.settled:
+            target = chain_of(request.tool_name)
+            if target is None:
+                break  # no such tool: the entry answers UNKNOWN_TOOL
+            met = {id(p) for p, _ in kept}
+            chain, i = tuple(p for p in target if id(p) not in met), 0
     return request
+
+
+def _shown(call: Call[Any], request: CallRequest) -> None:
+    """A policy answered the call: what the ones before it redacted stays hidden all the same."""
+    if request._redacted:
+        original = call.call
+        call.shown = ToolCall(
+            id=original.id, name=original.name, arguments=redacted(original.arguments, request._redacted)
+        )
 
 
 def after(call: Call[Any]) -> Flow[ToolResult]:
