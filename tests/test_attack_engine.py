@@ -209,9 +209,6 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a view of a principal-only view raises KeyError (_scope.py:101)"
-)
 async def test_a_view_of_a_principal_only_view_answers_its_calls_and_lists_its_tools() -> None:
     async with open_runtime([add]) as rt:
         with rt.scoped(principal="alice") as request, request.scoped(exclude=["delete_*"]) as narrowed:

@@ -98,7 +98,7 @@ class Scope:
             for tool in seen:
                 if not self._admits(tool.name, tool):
                     continue
-                descriptor = tool.descriptor if parent is None else parent._descriptors[tool.name]
+                descriptor = tool.descriptor if parent is None else parent._described(tool)
                 if self.prepare is not None:
                     shown = self.prepare(self.view, descriptor)
                     if shown is None:
@@ -110,6 +110,12 @@ class Scope:
             self._descriptors = descriptors
             self._version = version
         return self._registry
+
+    def _described(self, tool: Any) -> ToolDescriptor:
+        """A tool this scope sees, as it describes it (its `visible` is worked out already)."""
+        if self.plain:
+            return tool.descriptor if self.parent is None else self.parent._described(tool)
+        return self._descriptors[tool.name]
 
     def descriptors(self, registry: ToolRegistry, version: int) -> list[ToolDescriptor]:
         if self.plain:
