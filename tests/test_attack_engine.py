@@ -349,9 +349,6 @@ async def test_a_breaker_whose_probe_hangs_probes_again_after_its_cool_down(
 # -- callers: a RuntimeThread serves every thread, whatever one caller's loop does ---------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a caller's closed asyncio loop crashes the RuntimeThread (_thread.py pump)"
-)
 def test_a_runtime_thread_outlives_asyncio_callers_that_give_up_and_close_their_loop() -> None:
     import asyncio
 

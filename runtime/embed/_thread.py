@@ -381,17 +381,27 @@ class RuntimeThread(BlockingCalls):
         scope = trio.CancelScope()
         taken = threading.Semaphore(0)
 
+        def tell(item: Any, error: BaseException | None = None) -> bool:
+            """Pass one item to the caller's loop; False: that loop is closed (nobody reads)."""
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (item, error))
+            except RuntimeError:  # the caller gave up and closed its loop (`asyncio.run` ends)
+                return False
+            return True
+
         async def pump() -> None:
             try:
                 with scope:
                     async with contextlib.aclosing(items()) as source:
                         async for item in source:
-                            loop.call_soon_threadsafe(queue.put_nowait, (item, None))
+                            if not tell(item):
+                                break  # closing the source answers its calls CANCELLED
                             await trio.to_thread.run_sync(taken.acquire, abandon_on_cancel=True)
-                loop.call_soon_threadsafe(queue.put_nowait, (_END, None))
+                tell(_END)
+            except Exception as exc:  # the caller's error (a closed runtime...): it raises there
+                tell(_END, exc)
             except BaseException as exc:  # the caller's closing, or the runtime's shutdown
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(queue.put_nowait, (_END, exc))
+                tell(_END, exc)
                 raise
 
         self._spawn(pump)
