@@ -227,9 +227,6 @@ async def wait_long(n: float) -> int:
     return 1
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a cancelled batch's calls past HOOK_GRACE are never counted"
-)
 async def test_every_call_of_a_cancelled_batch_is_counted_and_heard_by_its_policies(
     autojump_clock: trio.abc.Clock,
 ) -> None:

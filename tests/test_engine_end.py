@@ -11,6 +11,7 @@ happened: the breaker and the journal hear it.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import Counter
 from typing import Any
@@ -294,3 +295,43 @@ async def test_a_late_success_is_journaled_and_a_replay_does_not_run_again() -> 
     assert charged == ["A"]  # the side effect ran once
     assert isinstance(replay, ToolSuccess), replay
     assert replay.value == "charged A"
+
+
+async def test_a_cancelled_batch_whose_hooks_hang_is_counted_within_one_hook_grace(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A policy's after-half and a failure hook that never end (an audit sink that hangs) cost
+    the cancelled caller one HOOK_GRACE for the whole batch, and each call is counted all the
+    same."""
+    from runtime.engine.lowlevel import HOOK_GRACE
+
+    class Hang(Feature):
+        async def on_call_failed(self, call: ToolCall, failure: Any, ctx: Any) -> None:
+            await trio.sleep_forever()
+
+    class HangAfter(Policy):
+        """Writes each outcome to a store that stopped answering."""
+
+        suspends = True
+
+        def intercept(self, request: CallRequest) -> Any:
+            result = yield request
+            yield trio.sleep_forever()
+            return result
+
+    @tool
+    async def slow() -> int:
+        await trio.sleep(100)
+        return 1
+
+    caplog.set_level(logging.WARNING, logger="runtime.engine")
+    async with open_runtime([slow], features=[Hang()], policies=[HangAfter()]) as rt:
+        with trio.move_on_after(0.5):
+            await rt.call_many([ToolCall(id=f"c{i}", name="slow", arguments="{}") for i in range(20)])
+        cancelled_at = trio.current_time()
+        stats = rt.statistics().tools["slow"]
+    assert cancelled_at - 0.5 <= HOOK_GRACE + 0.01
+    assert stats.calls == 20
+    assert stats.failures == {"cancelled": 20}
+    assert stats.in_flight == 0
+    assert "20 cancelled call(s)" in caplog.text
