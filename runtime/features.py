@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from ._flows import Flow
+from ._flows import CannotWait, Flow, now
 from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
 from .tools import CallContext, ToolBase
 from .tools.lowlevel import cannot_suspend, function_code
@@ -283,9 +283,26 @@ class FeaturePipeline:
     def starting(self, call: ToolCall, ctx: CallContext) -> Flow[None]:
         """The `on_call_starting` hooks of a call (before it is sent to its tool; unknown tools
         too), as one flow (`runtime._flows`): a hook that raises is logged, the next one runs."""
-        for f in self._starting:
+        hooks = self._starting
+        for i, f in enumerate(hooks):
             try:
                 yield f.on_call_starting(call, ctx)
+            except Exception as exc:
+                log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=exc)
+            except BaseException:  # its caller left in this hook: the others hear it all the same
+                self.starting_now(call, ctx, hooks[i + 1 :])
+                raise
+
+    def starting_now(self, call: ToolCall, ctx: CallContext, hooks: Iterable[Feature] | None = None) -> None:
+        """The `on_call_starting` hooks (of `hooks`; None: every feature's) of a call whose
+        caller left before they ran, here and now: each runs as far as it can without waiting
+        (a hook that awaits is closed at its first wait), so that every feature hears each
+        call start once, as it hears it end once."""
+        for f in self._starting if hooks is None else hooks:
+            try:
+                now(f.on_call_starting(call, ctx))
+            except CannotWait:
+                log.debug("feature %r's on_call_starting for left call %s did not wait", f, call.id)
             except Exception as exc:
                 log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=exc)
 

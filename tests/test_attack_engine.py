@@ -248,9 +248,6 @@ async def test_every_call_of_a_cancelled_batch_is_counted_and_heard_by_its_polic
     assert sum(count.after.values()) == 30
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a call cancelled while a policy awaits is heard failing, never starting"
-)
 async def test_a_call_cancelled_while_its_policy_awaits_is_heard_starting_and_ending_once(
     autojump_clock: trio.abc.Clock,
 ) -> None:

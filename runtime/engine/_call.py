@@ -245,7 +245,8 @@ class Call(Generic[P]):
         queued: it waits in its tool's mailbox.
         principal: who it runs for (None: nobody said).
         flows: the policies that let it through, each waiting for its outcome (None: none).
-        notes: the policies' decisions, kept until the call's span exists.
+        notes: the policies' decisions, kept until the call's span exists (not None: its
+            features have not heard it start yet).
         shown: the call as observers see it, when a policy redacted some of it.
         asked: the tool the model named, when a policy sent the call to another one.
         metadata: the caller's metadata, kept for a context made later (a policy asks for one).

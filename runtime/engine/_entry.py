@@ -64,6 +64,7 @@ log = logging.getLogger("runtime.engine")
 _Problem = tuple[FailureKind, str]
 _EAGER_RUN = 128  # calls a batch admits in its caller's task between two checkpoints
 _INF = math.inf  # the hot path's globals, one lookup each
+_NOT_BEGUN: Any = ()  # `Call.notes` of a batch's call whose starting hooks have not run yet
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _cancel_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
 
@@ -307,6 +308,10 @@ class Entry:
         ]
         if self._batch_gates:
             self.gate_batch(cs)
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.has_starting:
+            for c in cs:  # not begun: if its caller leaves before it is, it still hears it start
+                c.notes = _NOT_BEGUN
         return cs
 
     def abandon_all(self, calls: Sequence[Call[ToolPlan]]) -> Sequence[Call[ToolPlan]]:
@@ -388,17 +393,38 @@ class Entry:
         policies = plan.policies if plan is not None else self._unrouted
         if policies:
             self._let_through(c, (yield from before(c, policies, self.context_of, self._chain_of)))
+        yield from self._heard_starting(c)
+
+    def _heard_starting(self, c: Call[ToolPlan]) -> Flow[None]:
+        """The features' starting hooks, once per call (`c.notes` None from here on), then the
+        policies' decisions kept until the call's span existed."""
+        notes, c.notes = c.notes, None
         pipeline = self.pipeline
         if pipeline is not None and pipeline.has_starting:
             yield from pipeline.starting(c.shown or c.call, c.ctx)  # type: ignore[arg-type]
-        if c.notes is not None:  # the span exists now: decisions from here on go straight to it
-            self._tell(c)
+        self._tell(c, notes)
+
+    def _tell(self, c: Call[ToolPlan], notes: Any) -> None:
+        """The policies' decisions, on the call's span now that it has one (from here on they
+        go straight to it)."""
+        ctx = c.ctx
+        if notes and ctx is not None:
+            for name, attributes in notes:
+                ctx.add_event(name, attributes)
 
     def finishing(self, c: Call[ToolPlan]) -> Flow[None]:
         """End's steps on the caller's side, as one flow, once (a call reported already has
-        none): the policies' after-halves, the count, the features' finishing hooks."""
+        none): the features' starting hooks if its caller left before they ran (while a policy
+        awaited), the policies' after-halves, the count, the features' finishing hooks."""
         if c.state is REPORTED:
             return
+        notes = c.notes
+        if notes is not None:  # its caller left before its features heard it start: now they do
+            c.notes = None
+            pipeline = self.pipeline
+            if pipeline is not None and pipeline.has_starting:
+                pipeline.starting_now(c.shown or c.call, c.ctx)  # type: ignore[arg-type]
+            self._tell(c, notes)
         if c.flows is not None:
             c.transform((yield from after(c)))
         if not c.reported():
@@ -436,14 +462,6 @@ class Entry:
         """The policies of the tool a policy sends a call to (None: there is no such tool)."""
         actor = None if self.closing else self._routing.actor(name)
         return actor.plan.policies if actor is not None else None
-
-    def _tell(self, c: Call[ToolPlan]) -> None:
-        """The policies' decisions, on the call's span now that it has one."""
-        notes, c.notes = c.notes or (), None
-        ctx = c.ctx
-        if notes and ctx is not None:
-            for name, attributes in notes:
-                ctx.add_event(name, attributes)
 
     def _let_through(self, c: Call[ToolPlan], request: CallRequest | None) -> None:
         """The call as its policies let it through: rewritten (decoded again), sent to another
