@@ -275,7 +275,6 @@ async def test_a_call_cancelled_while_its_policy_awaits_is_heard_starting_and_en
 # -- breakers: opened by a hung server, never half-open for good ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="attack-1: a hung sync tool's own TIMEOUTs never open its breaker")
 async def test_a_sync_tool_that_hangs_past_its_own_timeout_opens_its_breaker(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -300,9 +299,6 @@ async def test_a_sync_tool_that_hangs_past_its_own_timeout_opens_its_breaker(
     assert threads == 2
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a probe whose work hangs keeps its breaker half-open for good"
-)
 async def test_a_breaker_whose_probe_hangs_probes_again_after_its_cool_down(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -221,6 +221,11 @@ P = TypeVar("P", bound=Plan)
 """The plan of a call's tool: `ToolPlan` for the engine's calls."""
 
 
+def _lapsed(result: ToolResult | None) -> bool:
+    """Whether `result` says the call's deadline passed (TIMEOUT)."""
+    return type(result) is ToolFailure and result.kind is FailureKind.TIMEOUT
+
+
 class Call(Generic[P]):
     """One tool call on its way (see the module docstring for its states).
 
@@ -617,8 +622,11 @@ class Call(Generic[P]):
         later with a late result. In this order, each once:
 
         1. the executor's side is over: not in flight, not running;
-        2. its breaker hears the attempt (every attempt that ran, a late one too); a call
-           answered before it ran gives back a half-open probe's turn, deciding nothing;
+        2. its breaker hears the attempt once (every attempt that ran, a late one too): a
+           running call answered TIMEOUT is heard then (a server that hangs opens it, whether
+           or not its code ever stops), its late end is not; a call answered before it ran, or
+           while it runs for another reason (its caller left), gives back a half-open probe's
+           turn, deciding nothing (its late end decides);
         3. a failed attempt that its `Retry` takes goes back to QUEUED (not answered yet);
         4. the answer (the first end): DONE with `result`; a running call answered from
            outside becomes an orphan, counted as abandoned if its work runs on past a grace;
@@ -643,8 +651,14 @@ class Call(Generic[P]):
             self.job = None
         if plan is not None:
             breaker = plan.breaker
-            if breaker is not None and (over or state is QUEUED):  # 2
-                breaker.heard(self, result, over)
+            if breaker is not None:  # 2
+                if not answered:
+                    if over or state is QUEUED:
+                        breaker.heard(self, result, over)
+                    elif state is RUNNING:  # answered while it runs: its deadline is its outcome
+                        breaker.heard(self, result, _lapsed(result))
+                elif over and not _lapsed(self.result):  # a late end (a lapsed one was heard)
+                    breaker.heard(self, result, True)
             if (  # 3
                 over
                 and not answered

@@ -440,4 +440,7 @@ class Runtime(Calls, metaclass=_NoPublicConstructor):
         await self._supervisor.stop_all()
         self._routing.close()
         self._entry.closed = True
-        await trio.lowlevel.cancel_shielded_checkpoint()  # a turn for the callers just answered
+        # A turn for the callers just answered: two, as trio may run this task before them in
+        # the batch of tasks they share, and once more before they run.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()
