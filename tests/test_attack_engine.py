@@ -1,5 +1,5 @@
 """Attacks on the engine's one end (issue 41) and what it promises every exit: each test here
-names a promise that a hostile try broke on main, and is a strict xfail until it holds.
+names a promise that a hostile try broke on main (each failed before its fix).
 
 Each was written from the promise (DESIGN.md sections 1, 3.5, 3.11), not from the code's own
 tests: the redaction that must hold on every exit, the features' hooks and the counters that
@@ -389,10 +389,6 @@ async def test_a_call_a_policy_sends_to_another_tool_meets_that_tools_own_polici
 # -- a late result is journaled whatever ran the tool --------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: a sync tool that asks approval drops its late success (_plan.py _in_thread)",
-)
 async def test_a_late_charge_of_a_tool_that_asks_approval_is_journaled_and_replayed_without_running() -> None:
     from runtime import Answer
 

@@ -309,7 +309,7 @@ class ToolActor:
             queued=self.mailbox.queued,
             restarts=c.restarts,
             state=self.state.value,
-            abandoned=c.abandoned_late + stuck + c.abandoned_threads,
+            abandoned=c.abandoned_late + stuck,
             abandoned_running=stuck,  # a stuck thread's call is an orphan too
             threads=self.mailbox.running if threads is not None else 0,
             down_reason=self.down_reason,

@@ -262,27 +262,25 @@ class ToolPlan:
         return await InContext(call.context, self._wrapped(call))
 
     async def _in_thread(self, call: Call[ToolPlan]) -> Any:
-        """A sync tool's call on its threads, awaited by a worker task (after its approval)."""
+        """A sync tool's call on its threads, awaited by a worker task (after its approval).
+
+        Cancelled while its thread runs it (no thread can be interrupted), the call is answered
+        from outside and this task waits on for the thread, as an async tool that ignores its
+        cancellation would: the thread's end is the call's late result (its breaker and its
+        dedupe journal hear it), and an orphan past its grace is counted abandoned."""
         threads = self.threads
         assert threads is not None
         task = trio.lowlevel.current_task()
-        ran: list[Any] = []
 
         def done(job: Any, result: Any) -> None:
-            if ran:  # abandoned meanwhile: nobody waits
-                return
-            ran.append(result)
             trio.lowlevel.reschedule(task, result)
 
         job = threads.submit(call.context, self.sync_call, (call.args, call.ctx), done)
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            if not threads.drop(job):  # it runs on: abandoned (its thread cannot be interrupted)
-                ran.append(None)
-                self.counters.abandoned_threads += 1
-                if call.ctx is not None:
-                    call.ctx.abandoned = True
-            return trio.lowlevel.Abort.SUCCEEDED
+            if threads.drop(job):  # it never ran: nothing runs on
+                return trio.lowlevel.Abort.SUCCEEDED
+            return trio.lowlevel.Abort.FAILED  # it runs on: `done` wakes this task
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
 

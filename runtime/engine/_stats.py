@@ -26,14 +26,12 @@ class ToolCounters:
             caller, shutdown) while the worker still runs them, with the time from which they
             count as abandoned (when they were answered, plus a grace if they were only cancelled).
         abandoned_late: orphans whose work ended more than a grace after they were answered.
-        abandoned_threads: threads of a sync tool left running when their call was cancelled.
         retries: attempts made again (`Retry`).
         type_mismatches: results that were not of the tool's declared result type.
     """
 
     __slots__ = (
         "abandoned_late",
-        "abandoned_threads",
         "calls",
         "failures",
         "in_flight",
@@ -52,7 +50,6 @@ class ToolCounters:
         self.restarts = 0
         self.orphans: dict[object, float] = {}
         self.abandoned_late = 0
-        self.abandoned_threads = 0
         self.retries = 0
         self.type_mismatches = 0
 

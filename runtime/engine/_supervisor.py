@@ -211,7 +211,7 @@ def _idle_statistics(counters: ToolCounters | None, state: str) -> ToolStatistic
         queued=0,
         restarts=c.restarts,
         state=state,
-        abandoned=c.abandoned_late + c.abandoned_threads,
+        abandoned=c.abandoned_late,
         retries=c.retries,
         type_mismatches=c.type_mismatches,
     )
