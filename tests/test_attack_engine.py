@@ -15,7 +15,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import trio
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

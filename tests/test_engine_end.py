@@ -316,7 +316,7 @@ async def test_a_cancelled_batch_whose_hooks_hang_is_counted_within_one_hook_gra
 
         def intercept(self, request: CallRequest) -> Any:
             result = yield request
-            yield trio.sleep_forever()
+            yield trio.sleep_forever()  # noqa: ASYNC105 - the flow yields it; the engine awaits it
             return result
 
     @tool

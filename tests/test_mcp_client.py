@@ -686,3 +686,36 @@ def test_media_over_the_bound_become_a_note() -> None:
     _, text, parts = read_result(result)
     assert [type(p).__name__ for p in parts] == ["ImagePart", "TextPart"]
     assert "left out: the result's media are over" in text
+
+
+def test_the_three_spec_functions_take_one_set_of_settings_with_the_specs_defaults() -> None:
+    """`stdio`, `http` and `sse` take `ServerSettings` (HTTP adds `HttpSettings`'s): the
+    defaults are the spec's, a keyword one does not take is named with the closest it does."""
+    from runtime import mcp as m
+    from runtime.mcp import HttpSettings, ServerSettings, ServerSpec
+
+    defaults = ServerSpec.__struct_defaults__
+    fields = ServerSpec.__struct_fields__
+    for spec in (m.stdio("x"), m.http("https://h/mcp"), m.sse("https://h/sse")):
+        for field, default in zip(fields[-len(defaults) :], defaults, strict=True):
+            if field in ("mode", "options"):
+                continue
+            assert getattr(spec, field) == default, (type(spec).__name__, field)
+    assert m.sse("https://h/sse").mode == "legacy"
+    assert set(ServerSettings.__optional_keys__) < set(HttpSettings.__optional_keys__)
+    spec = m.http("https://h/mcp", include=["get_*"], exclude=("x",), headers={"a": "b"}, call_timeout=None)
+    assert (spec.include, spec.exclude, spec.headers, spec.call_timeout) == (
+        ("get_*",),
+        ("x",),
+        {"a": "b"},
+        None,
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"mcp.http\(\) got an unexpected keyword argument 'conect_timeout'; did you mean 'connect_timeout'\?",
+    ):
+        m.http("https://h/mcp", conect_timeout=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"mcp\.stdio\(\) got an unexpected keyword argument 'headers'"):
+        m.stdio("x", headers={})  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="takes no mode"):
+        m.sse("https://h/sse", mode="auto")

@@ -5,6 +5,8 @@ Client: `stdio(...)`, `http(...)`, `sse(...)` describe servers to connect to; pa
 """
 
 from ._client_specs import HttpServer as HttpServer
+from ._client_specs import HttpSettings as HttpSettings
+from ._client_specs import ServerSettings as ServerSettings
 from ._client_specs import ServerSpec as ServerSpec
 from ._client_specs import SseServer as SseServer
 from ._client_specs import StdioServer as StdioServer
@@ -23,9 +25,11 @@ from ._server_http import serve_http as serve_http
 __all__ = [
     "Header",
     "HttpServer",
+    "HttpSettings",
     "JsonSchemaTool",
     "McpTool",
     "MemoryTokenStorage",
+    "ServerSettings",
     "ServerSpec",
     "SseServer",
     "StdioServer",

@@ -12,10 +12,11 @@ still too long is cut to 55 characters plus 8 hex digits of a hash; the change i
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import httpx2
 import msgspec
@@ -30,7 +31,17 @@ from ._pins import ToolChange
 if TYPE_CHECKING:
     from ..engine import ToolRegistrar
 
-__all__ = ["HttpServer", "ServerSpec", "SseServer", "StdioServer", "http", "sse", "stdio"]
+__all__ = [
+    "HttpServer",
+    "HttpSettings",
+    "ServerSettings",
+    "ServerSpec",
+    "SseServer",
+    "StdioServer",
+    "http",
+    "sse",
+    "stdio",
+]
 
 DEFAULT_CALL_TIMEOUT = 60.0
 _PREFIX = re.compile(r"^[a-zA-Z0-9_-]{1,32}$")
@@ -281,28 +292,79 @@ def _challenge(header: str) -> dict[str, str]:
     return {m[1].lower(): m[2] if m[2] is not None else m[3] for m in _PARAM.finditer(header)}
 
 
+class ServerSettings(TypedDict, total=False):
+    """How a connection to an MCP server behaves: the keywords of `stdio`, `http` and `sse`
+    (declared once here; their defaults and meanings are `ServerSpec`'s).
+
+    Attributes:
+        prefix: namespaces its tools: `{prefix}_{tool}`.
+        mode: "auto", "legacy" or "2026-07-28" (not for `sse`: always "legacy").
+        name: how logs and failure messages name it (default: the command line, or the URL
+            without credentials or query).
+        connect_timeout: seconds to start (or reach), connect and list the tools (10).
+        call_timeout: the timeout of each of its tools (60 s; None: the runtime's).
+        backoff: seconds before the first reconnect (0.5); doubles per failed attempt.
+        max_backoff: the longest wait between attempts (30).
+        max_tools: the most tools taken from the server (1000).
+        requires_approval: its tools ask before they run (True, or a predicate on the arguments).
+        include: only these of its tools (the server's names, or globs such as `"read_*"`).
+        exclude: not these of its tools (names or globs; after `include`).
+        options: tool options for each of its tools (see `ServerSpec.options`): e.g.
+            `{"cache": Cache(ttl=60)}` caches the read-only ones.
+        max_links: the most `resource_link`s of one result that are read (8; 0: none).
+        max_link_bytes: the most bytes read for the links of one result (16 MiB).
+        pin: pin its tools at first sight and hold a changed one until accepted (True).
+        on_tool_change: `(change) -> bool`, sync or async: True accepts a changed tool (default:
+            every change is refused and logged).
+    """
+
+    prefix: str | None
+    mode: str
+    name: str | None
+    connect_timeout: float
+    call_timeout: float | None
+    backoff: float
+    max_backoff: float
+    max_tools: int
+    requires_approval: Any
+    include: Sequence[str] | None
+    exclude: Sequence[str]
+    options: Mapping[str, Any] | None
+    max_links: int
+    max_link_bytes: int
+    pin: bool
+    on_tool_change: Callable[[ToolChange], bool | Awaitable[bool]] | None
+
+
+class HttpSettings(ServerSettings, total=False):
+    """`ServerSettings`, and what an HTTP connection adds (the keywords of `http` and `sse`).
+
+    Attributes:
+        headers: sent with every request (e.g. `{"Authorization": "Bearer ..."}`).
+        auth: an `httpx2.Auth` for every request: `mcp.oauth(url, ...)` for a server behind
+            OAuth 2.1 (discovery, registration, PKCE, refresh and step-up by the SDK's own
+            `OAuthClientProvider`), or any provider of `mcp.client.auth`.
+        credentials: `principal -> headers` (or None: refused) for a session of each
+            principal's own: its calls go over it, opened on its first call, closed when idle
+            (see runtime.mcp._client_pool); `headers`/`auth` then list the tools only.
+        max_principal_sessions: the most principals' sessions open at once (32).
+        principal_idle_timeout: seconds a principal's session may be unused before it closes (300).
+    """
+
+    headers: Mapping[str, str] | None
+    auth: Any
+    credentials: Callable[[str], Mapping[str, str] | None] | None
+    max_principal_sessions: int
+    principal_idle_timeout: float
+
+
 def stdio(
     command: str,
     args: Sequence[str] = (),
     *,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
-    prefix: str | None = None,
-    mode: str = "auto",
-    name: str | None = None,
-    connect_timeout: float = 10.0,
-    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
-    backoff: float = 0.5,
-    max_backoff: float = 30.0,
-    max_tools: int = 1000,
-    requires_approval: Any = False,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] = (),
-    options: Mapping[str, Any] | None = None,
-    max_links: int = 8,
-    max_link_bytes: int = 16 << 20,
-    pin: bool = True,
-    on_tool_change: Callable[[ToolChange], bool | Awaitable[bool]] | None = None,
+    **settings: Unpack[ServerSettings],
 ) -> StdioServer:
     """An MCP server to start as a subprocess: `mcp.stdio("uvx", ["mcp-server-fetch"])`.
 
@@ -311,186 +373,68 @@ def stdio(
         args: its arguments.
         env: environment variables for it, on top of a safe default set (PATH, HOME...).
         cwd: its working directory.
-        prefix: namespaces its tools: `{prefix}_{tool}`.
-        mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
-        name: how logs name it (default: the command line).
-        connect_timeout: seconds to start, connect and list the tools.
-        call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
-        backoff: seconds before the first restart; doubles per failed attempt.
-        max_backoff: the longest wait between attempts.
-        max_tools: the most tools taken from the server (default 1000).
-        requires_approval: its tools ask before they run (True, or a predicate on the arguments).
-        include: only these of its tools (the server's names, or globs such as `"read_*"`).
-        exclude: not these of its tools (names or globs; after `include`).
-        options: tool options for each of its tools (see `ServerSpec.options`): e.g.
-            `{"cache": Cache(ttl=60)}` caches the read-only ones.
-        max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
-        max_link_bytes: the most bytes read for the links of one result.
-        pin: pin its tools at first sight and hold a changed one until accepted (see `ServerSpec`).
-        on_tool_change: `(change) -> bool`, sync or async: True accepts a changed tool (default:
-            every change is refused and logged).
+        **settings: how the connection behaves (`ServerSettings`).
     """
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not one string")
+    name = settings.get("name") or settings.get("prefix") or " ".join([Path(command).name, *args])[:80]
     return StdioServer(
-        name=name or prefix or " ".join([Path(command).name, *args])[:80],
         command=command,
         args=tuple(args),
         env=dict(env) if env is not None else None,
         cwd=str(cwd) if cwd is not None else None,
-        prefix=prefix,
-        mode=mode,
-        connect_timeout=connect_timeout,
-        call_timeout=call_timeout,
-        backoff=backoff,
-        max_backoff=max_backoff,
-        max_tools=max_tools,
-        requires_approval=requires_approval,
-        include=_patterns(include),
-        exclude=tuple(_patterns(exclude) or ()),
-        options=dict(options or {}),
-        max_links=max_links,
-        max_link_bytes=max_link_bytes,
-        pin=pin,
-        on_tool_change=on_tool_change,
+        **_spec_fields(settings, name, "stdio"),
     )
 
 
-def http(
-    url: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    prefix: str | None = None,
-    mode: str = "auto",
-    name: str | None = None,
-    connect_timeout: float = 10.0,
-    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
-    backoff: float = 0.5,
-    max_backoff: float = 30.0,
-    max_tools: int = 1000,
-    requires_approval: Any = False,
-    auth: Any = None,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] = (),
-    options: Mapping[str, Any] | None = None,
-    credentials: Callable[[str], Mapping[str, str] | None] | None = None,
-    max_principal_sessions: int = 32,
-    principal_idle_timeout: float = 300.0,
-    max_links: int = 8,
-    max_link_bytes: int = 16 << 20,
-    pin: bool = True,
-    on_tool_change: Callable[[ToolChange], bool | Awaitable[bool]] | None = None,
-) -> HttpServer:
+def http(url: str, **settings: Unpack[HttpSettings]) -> HttpServer:
     """An MCP server over streamable HTTP: `mcp.http("https://example.com/mcp", headers=...)`.
 
     Args:
         url: the server's MCP endpoint.
-        headers: sent with every request (e.g. `{"Authorization": "Bearer ..."}`).
-        auth: an `httpx2.Auth` for every request: `mcp.oauth(url, ...)` for a server behind
-            OAuth 2.1 (discovery, registration, PKCE, refresh and step-up by the SDK's own
-            `OAuthClientProvider`), or any provider of `mcp.client.auth`.
-        prefix: namespaces its tools: `{prefix}_{tool}`.
-        mode: "auto", "legacy" or "2026-07-28" (see `ServerSpec`).
-        name: how logs name it (default: the URL without credentials or query).
-        connect_timeout: seconds to connect and list the tools.
-        call_timeout: the timeout of each of its tools (default 60 s; None: the runtime's).
-        backoff: seconds before the first reconnect; doubles per failed attempt.
-        max_backoff: the longest wait between attempts.
-        max_tools: the most tools taken from the server (default 1000).
-        requires_approval: its tools ask before they run (True, or a predicate on the arguments).
-        include: only these of its tools (the server's names, or globs such as `"read_*"`).
-        exclude: not these of its tools (names or globs; after `include`).
-        options: tool options for each of its tools (see `ServerSpec.options`): e.g.
-            `{"cache": Cache(ttl=60)}` caches the read-only ones.
-        credentials: `principal -> headers` (or None: refused) for a session of each
-            principal's own: its calls go over it, opened on its first call, closed when idle
-            (see runtime.mcp._client_pool); `headers`/`auth` then list the tools only.
-        max_principal_sessions: the most principals' sessions open at once.
-        principal_idle_timeout: seconds a principal's session may be unused before it closes.
-        max_links: the most `resource_link`s of one result that are read (0: none; see `ServerSpec`).
-        max_link_bytes: the most bytes read for the links of one result.
-        pin: pin its tools at first sight and hold a changed one until accepted (see `ServerSpec`).
-        on_tool_change: `(change) -> bool`, sync or async: True accepts a changed tool (default:
-            every change is refused and logged).
+        **settings: how the connection behaves (`HttpSettings`: `ServerSettings`, and the
+            headers, auth and per-principal credentials of its requests).
     """
-    return HttpServer(
-        name=name or prefix or _display_url(url),
-        url=url,
-        headers=dict(headers) if headers else None,
-        prefix=prefix,
-        mode=mode,
-        connect_timeout=connect_timeout,
-        call_timeout=call_timeout,
-        backoff=backoff,
-        max_backoff=max_backoff,
-        max_tools=max_tools,
-        requires_approval=requires_approval,
-        auth=auth,
-        include=_patterns(include),
-        exclude=tuple(_patterns(exclude) or ()),
-        options=dict(options or {}),
-        credentials=credentials,
-        max_principal_sessions=max_principal_sessions,
-        principal_idle_timeout=principal_idle_timeout,
-        max_links=max_links,
-        max_link_bytes=max_link_bytes,
-        pin=pin,
-        on_tool_change=on_tool_change,
-    )
+    name = settings.get("name") or settings.get("prefix") or _display_url(url)
+    return HttpServer(url=url, **_spec_fields(settings, name))
 
 
-def sse(
-    url: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    prefix: str | None = None,
-    name: str | None = None,
-    connect_timeout: float = 10.0,
-    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
-    backoff: float = 0.5,
-    max_backoff: float = 30.0,
-    max_tools: int = 1000,
-    requires_approval: Any = False,
-    auth: Any = None,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] = (),
-    options: Mapping[str, Any] | None = None,
-    credentials: Callable[[str], Mapping[str, str] | None] | None = None,
-    max_principal_sessions: int = 32,
-    principal_idle_timeout: float = 300.0,
-    max_links: int = 8,
-    max_link_bytes: int = 16 << 20,
-    pin: bool = True,
-    on_tool_change: Callable[[ToolChange], bool | Awaitable[bool]] | None = None,
-) -> SseServer:
+def sse(url: str, **settings: Unpack[HttpSettings]) -> SseServer:
     """An MCP server over the HTTP+SSE transport of 2024-11-05: `mcp.sse("http://host/sse")`.
 
-    Same options as `http` (`credentials` too); the protocol is always the `initialize` handshake.
+    Same settings as `http` (`credentials` too) but `mode`: the protocol is always the
+    `initialize` handshake.
     """
-    return SseServer(
-        name=name or prefix or _display_url(url),
-        url=url,
-        headers=dict(headers) if headers else None,
-        prefix=prefix,
-        mode="legacy",
-        connect_timeout=connect_timeout,
-        call_timeout=call_timeout,
-        backoff=backoff,
-        max_backoff=max_backoff,
-        max_tools=max_tools,
-        requires_approval=requires_approval,
-        auth=auth,
-        include=_patterns(include),
-        exclude=tuple(_patterns(exclude) or ()),
-        options=dict(options or {}),
-        credentials=credentials,
-        max_principal_sessions=max_principal_sessions,
-        principal_idle_timeout=principal_idle_timeout,
-        max_links=max_links,
-        max_link_bytes=max_link_bytes,
-        pin=pin,
-        on_tool_change=on_tool_change,
-    )
+    if "mode" in settings:
+        raise TypeError("sse() takes no mode: the HTTP+SSE transport always uses the initialize handshake")
+    name = settings.get("name") or settings.get("prefix") or _display_url(url)
+    return SseServer(url=url, mode="legacy", **_spec_fields(settings, name, "sse"))
+
+
+def _spec_fields(settings: Mapping[str, Any], name: str, kind: str = "http") -> dict[str, Any]:
+    """The keywords of a spec from `mcp.<kind>(...)`'s settings: the sequences and mappings made
+    immutable or copied, the rest as given.
+
+    Raises:
+        TypeError: a keyword the function does not take (the closest it does, named).
+    """
+    known = (ServerSettings if kind == "stdio" else HttpSettings).__optional_keys__
+    for keyword in settings:
+        if keyword not in known:
+            close = difflib.get_close_matches(keyword, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"mcp.{kind}() got an unexpected keyword argument {keyword!r}{hint}")
+    fields = dict(settings)
+    fields["name"] = name
+    if "include" in fields:
+        fields["include"] = _patterns(fields["include"])
+    if "exclude" in fields:
+        fields["exclude"] = tuple(_patterns(fields["exclude"]) or ())
+    if "options" in fields:
+        fields["options"] = dict(fields["options"] or {})
+    if "headers" in fields:
+        fields["headers"] = dict(fields["headers"]) if fields["headers"] else None
+    return fields
 
 
 def _patterns(patterns: Sequence[str] | None) -> tuple[str, ...] | None:
