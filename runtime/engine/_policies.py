@@ -278,14 +278,17 @@ def before(
                     break
                 if not policy.suspends:
                     call.settle(_awaits(call, policy, flow, step))
-                    return _shown(call, request)
+                    _shown(call, request)
+                    return None
                 value, error = yield from _awaited(flow, step)
         except StopIteration as stop:  # it answered the call itself
             _answered(call, policy, stop.value)
-            return _shown(call, request)
+            _shown(call, request)
+            return None
         except Exception as exc:
             call.settle(_crashed(call, policy, exc))
-            return _shown(call, request)
+            _shown(call, request)
+            return None
         routed = step.tool_name != request.tool_name
         request = _went_on(call, policy, flow, request, step)
         if routed and chain_of is not None and not call.settled:
