@@ -131,10 +131,14 @@ class Entry:
         self._principal_gates = budget is not None and budget.per_principal is not None
         if settings.resilience is not None:
             settings.resilience.readmit = self.readmit
-        self._unrouted: tuple[Policy, ...] = tuple(settings.options.policies)
+        self._unrouted: tuple[Policy, ...] = tuple(
+            p for p in settings.options.policies if type(p).applies is Policy.applies
+        )
         """What a call that reaches no tool meets (its tool is unknown, or hidden from its view):
-        every runtime-wide policy, so that a redaction holds and an audit hears it; the call
-        keeps its UNKNOWN_TOOL answer."""
+        the runtime-wide policies that apply to every tool, so that a redaction holds and an
+        audit hears it; one that picks its tools (overrides `applies`) picked none of these. A
+        hidden tool's call meets the same as an unknown name's: nothing tells them apart. The
+        call keeps its UNKNOWN_TOOL answer."""
         self._unrouted_suspends = any(p.suspends for p in self._unrouted)
 
     @property
