@@ -153,7 +153,7 @@ $(DOCS_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -r $(VENV)/docs-requirements.txt
 	touch $(DOCS_STAMP)
 
-docs: $(DOCS_STAMP) $(CODE_STAMP)
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The sdist and the wheel built from it, into dist/ (`build`, the release extra).
