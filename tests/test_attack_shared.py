@@ -46,9 +46,6 @@ def C(call_id: str, name: str, arguments: str) -> ToolCall:
 # -- fair admission: one principal's burst cannot starve another's calls ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: fair=True orders the queue, but callers waiting for room are served FIFO"
-)
 async def test_fair_admission_holds_when_one_principal_fills_the_mailbox(
     autojump_clock: trio.abc.Clock,
 ) -> None:
