@@ -72,9 +72,6 @@ async def test_fair_admission_holds_when_one_principal_fills_the_mailbox(
 # -- idempotency keys: a tenant's key names its own calls, never another's ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a shared Cache is keyed by the caller's idempotency key, not the arguments"
-)
 async def test_a_shared_cache_never_answers_a_call_with_another_tenants_result_for_other_arguments() -> None:
     @tool(cache=Cache(ttl=60, shared=True), read_only=True)
     def price(item: str) -> str:
@@ -291,14 +288,14 @@ async def test_one_tenants_artifacts_never_evict_anothers(autojump_clock: trio.a
     assert page.ok, page.content
 
 
-@pytest.mark.xfail(strict=True, reason="attack-1: a tool's cache is one LRU over every principal's entries")
 async def test_one_tenants_distinct_calls_never_evict_anothers_cache_entries(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     ran: list[str] = []
 
+    # async: a thread's real time would let the autojump clock run past the ttl (60 s a call)
     @tool(cache=Cache(ttl=600, max_entries=100), read_only=True)
-    def quote(item: str) -> str:
+    async def quote(item: str) -> str:
         ran.append(item)
         return item
 
