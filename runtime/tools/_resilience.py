@@ -202,11 +202,15 @@ class Cache(_Value, frozen=True):
     """Answer a read-only tool's call from an earlier result of the same call.
 
     The key is the tool, its canonical arguments and the principal (unless `shared`): one
-    principal never reads another's results. Only successes are kept.
+    principal never reads another's results. A caller's idempotency key is not part of it (it
+    names an operation to run once, `Dedupe`'s, not what a result answers). Only successes are
+    kept.
 
     Attributes:
         ttl: seconds a result is served.
-        max_entries: results kept per tool (the least recently used go first).
+        max_entries: results kept per tool in this process (room is made in the principal
+            that wrote the most, its least recently used first: one principal's calls never
+            evict another's results).
         shared: one cache for every principal (results that do not depend on who asks).
     """
 
