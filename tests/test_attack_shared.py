@@ -88,10 +88,6 @@ async def test_a_shared_cache_never_answers_a_call_with_another_tenants_result_f
     assert result.content == "price of apples: 10"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: the MCP client forwards a tenant's idempotency key as it is to a shared server",
-)
 async def test_two_tenants_with_the_same_idempotency_key_get_their_own_results_from_an_mcp_server() -> None:
     server = mcp.stdio(
         sys.executable, ["-m", "runtime", "serve", "tests.attack_servers:registry"], cwd=str(ROOT)
