@@ -15,7 +15,9 @@ read is whole.
 
 Keeping is a flow (a generator, as the resilience policies' are): it runs in place when nothing
 in it has to wait (a small artifact, a MemoryStore), else its driver awaits what it yields (a
-worker thread that encodes and hashes a chunk, a store's step).
+worker thread that encodes and hashes a chunk, a store's step). On a `DegradingStore` a keeping's
+steps run within its `deadline` (`DegradingStore.within`): a store that hangs or is locked is
+answered from memory for that keeping, never waited out.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import trio
 
 from .._flows import drive, now
 from ..exceptions import ArtifactMissing
+from ._degrading import DegradingStore
 from ._memory import MemoryStore
 
 __all__ = [
@@ -171,7 +174,9 @@ class ArtifactStore:
 
     # -- keeping ---------------------------------------------------------------------------
 
-    async def keep(self, principal: str | None, data: str | bytes, mime_type: str) -> ArtifactInfo:
+    async def keep(
+        self, principal: str | None, data: str | bytes, mime_type: str, *, deadline: float = math.inf
+    ) -> ArtifactInfo:
         """Keep `data` (a text, or bytes) for `principal`; its description (the same artifact's,
         if it was kept already).
 
@@ -179,13 +184,14 @@ class ArtifactStore:
             ValueError: it is over `max_bytes`.
             StoreError: the store failed.
         """
-        info: ArtifactInfo = await drive(self.keep_flow(principal, data, mime_type))
+        info: ArtifactInfo = await drive(self.keep_flow(principal, data, mime_type, deadline=deadline))
         return info
 
     def keep_flow(
-        self, principal: str | None, data: str | bytes, mime_type: str
+        self, principal: str | None, data: str | bytes, mime_type: str, *, deadline: float = math.inf
     ) -> Generator[Any, Any, ArtifactInfo]:
-        """The steps of `keep`: yields what has to be awaited (and is sent its value)."""
+        """The steps of `keep`: yields what has to be awaited (and is sent its value). `deadline`
+        (trio time): when the keeping's caller must have its result (see the module)."""
         chunk = self.chunk
         count = max(1, math.ceil(len(data) / chunk))
         hasher = hashlib.sha256()
@@ -209,11 +215,12 @@ class ArtifactStore:
             len(data) if isinstance(data, str) else None,
             mime_type,
             piece,
+            self._within(deadline),
         )
         return info
 
     def keep_file_flow(
-        self, principal: str | None, file: IO[str], chars: int, mime_type: str
+        self, principal: str | None, file: IO[str], chars: int, mime_type: str, *, deadline: float = math.inf
     ) -> Generator[Any, Any, ArtifactInfo]:
         """`keep_flow` of a text of `chars` characters that is in `file` (a temporary file a
         result too large to hold in memory was written to, a stream's): read in chunks, twice
@@ -235,9 +242,21 @@ class ArtifactStore:
             return read
 
         info = yield from self._keep(
-            principal, "art_" + hasher.hexdigest()[:24], size, count, chars, mime_type, piece
+            principal,
+            "art_" + hasher.hexdigest()[:24],
+            size,
+            count,
+            chars,
+            mime_type,
+            piece,
+            self._within(deadline),
         )
         return info
+
+    def _within(self, deadline: float) -> Any:
+        """The store as one keeping's steps use it: within its deadline on a `DegradingStore`."""
+        store = self.store
+        return store.within(deadline) if isinstance(store, DegradingStore) else store
 
     def _keep(
         self,
@@ -248,22 +267,24 @@ class ArtifactStore:
         chars: int | None,
         mime_type: str,
         piece: Callable[[int], Generator[Any, Any, bytes]],
+        store: Any,
     ) -> Generator[Any, Any, ArtifactInfo]:
         """Keep an artifact whose content is known by its `handle` (content-addressed), `size`
-        bytes in `count` chunks; `piece(i)` gives chunk `i` (in order) when it is written."""
+        bytes in `count` chunks; `piece(i)` gives chunk `i` (in order) when it is written; its
+        steps go to `store` (this store's, or a keeping's view of it: `_within`)."""
         if size > self.max_bytes:
             raise ValueError(f"an artifact of {size} bytes is over the store's limit of {self.max_bytes}")
         scope = _scope(principal)
         meta_key = _meta_key(scope, handle)
         key = (scope, handle)
         if not self._loaded:
-            yield from self._load()
+            yield from self._load(store)
         while (under_way := self._keeping.get(key)) is not None:  # the same, being kept: its result
             yield under_way.wait()
         done = self._keeping[key] = trio.Event()  # before anything is awaited: one keeping a key
         kept = counted = False
         try:
-            known = yield from self._step(self.store.get(meta_key))
+            known = yield from self._step(store.get(meta_key))
             if known is not None:  # kept already (content-addressed): the same artifact
                 found: ArtifactInfo = _info_decoder.decode(known)
                 kept = True
@@ -271,7 +292,7 @@ class ArtifactStore:
             self.total += size  # counted before any write: concurrent keepings see it
             counted = True
             now = self._clock()
-            yield from self._make_room(now)
+            yield from self._make_room(now, store)
             if self.total > self.max_bytes:
                 raise ValueError(
                     f"no room for an artifact of {size} bytes: the ones being kept now hold the rest "
@@ -280,7 +301,7 @@ class ArtifactStore:
             ttl = self.ttl
             for i in range(count):
                 data = yield from piece(i)
-                yield from self._step(self.store.set(_data_key(scope, handle, i), data, ttl))
+                yield from self._step(store.set(_data_key(scope, handle, i), data, ttl))
             info = ArtifactInfo(
                 handle=handle,
                 size=size,
@@ -291,7 +312,7 @@ class ArtifactStore:
                 chunk=self.chunk,
                 chunks=count,
             )
-            yield from self._step(self.store.set(meta_key, _info_encoder.encode(info), ttl))
+            yield from self._step(store.set(meta_key, _info_encoder.encode(info), ttl))
             self._kept[key] = (size, count, now + ttl)
             self._gone.pop(key, None)
             kept = True
@@ -302,7 +323,7 @@ class ArtifactStore:
             del self._keeping[key]
             done.set()
 
-    def _load(self) -> Generator[Any, Any, None]:
+    def _load(self, store: Any) -> Generator[Any, Any, None]:
         """Count what the store holds from before this process (once; the first keeping waits)."""
         loading = self._loading
         if loading is not None:
@@ -311,8 +332,8 @@ class ArtifactStore:
         loading = self._loading = trio.Event()
         try:
             found: list[tuple[str, ArtifactInfo]] = []
-            for meta_key in (yield from self._step(self.store.keys("artifact:"))):
-                data = yield from self._step(self.store.get(meta_key))
+            for meta_key in (yield from self._step(store.keys("artifact:"))):
+                data = yield from self._step(store.get(meta_key))
                 if data is not None:
                     try:
                         found.append((meta_key.split(":", 2)[1], _info_decoder.decode(data)))
@@ -326,21 +347,23 @@ class ArtifactStore:
                     kept[key] = (info.size, info.chunks, info.expires)
                     kept.move_to_end(key, last=False)  # older than what this process kept
                     self.total += info.size
-            self._loaded = True
+            # read from the store itself, not from memory in its stead (it did not answer in
+            # time): else the next keeping reads it again
+            self._loaded = not getattr(store, "down", False)
         finally:
             self._loading = None if not self._loaded else loading
             loading.set()
 
-    def _make_room(self, now: float) -> Generator[Any, Any, None]:
+    def _make_room(self, now: float, store: Any) -> Generator[Any, Any, None]:
         """Drop what expired, then the oldest, until `total` (the new one counted) fits under
         `max_bytes`, or nothing kept is left to drop."""
         kept = self._kept
         for key in [k for k, (_, _, expires) in kept.items() if expires <= now]:
-            yield from self._drop(key, "expired")
+            yield from self._drop(key, "expired", store)
         while kept and self.total > self.max_bytes:
-            yield from self._drop(next(iter(kept)), "dropped")
+            yield from self._drop(next(iter(kept)), "dropped", store)
 
-    def _drop(self, key: tuple[str, str], why: str) -> Generator[Any, Any, None]:
+    def _drop(self, key: tuple[str, str], why: str, store: Any) -> Generator[Any, Any, None]:
         entry = self._kept.pop(key, None)
         if entry is None:  # another keeping dropped it meanwhile
             return
@@ -348,9 +371,9 @@ class ArtifactStore:
         self.total -= size
         self._remember(key, why)
         scope, handle = key
-        yield from self._step(self.store.delete(_meta_key(scope, handle)))
+        yield from self._step(store.delete(_meta_key(scope, handle)))
         for i in range(count):
-            yield from self._step(self.store.delete(_data_key(scope, handle, i)))
+            yield from self._step(store.delete(_data_key(scope, handle, i)))
 
     def _remember(self, key: tuple[str, str], why: str) -> None:
         gone = self._gone
@@ -493,7 +516,7 @@ class ArtifactStore:
         """Drop `principal`'s artifact `handle` now; False if there was none."""
         key = (_scope(principal), handle)
         if key in self._kept:
-            await drive(self._drop(key, "dropped"))
+            await drive(self._drop(key, "dropped", self.store))
             return True
         return False
 
