@@ -143,10 +143,6 @@ async def test_a_locked_sqlite_artifact_store_never_costs_a_call_its_result(tmp_
 # -- exactly once across processes: a journal written during an outage reaches the shared store --
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: a journal written during a Redis outage reaches Redis only at its writer's next step",
-)
 async def test_a_charge_made_during_a_redis_outage_is_not_run_again_by_another_process() -> None:
     charged: list[str] = []
 
@@ -230,9 +226,6 @@ async def test_one_tenants_crashing_input_does_not_open_the_breaker_for_everyone
     assert later.ok, later  # not UNAVAILABLE "circuit open" for 30 s
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: the copy-back after an outage overwrites what other processes did since"
-)
 async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> None:
     now = ["10"]
 

@@ -135,7 +135,20 @@ class Keeper:
         self.options = options
         self.store = store
         self.readable = options.tools  # the read tools are there: the note names them
-        self.nursery: trio.Nursery | None = None  # where a keeping that waits runs (set at open)
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """Where a keeping that waits runs, and what the store wrote to memory during an outage
+        is copied back from (`DegradingStore.copy_back_in`): the runtime's, set when it opens."""
+        return self._nursery
+
+    @nursery.setter
+    def nursery(self, nursery: trio.Nursery | None) -> None:
+        self._nursery = nursery
+        store = self.store.store
+        if isinstance(store, DegradingStore):
+            store.copy_back_in(nursery)
 
     def over(self, parts: tuple[ContentPart, ...], limit: int) -> bool:
         """Whether a part is over its limit (a text over `limit` characters, binary data over
