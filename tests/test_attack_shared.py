@@ -195,10 +195,6 @@ async def test_a_long_stream_is_never_held_whole_in_memory() -> None:
 # -- breakers open only when the server is down ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: calls lost to a restart caused by one tenant's input open the breaker for all",
-)
 async def test_one_tenants_crashing_input_does_not_open_the_breaker_for_everyone(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -283,7 +283,10 @@ class CircuitBreaker(_Value, frozen=True):
     refused, no answer in time) within `window` seconds, never by a tool's own ERROR, REJECTED
     or an MCP `isError`. A TIMEOUT counts only when the tool's own timeout passed (its
     `timeout`, or the runtime's `default_timeout`), never a caller's shorter deadline: one
-    principal's impatient calls do not open it for everyone. While open, calls fail UNAVAILABLE at once with the seconds until it is
+    principal's impatient calls do not open it for everyone. Nor do the calls lost to a restart
+    that the tool's own `restart_on` exception caused (one principal's input that crashes the
+    tool); a worker that died, a connection lost, still count. While open, calls fail
+    UNAVAILABLE at once with the seconds until it is
     tried again; then one call goes through (half-open): its success closes the breaker, its
     transport failure opens it again.
 
