@@ -175,7 +175,7 @@ async def test_one_tenants_impatient_calls_do_not_degrade_a_healthy_store_for_ev
         assert (stats.store_failures, stats.store_degraded) == (0, False)
 
 
-async def test_memory_writes_made_while_redis_was_down_are_copied_back_but_not_claims_counters_cache() -> None:
+async def test_what_memory_wrote_in_an_outage_is_copied_back_but_claims_counters_cache_are_not() -> None:
     with running_redis() as server:
         direct = RedisStore(server.url)
         store = DegradingStore(RedisStore(server.url, timeout=0.5), retry_after=0.1)
