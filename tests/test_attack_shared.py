@@ -251,9 +251,6 @@ async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> N
 # -- per-principal isolation: one tenant never evicts another's artifacts or cache entries ---------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: the artifact cap drops the oldest artifact, whoever's it is"
-)
 async def test_one_tenants_artifacts_never_evict_anothers(autojump_clock: trio.abc.Clock) -> None:
     @tool
     def export(who: str, n: int) -> str:

@@ -75,7 +75,9 @@ class Artifacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             (`SQLiteStore`, `RedisStore`: shared by processes; `FolderStore`), or a folder's
             path (files there).
         ttl: seconds an artifact is kept.
-        max_bytes: the most all artifacts hold together (the oldest are dropped first); a piece
+        max_bytes: the most all artifacts hold together (room is made in the principal that
+            holds the most, its oldest first: a flood of one principal's results evicts its
+            own, and each principal is sure of `max_bytes / principals`); a piece
             larger than this is cut instead.
         max_inline_bytes: a binary part (image, audio, blob) larger than this is kept as an
             artifact rather than sent (the text limit is `max_result_chars`).

@@ -4,7 +4,11 @@ An artifact is a text (kept as UTF-8) or bytes, under a handle made from its con
 24 hex digits of its SHA-256) in the scope of one principal: the same content kept for two
 principals is two artifacts, and a principal's lookup never finds another's (nor learns that it
 exists). It lives `ttl` seconds from when it was first kept; together they hold at most
-`max_bytes` (the oldest are dropped first).
+`max_bytes`. Room is made in the principal that holds the most bytes (the one being kept counted
+as its principal's), its oldest first: a principal's results evict another's artifacts only when
+that one holds more, so a flood evicts its own and each principal is sure of `max_bytes /
+principals`. A piece that would leave its principal holding the most with nothing of its own to
+drop is refused (its caller cuts it).
 
 The data sits in any store with `get`/`set`/`delete`/`keys` and TTLs: a `MemoryStore` (the
 default: this process), a `FolderStore` (files), an `SQLiteStore` or a `RedisStore` (shared by
@@ -157,6 +161,8 @@ class ArtifactStore:
         self._kept: collections.OrderedDict[tuple[str, str], tuple[int, int, float]] = (
             collections.OrderedDict()
         )  # (scope, handle) -> (bytes, chunks, expires): what this store kept, oldest first
+        self._by_scope: dict[str, collections.OrderedDict[str, None]] = {}  # scope -> handles, oldest first
+        self._held: dict[str, int] = {}  # scope -> bytes kept and being kept for it
         self._gone: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
         self._keeping: dict[tuple[str, str], trio.Event] = {}  # keepings under way, set when done
         self._loading: trio.Event | None = None  # the first keeping reads what the store holds
@@ -290,13 +296,14 @@ class ArtifactStore:
                 kept = True
                 return found
             self.total += size  # counted before any write: concurrent keepings see it
+            self._hold(scope, size)
             counted = True
             now = self._clock()
-            yield from self._make_room(now, store)
+            yield from self._make_room(now, store, scope)
             if self.total > self.max_bytes:
                 raise ValueError(
-                    f"no room for an artifact of {size} bytes: the ones being kept now hold the rest "
-                    f"of the store's {self.max_bytes}"
+                    f"no room for an artifact of {size} bytes: the others' artifacts and the ones being "
+                    f"kept now hold the rest of the store's {self.max_bytes} (this principal's share)"
                 )
             ttl = self.ttl
             for i in range(count):
@@ -313,13 +320,14 @@ class ArtifactStore:
                 chunks=count,
             )
             yield from self._step(store.set(meta_key, _info_encoder.encode(info), ttl))
-            self._kept[key] = (size, count, now + ttl)
+            self._add(key, (size, count, now + ttl))
             self._gone.pop(key, None)
             kept = True
             return info
         finally:
             if counted and not kept:  # refused, failed or stopped: its bytes are not held (chunks expire)
                 self.total -= size
+                self._hold(scope, -size)
             del self._keeping[key]
             done.set()
 
@@ -341,12 +349,12 @@ class ArtifactStore:
                         continue
             found.sort(key=lambda item: item[1].created)
             kept = self._kept
-            for scope, info in found:
+            for scope, info in reversed(found):  # newest first: each goes before the ones added
                 key = (scope, info.handle)
                 if key not in kept:
-                    kept[key] = (info.size, info.chunks, info.expires)
-                    kept.move_to_end(key, last=False)  # older than what this process kept
+                    self._add(key, (info.size, info.chunks, info.expires), first=True)
                     self.total += info.size
+                    self._hold(scope, info.size)
             # read from the store itself, not from memory in its stead (it did not answer in
             # time): else the next keeping reads it again
             self._loaded = not getattr(store, "down", False)
@@ -354,23 +362,58 @@ class ArtifactStore:
             self._loading = None if not self._loaded else loading
             loading.set()
 
-    def _make_room(self, now: float, store: Any) -> Generator[Any, Any, None]:
-        """Drop what expired, then the oldest, until `total` (the new one counted) fits under
-        `max_bytes`, or nothing kept is left to drop."""
+    def _add(self, key: tuple[str, str], entry: tuple[int, int, float], first: bool = False) -> None:
+        """Count a kept artifact (its bytes are held already: `_hold`); `first`: older than the
+        others (what the store held from before this process)."""
+        scope, handle = key
+        self._kept[key] = entry
+        handles = self._by_scope.get(scope)
+        if handles is None:
+            handles = self._by_scope[scope] = collections.OrderedDict()
+        handles[handle] = None
+        if first:
+            self._kept.move_to_end(key, last=False)
+            handles.move_to_end(handle, last=False)
+
+    def _hold(self, scope: str, size: int) -> None:
+        held = self._held.get(scope, 0) + size
+        if held:
+            self._held[scope] = held
+        else:
+            self._held.pop(scope, None)
+
+    def _make_room(self, now: float, store: Any, scope: str) -> Generator[Any, Any, None]:
+        """Drop what expired, then, until `total` (the new one counted, for `scope`) fits under
+        `max_bytes`, the oldest of the principal that holds the most (`scope` first on a tie);
+        never another's for a `scope` that holds as much as any of them (its piece is refused)."""
         kept = self._kept
         for key in [k for k, (_, _, expires) in kept.items() if expires <= now]:
             yield from self._drop(key, "expired", store)
-        while kept and self.total > self.max_bytes:
-            yield from self._drop(next(iter(kept)), "dropped", store)
+        held, by_scope = self._held, self._by_scope
+        while by_scope and self.total > self.max_bytes:
+            # a scan of the principals that have artifacts kept: few, each artifact being large
+            victim = scope if scope in by_scope else None
+            for other in by_scope:
+                if victim is None or held[other] > held[victim]:
+                    victim = other
+            assert victim is not None
+            if victim != scope and held.get(scope, 0) >= held[victim]:  # it holds the most, none kept
+                return
+            yield from self._drop((victim, next(iter(by_scope[victim]))), "dropped", store)
 
     def _drop(self, key: tuple[str, str], why: str, store: Any) -> Generator[Any, Any, None]:
         entry = self._kept.pop(key, None)
         if entry is None:  # another keeping dropped it meanwhile
             return
         size, count, _ = entry
-        self.total -= size
-        self._remember(key, why)
         scope, handle = key
+        handles = self._by_scope[scope]
+        del handles[handle]
+        if not handles:
+            del self._by_scope[scope]
+        self.total -= size
+        self._hold(scope, -size)
+        self._remember(key, why)
         yield from self._step(store.delete(_meta_key(scope, handle)))
         for i in range(count):
             yield from self._step(store.delete(_data_key(scope, handle, i)))
