@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 import trio
 from redis_server import running_redis
 
@@ -287,10 +286,6 @@ async def test_one_tenants_distinct_calls_never_evict_anothers_cache_entries(
 # -- MCP serving: a client's notifications hold nothing for good ----------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: each notifications/initialized adds a session (+1.5 KB) held until disconnect",
-)
 def test_a_client_repeating_initialized_does_not_grow_the_servers_memory() -> None:
     server = subprocess.Popen(
         [sys.executable, "-m", "runtime", "serve", "tests.mcp_fixtures:registry"],
