@@ -1,5 +1,5 @@
 """Attacks on the shared-server promises (issue 42): a hostile tenant and failing stores. Each
-test names a promise a hostile try broke on main; each was a strict xfail until it held.
+test names a promise a hostile try broke on main; each was a strict xfail until it held."""
 
 from __future__ import annotations
 
