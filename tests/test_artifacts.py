@@ -205,6 +205,33 @@ async def test_the_cap_drops_the_oldest_first_and_a_piece_over_it_is_cut() -> No
     assert over.content == "a" * 300 + "\n[truncated: the result had 2000 characters; showing the first 300]"
 
 
+async def test_the_cap_makes_room_in_the_principal_that_holds_the_most() -> None:
+    async with open_runtime(
+        [text_of], tracing=False, max_result_chars=300, artifacts=Artifacts(max_bytes=1000)
+    ) as rt:
+
+        async def keep(who: str, n: int, letter: str) -> ToolResult:
+            return await rt.call(call("text_of", n=n, letter=letter), principal=who)
+
+        async def readable(who: str, result: ToolResult) -> bool:
+            return (await rt.call(call("read_artifact", handle=link_of(result).name), principal=who)).ok
+
+        b1, b2 = await keep("bob", 400, "a"), await keep("bob", 400, "b")
+        e1 = await keep("eve", 400, "c")  # bob holds the most: his oldest goes
+        assert not await readable("bob", b1)
+        e2 = await keep("eve", 400, "d")  # now eve does: hers goes, not bob's
+        assert await readable("bob", b2)
+        assert not await readable("eve", e1)
+        assert await readable("eve", e2)
+        # carol's piece would leave her holding the most with nothing of hers to drop: cut
+        carol = await keep("carol", 500, "e")
+        assert rt.artifacts is not None
+        assert rt.artifacts.statistics() == {"artifacts": 2, "bytes": 800}
+    assert isinstance(carol, ToolSuccess)
+    assert carol.parts == ()
+    assert carol.content.startswith("e" * 300 + "\n[truncated")
+
+
 async def test_the_same_content_is_one_artifact_and_the_same_handle() -> None:
     async with open_runtime([text_of], tracing=False, max_result_chars=100, artifacts=Artifacts()) as rt:
         results = await rt.call_many([call("text_of", str(i), n=500) for i in range(5)], principal="p")

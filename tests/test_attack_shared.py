@@ -1,5 +1,5 @@
 """Attacks on the shared-server promises (issue 42): a hostile tenant and failing stores. Each
-test names a promise a hostile try broke on main, and is a strict xfail until it holds."""
+test names a promise a hostile try broke on main; each was a strict xfail until it held."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 import trio
 from redis_server import running_redis
 
@@ -46,9 +45,6 @@ def C(call_id: str, name: str, arguments: str) -> ToolCall:
 # -- fair admission: one principal's burst cannot starve another's calls ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: fair=True orders the queue, but callers waiting for room are served FIFO"
-)
 async def test_fair_admission_holds_when_one_principal_fills_the_mailbox(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -75,9 +71,6 @@ async def test_fair_admission_holds_when_one_principal_fills_the_mailbox(
 # -- idempotency keys: a tenant's key names its own calls, never another's ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: a shared Cache is keyed by the caller's idempotency key, not the arguments"
-)
 async def test_a_shared_cache_never_answers_a_call_with_another_tenants_result_for_other_arguments() -> None:
     @tool(cache=Cache(ttl=60, shared=True), read_only=True)
     def price(item: str) -> str:
@@ -94,10 +87,6 @@ async def test_a_shared_cache_never_answers_a_call_with_another_tenants_result_f
     assert result.content == "price of apples: 10"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: the MCP client forwards a tenant's idempotency key as it is to a shared server",
-)
 async def test_two_tenants_with_the_same_idempotency_key_get_their_own_results_from_an_mcp_server() -> None:
     server = mcp.stdio(
         sys.executable, ["-m", "runtime", "serve", "tests.attack_servers:registry"], cwd=str(ROOT)
@@ -119,9 +108,6 @@ def report(n: int) -> str:
     return "x" * n
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: keeping an artifact in a hung Redis waits out the call's deadline"
-)
 async def test_a_hung_redis_artifact_store_never_costs_a_call_its_result() -> None:
     with running_redis() as server:
         assert server.process is not None
@@ -133,13 +119,11 @@ async def test_a_hung_redis_artifact_store_never_costs_a_call_its_result() -> No
                 result = await rt.call(C("c", "report", '{"n":300000}'), timeout=1.0)
             finally:
                 os.kill(server.process.pid, signal.SIGCONT)
-    # the result is cut, as it is when the store fails (its Redis step waited out the whole 1 s)
+    # kept in memory in the store's stead, as when the store fails (its Redis step waited out
+    # the whole 1 s)
     assert result.ok, result
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: keeping an artifact in a locked SQLite waits out the deadline"
-)
 async def test_a_locked_sqlite_artifact_store_never_costs_a_call_its_result(tmp_path: Path) -> None:
     path = tmp_path / "artifacts.db"
     async with open_runtime([report], artifacts=Artifacts(store=SQLiteStore(path))) as rt:
@@ -152,16 +136,12 @@ async def test_a_locked_sqlite_artifact_store_never_costs_a_call_its_result(tmp_
         finally:
             holder.close()
         await trio.sleep(0.5)  # the store's thread ends once the file is free
-    assert result.ok, result  # cut, as when the store fails; not TIMEOUT after 5 s of busy wait
+    assert result.ok, result  # kept in memory, as when the store fails; not TIMEOUT after 5 s of busy wait
 
 
 # -- exactly once across processes: a journal written during an outage reaches the shared store --
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: a journal written during a Redis outage reaches Redis only at its writer's next step",
-)
 async def test_a_charge_made_during_a_redis_outage_is_not_run_again_by_another_process() -> None:
     charged: list[str] = []
 
@@ -214,10 +194,6 @@ async def test_a_long_stream_is_never_held_whole_in_memory() -> None:
 # -- breakers open only when the server is down ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: calls lost to a restart caused by one tenant's input open the breaker for all",
-)
 async def test_one_tenants_crashing_input_does_not_open_the_breaker_for_everyone(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -245,9 +221,6 @@ async def test_one_tenants_crashing_input_does_not_open_the_breaker_for_everyone
     assert later.ok, later  # not UNAVAILABLE "circuit open" for 30 s
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: the copy-back after an outage overwrites what other processes did since"
-)
 async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> None:
     now = ["10"]
 
@@ -277,9 +250,6 @@ async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> N
 # -- per-principal isolation: one tenant never evicts another's artifacts or cache entries ---------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-1: the artifact cap drops the oldest artifact, whoever's it is"
-)
 async def test_one_tenants_artifacts_never_evict_anothers(autojump_clock: trio.abc.Clock) -> None:
     @tool
     def export(who: str, n: int) -> str:
@@ -294,14 +264,14 @@ async def test_one_tenants_artifacts_never_evict_anothers(autojump_clock: trio.a
     assert page.ok, page.content
 
 
-@pytest.mark.xfail(strict=True, reason="attack-1: a tool's cache is one LRU over every principal's entries")
 async def test_one_tenants_distinct_calls_never_evict_anothers_cache_entries(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     ran: list[str] = []
 
+    # async: a thread's real time would let the autojump clock run past the ttl (60 s a call)
     @tool(cache=Cache(ttl=600, max_entries=100), read_only=True)
-    def quote(item: str) -> str:
+    async def quote(item: str) -> str:
         ran.append(item)
         return item
 
@@ -316,10 +286,6 @@ async def test_one_tenants_distinct_calls_never_evict_anothers_cache_entries(
 # -- MCP serving: a client's notifications hold nothing for good ----------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-1: each notifications/initialized adds a session (+1.5 KB) held until disconnect",
-)
 def test_a_client_repeating_initialized_does_not_grow_the_servers_memory() -> None:
     server = subprocess.Popen(
         [sys.executable, "-m", "runtime", "serve", "tests.mcp_fixtures:registry"],

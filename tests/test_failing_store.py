@@ -175,7 +175,7 @@ async def test_one_tenants_impatient_calls_do_not_degrade_a_healthy_store_for_ev
         assert (stats.store_failures, stats.store_degraded) == (0, False)
 
 
-async def test_what_memory_wrote_while_redis_was_down_is_copied_back_claims_and_counters_are_not() -> None:
+async def test_what_memory_wrote_in_an_outage_is_copied_back_but_claims_counters_cache_are_not() -> None:
     with running_redis() as server:
         direct = RedisStore(server.url)
         store = DegradingStore(RedisStore(server.url, timeout=0.5), retry_after=0.1)
@@ -190,22 +190,27 @@ async def test_what_memory_wrote_while_redis_was_down_is_copied_back_claims_and_
             await store.delete("claim:before")  # let go while down: let go in Redis too
             await store.delete_prefix("cache:")
             await store.set("cache:new", b"fresh", 60)
+            await store.set("breaker:b", b"open", 60)
             assert await store.incr("count") == 1
             await trio.to_thread.run_sync(server.start)  # empty again: put the old keys back
             await direct.set("cache:old", b"stale")
             await direct.set("claim:before", b"1")
             await direct.set("count", b"41")
+            await direct.set("breaker:b", b"closed since")  # another process's newer write
             await trio.sleep(0.15)  # past retry_after
             assert await store.get("journal:a") == b"result"  # the step after the copy
             assert not store.degraded
             assert await direct.get("journal:a") == b"result"
             assert 59 <= await direct._do("TTL", "runtime:journal:a") <= 60  # its ttl kept
             assert await direct.get("cache:old") is None
-            assert await direct.get("cache:new") == b"fresh"
+            # a cache entry is dropped, not copied: another process may have invalidated it since
+            assert await direct.get("cache:new") is None
+            assert await store.fallback.get("cache:new") is None  # nor kept in memory for a later outage
+            assert await direct.get("breaker:b") == b"closed since"  # what was written since wins
             assert await direct.get("claim:before") is None
             assert await direct.get("claim:a") is None
             assert await direct.get("count") == b"41"  # a counter starts afresh, never copied
-            assert store.copied == 4  # the prefix, the journal, the released claim, the new entry
+            assert store.copied == 3  # the prefix, the journal, the released claim
         finally:
             await store.aclose()
             await direct.aclose()

@@ -32,6 +32,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from runtime import Artifacts, Dedupe, Retry, Runtime, ToolCall, mcp, open_runtime, tool
 from runtime.mcp import serve_http
+from runtime.mcp._client import scoped_key
 from runtime.mcp._server import ServedRuntime
 
 pytestmark = [
@@ -118,7 +119,7 @@ async def test_the_runtime_as_an_mcp_client_sends_one_idempotency_key_per_call_a
 ) -> None:
     """The runtime as an MCP client sent no key, so a server could not tell a retry from a new
     call. Each call of a tool its server says is idempotent (the only ones retried) now sends
-    one, the same for all its attempts; a caller's own key is sent as it is."""
+    one, the same for all its attempts; a caller's own key is sent scoped to its principal."""
     log = tmp_path / "calls.jsonl"
     spec = mcp.stdio(
         sys.executable,
@@ -134,17 +135,36 @@ async def test_the_runtime_as_an_mcp_client_sends_one_idempotency_key_per_call_a
                 ToolCall(id="3", name="charge", arguments={"order": "C"}),
                 metadata={"idempotency_key": "mine"},
             )
+            for who in ("alice", "bob"):  # two tenants whose keys are alike
+                mine = await rt.call(
+                    ToolCall(id="4", name="charge", arguments={"order": f"C-{who}"}),
+                    metadata={"idempotency_key": "mine"},
+                    principal=who,
+                )
+                assert mine.ok
+            read = await rt.call(ToolCall(id="5", name="quote", arguments={"order": "D", "hang": True}))
     assert retried.ok, retried
     assert plain.ok
     assert given.ok
+    assert read.ok, read
     seen = [json.loads(line) for line in log.read_text().splitlines()]
-    keys = {order: [s["meta"].get("idempotency_key") for s in seen if s["order"] == order] for order in "ABC"}
+    keys = {
+        order: [s["meta"].get("idempotency_key") for s in seen if s["order"] == order]
+        for order in ("A", "B", "C", "C-alice", "C-bob", "D")
+    }
     assert len(keys["A"]) == 2  # the attempt that timed out, and its retry
     assert keys["A"][0]
     assert keys["A"][0] == keys["A"][1]
     assert keys["B"][0]
     assert keys["B"][0] != keys["A"][0]
-    assert keys["C"] == ["mine"]
+    # a caller's key is sent scoped to its principal: the same in every process, never as it is
+    assert keys["C"] == [scoped_key(None, "mine")]
+    assert keys["C-alice"] == [scoped_key("alice", "mine")]
+    assert keys["C-bob"] == [scoped_key("bob", "mine")]
+    assert len({keys["C"][0], keys["C-alice"][0], keys["C-bob"][0], "mine"}) == 4
+    # a read-only call is retried without a key: run again, it changes nothing, and a fresh key
+    # for each would keep the server from joining (or caching) identical calls
+    assert keys["D"] == [None, None]
 
 
 # -- item 13: an anonymous session's artifacts are its own --------------------------------------

@@ -393,6 +393,45 @@ async def test_a_cached_result_expires_and_the_cache_is_bounded(autojump_clock: 
         assert ran["weather"] == 7
 
 
+async def test_a_cache_hit_does_not_depend_on_the_callers_idempotency_key(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # a key names an operation its caller may retry (MCP clients send a fresh one per call):
+    # the cache answers by the arguments, whatever key each call carries
+    async with open_runtime(TOOLS, tracing=False) as rt:
+        for i in range(3):
+            result = await rt.call(
+                call(f"{i}", "forecast", city="Oslo"),
+                principal="alice",
+                metadata={"idempotency_key": f"k{i}"},
+            )
+            assert result.ok
+        other = await rt.call(
+            call("r", "forecast", city="Rome"), principal="alice", metadata={"idempotency_key": "k0"}
+        )
+        assert other.content == "rain in Rome (2)"  # the same key, other arguments: not Oslo's result
+        assert ran["forecast"] == 2
+
+
+async def test_a_shared_caches_entries_are_made_room_for_in_the_principal_that_wrote_most(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    @tool(read_only=True, cache=Cache(ttl=600, max_entries=10, shared=True))
+    async def lookup(item: str) -> str:
+        """Look an item up."""
+        ran[item] += 1
+        return item
+
+    async with open_runtime([lookup], tracing=False) as rt:
+        await rt.call(call("b", "lookup", item="bobs"), principal="bob")
+        for i in range(50):  # eve's flood of distinct calls evicts her own entries
+            await rt.call(call(f"e{i}", "lookup", item=f"e{i}"), principal="eve")
+        await rt.call(call("a", "lookup", item="bobs"), principal="alice")  # shared: bob's result
+        assert ran["bobs"] == 1
+        await rt.call(call("e", "lookup", item="e0"), principal="eve")
+        assert ran["e0"] == 2  # her oldest went first
+
+
 async def test_failures_are_not_cached(autojump_clock: trio.abc.Clock) -> None:
     flaky_left["sometimes_fails"] = 1
     async with open_runtime(TOOLS, tracing=False) as rt:

@@ -14,13 +14,18 @@ with a TTL and a cap on the whole) and shapes what the model reads instead:
 
 and, beside it in `ToolSuccess.parts`, a `ResourceLinkPart` to `artifact://art_…` (over MCP a
 `resource_link`, which the server serves with `resources/read`). A piece too large for the store
-(over `max_bytes`), or a store that fails, is cut as it would be without artifacts.
+(over `max_bytes`) is cut as it would be without artifacts; a store that fails or hangs keeps it
+in memory meanwhile (below).
 
 Keeping is one flow (`ArtifactStore.keep_flow`): run in place when nothing in it waits (small
 pieces, a MemoryStore), so such a call ends as any other; otherwise the call stays RUNNING while
 a task of the runtime drives the flow (worker threads encode and hash the chunks, the store's
 steps are awaited) and ends it then. Its deadline and its caller's cancellation stop that task
-(TIMEOUT, CANCELLED), as they stop a tool: the task is the call's executor meanwhile.
+(TIMEOUT, CANCELLED), as they stop a tool: the task is the call's executor meanwhile. A store
+other than memory is a `DegradingStore` (as the resilience policies' is) and each keeping's steps
+run within its call's deadline: a store that hangs (a stopped Redis) or is locked (another
+connection's SQLite transaction) is answered from memory for that call, never waited out, so
+it never costs the call its result.
 
 `Artifacts(tools=True)` also adds two tools the model calls with a handle it read
 (engine/_artifact_tools.py).
@@ -47,7 +52,7 @@ from ..messages import (
     ToolResult,
     ToolSuccess,
 )
-from ..stores import ArtifactInfo, ArtifactStore, FolderStore, StoreError
+from ..stores import ArtifactInfo, ArtifactStore, DegradingStore, FolderStore, MemoryStore, StoreError
 from ..tools import MAX_SECONDS, check_fields
 from ._outcome import failure, success, truncate
 
@@ -70,7 +75,9 @@ class Artifacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             (`SQLiteStore`, `RedisStore`: shared by processes; `FolderStore`), or a folder's
             path (files there).
         ttl: seconds an artifact is kept.
-        max_bytes: the most all artifacts hold together (the oldest are dropped first); a piece
+        max_bytes: the most all artifacts hold together (room is made in the principal that
+            holds the most, its oldest first: a flood of one principal's results evicts its
+            own, and each principal is sure of `max_bytes / principals`); a piece
             larger than this is cut instead.
         max_inline_bytes: a binary part (image, audio, blob) larger than this is kept as an
             artifact rather than sent (the text limit is `max_result_chars`).
@@ -100,6 +107,8 @@ class Artifacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         store = self.store
         if isinstance(store, str) or hasattr(store, "__fspath__"):
             store = FolderStore(store)
+        if store is not None and not isinstance(store, MemoryStore | DegradingStore):
+            store = DegradingStore(store)  # a keeping's steps never wait out a store that hangs
         return ArtifactStore(store, ttl=self.ttl, max_bytes=self.max_bytes)
 
 
@@ -128,7 +137,20 @@ class Keeper:
         self.options = options
         self.store = store
         self.readable = options.tools  # the read tools are there: the note names them
-        self.nursery: trio.Nursery | None = None  # where a keeping that waits runs (set at open)
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """Where a keeping that waits runs, and what the store wrote to memory during an outage
+        is copied back from (`DegradingStore.copy_back_in`): the runtime's, set when it opens."""
+        return self._nursery
+
+    @nursery.setter
+    def nursery(self, nursery: trio.Nursery | None) -> None:
+        self._nursery = nursery
+        store = self.store.store
+        if isinstance(store, DegradingStore):
+            store.copy_back_in(nursery)
 
     def over(self, parts: tuple[ContentPart, ...], limit: int) -> bool:
         """Whether a part is over its limit (a text over `limit` characters, binary data over
@@ -250,7 +272,9 @@ class Keeper:
         file, chars = collected.file, collected.chars
         try:
             try:
-                info = yield from self.store.keep_file_flow(call.principal, file, chars, "text/plain")
+                info = yield from self.store.keep_file_flow(
+                    call.principal, file, chars, "text/plain", deadline=call.expires
+                )
             except ValueError as exc:  # over the store's max_bytes
                 log.info("call %s: a stream's result is not kept: %s", call.call.id, exc)
                 info = None
@@ -313,7 +337,7 @@ class Keeper:
     ) -> Generator[Any, Any, ArtifactInfo | None]:
         """Keep one piece for the call's principal; None if it cannot be kept (too large, the store failed)."""
         try:
-            info = yield from self.store.keep_flow(call.principal, data, mime)
+            info = yield from self.store.keep_flow(call.principal, data, mime, deadline=call.expires)
         except ValueError as exc:  # over the store's max_bytes
             log.info("call %s: a piece of its result is not kept: %s", call.call.id, exc)
             return None

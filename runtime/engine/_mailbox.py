@@ -7,7 +7,8 @@ tool runs (a worker task, its own threads, the host loop, another process), is a
     else, fewer than `size` waiting                      -> it waits its turn, in order (or
                                                             fairly across principals: `fair=True`)
     else (full)                                          -> OVERLOADED (`on_full="reject"`),
-                                                            or its caller waits for room
+                                                            or its caller waits for room (in
+                                                            order, or fairly too: `fair=True`)
 A slot is held until the executor frees it: a call whose thread is blocked keeps its slot even
 after it was answered, so a tool whose every thread is stuck takes no more work than it can do.
 
@@ -18,7 +19,7 @@ tool that is down or stopping refuses them (UNAVAILABLE).
 from __future__ import annotations
 
 import collections
-import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -49,9 +50,11 @@ class Mailbox:
         "_dead",
         "_fair",
         "_queue",
+        "_refused",
         "_room",
         "_serving",
         "_why_closed",
+        "_withdrawn",
         "capacity",
         "closed",
         "executor",
@@ -81,11 +84,20 @@ class Mailbox:
         self._fair = fair
         self._queue: collections.deque[Call[Any]] | FairQueue[Call[Any]] = self._empty()
         self._dead = 0  # calls in `_queue` answered while they waited (skipped when reached)
-        self._room: collections.deque[Callable[[], Any]] = collections.deque()  # callers waiting for room
+        # callers waiting for room; fair: one lane per principal, so that one principal's burst
+        # waiting for room does not wait in front of everyone else's calls
+        self._room: collections.deque[_RoomWaiter] | FairQueue[_RoomWaiter] = self._no_room_waiters()
+        self._withdrawn = 0  # waiters in `_room` that gave up (skipped when reached)
+        self._refused: str | None = None  # the principal of the call `admit` last found no room for
         self._serving = False
         self.closed = False
 
     def _empty(self) -> collections.deque[Call[Any]] | FairQueue[Call[Any]]:
+        if self._fair is None:
+            return collections.deque()
+        return FairQueue(_principal, self._fair)
+
+    def _no_room_waiters(self) -> collections.deque[_RoomWaiter] | FairQueue[_RoomWaiter]:
         if self._fair is None:
             return collections.deque()
         return FairQueue(_principal, self._fair)
@@ -115,6 +127,7 @@ class Mailbox:
             return True
         if len(self._queue) - self._dead >= self.size:
             if not self.reject_when_full:
+                self._refused = call.principal  # its caller waits for room next, in this lane
                 return False
             call.fail(
                 FailureKind.OVERLOADED,
@@ -131,31 +144,41 @@ class Mailbox:
         return self._serving and self.running < self.capacity and len(self._queue) == self._dead
 
     async def wait_room(self) -> None:
-        """Wait until a call may be queued again (backpressure; in order of arrival)."""
+        """Wait until the call `admit` just found no room for may be queued again (backpressure):
+        in order of arrival, or, fair, in its principal's turn."""
         task = trio.lowlevel.current_task()
-        wake = self._room
+        waiter = self._wait(lambda: trio.lowlevel.reschedule(task))
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            with contextlib.suppress(ValueError):  # woken and cancelled in one tick
-                wake.remove(resume)
+            self._withdraw(waiter)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        def resume() -> None:
-            trio.lowlevel.reschedule(task)
-
-        wake.append(resume)
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     def wait_room_soon(self, callback: Callable[[], Any]) -> Callable[[], None]:
-        """Call `callback` once a call may be queued again (for waiters that are not trio tasks);
-        returns a function that withdraws it."""
-        self._room.append(callback)
+        """Call `callback` once the call `admit` just found no room for may be queued again (for
+        waiters that are not trio tasks); returns a function that withdraws it."""
+        waiter = self._wait(callback)
+        return functools.partial(self._withdraw, waiter)
 
-        def withdraw() -> None:
-            with contextlib.suppress(ValueError):
-                self._room.remove(callback)
+    def _wait(self, wake: Callable[[], Any]) -> _RoomWaiter:
+        waiter = _RoomWaiter(self._refused, wake)
+        self._room.append(waiter)
+        return waiter
 
-        return withdraw
+    def _withdraw(self, waiter: _RoomWaiter) -> None:
+        """A waiter gives up (cancelled; or woken already: nothing to do)."""
+        if waiter.wake is None:
+            return
+        waiter.wake = None
+        self._withdrawn += 1
+        room = self._room
+        if self._withdrawn > 64 and self._withdrawn * 2 > len(room):  # mostly gone: drop them now
+            if isinstance(room, FairQueue):
+                room.keep(_still_waiting)
+            else:
+                self._room = collections.deque(w for w in room if w.wake is not None)
+            self._withdrawn = 0
 
     def left(self, call: Call[Any]) -> None:
         """A queued call was answered while it waited (its caller gave up, a deadline)."""
@@ -200,8 +223,13 @@ class Mailbox:
 
     def _wake_room(self) -> None:
         room = self._room
-        if room and len(self._queue) - self._dead < self.size:
-            room.popleft()()
+        while room and len(self._queue) - self._dead < self.size:
+            waiter = room.popleft()
+            wake, waiter.wake = waiter.wake, None
+            if wake is not None:
+                wake()
+                return
+            self._withdrawn -= 1
 
     # -- the actor's side ----------------------------------------------------------------
 
@@ -231,13 +259,30 @@ class Mailbox:
             if call.queued:
                 call.queued = False
                 call.fail(FailureKind.UNAVAILABLE, message)
-        room, self._room = self._room, collections.deque()
-        for wake in room:  # they find it closed and are refused
-            wake()
+        room, self._room = self._room, self._no_room_waiters()
+        self._withdrawn = 0
+        for waiter in room:  # they find it closed and are refused
+            wake, waiter.wake = waiter.wake, None
+            if wake is not None:
+                wake()
 
 
-def _principal(call: Call[Any]) -> str | None:
-    return call.principal
+class _RoomWaiter:
+    """A caller waiting for room in a full mailbox: `wake` is None once woken or withdrawn."""
+
+    __slots__ = ("principal", "wake")
+
+    def __init__(self, principal: str | None, wake: Callable[[], Any]) -> None:
+        self.principal = principal
+        self.wake: Callable[[], Any] | None = wake
+
+
+def _principal(item: Call[Any] | _RoomWaiter) -> str | None:
+    return item.principal
+
+
+def _still_waiting(waiter: _RoomWaiter) -> bool:
+    return waiter.wake is not None
 
 
 def _waiting(call: Call[Any]) -> bool:

@@ -40,6 +40,7 @@ Life of a connection (each turn of the loop is one session with the server)::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import secrets
@@ -584,20 +585,34 @@ def _progress_to(ctx: CallContext) -> ProgressFnT:
 
 def _keyed(tool: McpTool, ctx: CallContext) -> bool:
     """Whether a call's `tools/call` carries an idempotency key: its caller gave one, or its tool
-    may be run again (the server says it is idempotent or read-only: only such a tool is retried)."""
-    return tool.idempotent or tool.read_only or "idempotency_key" in ctx.metadata
+    may be run again with effects (the server says it is idempotent, and not read-only: only
+    such a tool is retried, and a read-only one run again changes nothing, so a fresh key for
+    each of its calls would only keep a server from joining identical ones)."""
+    return (tool.idempotent and not tool.read_only) or "idempotency_key" in ctx.metadata
 
 
 def _idempotency(ctx: CallContext) -> Any:
     """The `_meta` of a call's `tools/call`: its idempotency key, the same for each of its
     attempts (a `Retry`), so a server that keeps a journal answers a retry of work it did without
     doing it again. The caller's own key (metadata `idempotency_key`) when it gave one; else one
-    made for the call on its first attempt and kept in its metadata."""
+    made for the call on its first attempt and kept in its metadata. Sent scoped to the call's
+    principal (`scoped_key`): the server sees this runtime's tenants as one client, and two
+    tenants' keys alike ("checkout-1") must not name one operation there."""
     key = ctx.metadata.get("idempotency_key")
     if not isinstance(key, str) or not key:
         key = secrets.token_hex(16)
         ctx.metadata = ctx.metadata | {"idempotency_key": key}
-    return {"idempotency_key": key}
+    return {"idempotency_key": scoped_key(ctx.principal, key)}
+
+
+def scoped_key(principal: str | None, key: str) -> str:
+    """A caller's idempotency key as a server is sent it: a digest of its principal and the key
+    (32 hex digits). The same principal and key give the same digest in every process (a retry
+    that another of the runtime's processes sends is still known to the server), and another
+    principal's key is another digest; the digest shows neither the name nor the key."""
+    who = (principal or "").encode()
+    named = b"%d:%s%s" % (len(who), who, key.encode())  # the length first: no two pairs alike
+    return hashlib.blake2b(named, digest_size=16, person=b"runtime-mcp-key").hexdigest()
 
 
 def _connection_gone(exc: MCPError, link: _Link) -> bool:

@@ -169,7 +169,8 @@ class ServedRuntime:
         self._catalog = Catalog(rt)
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
-        self._sessions: set[ServerSession] = set()
+        # handshake-era connections -> a session to tell them of changes, one per connection
+        self._sessions: dict[Any, ServerSession] = {}
         # logging/setLevel per connection (handshake era; 2026-07-28 asks per request in `_meta`)
         self._levels: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         # artifacts the calls of each connection made (an anonymous session reads only its own)
@@ -474,13 +475,17 @@ class ServedRuntime:
     async def _initialized(self, ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
         # A handshake-era connection: list_changed goes to it on its standalone channel. The
         # SDK keeps no list of connections and exposes no close hook on the request context,
-        # so the session's connection (private) is where its removal is scheduled.
+        # so the session's connection (private) is where its removal is scheduled. Once per
+        # connection: a client that repeats the notification holds nothing more for it.
         session = ctx.session
-        self._sessions.add(session)
-        self._handshakes.add(_connection_of(session))
+        key = _connection_of(session)
+        if key in self._sessions:
+            return
+        self._sessions[key] = session
+        self._handshakes.add(key)
         connection = getattr(session, "_connection", None)
         if isinstance(connection, Connection):
-            connection.exit_stack.callback(self._sessions.discard, session)
+            connection.exit_stack.callback(self._sessions.pop, key, None)
 
     async def announce_changes(self) -> None:
         """Tell connected clients whenever the runtime's tools change; runs until cancelled."""
@@ -488,7 +493,7 @@ class ServedRuntime:
         while True:
             version = await self._rt.wait_registry_changed(version)
             await self._bus.publish(ToolsListChanged())
-            sessions = list(self._sessions)
+            sessions = list(self._sessions.values())
             if sessions:
                 async with trio.open_nursery() as nursery:
                     for session in sessions:

@@ -4,7 +4,11 @@ An artifact is a text (kept as UTF-8) or bytes, under a handle made from its con
 24 hex digits of its SHA-256) in the scope of one principal: the same content kept for two
 principals is two artifacts, and a principal's lookup never finds another's (nor learns that it
 exists). It lives `ttl` seconds from when it was first kept; together they hold at most
-`max_bytes` (the oldest are dropped first).
+`max_bytes`. Room is made in the principal that holds the most bytes (the one being kept counted
+as its principal's), its oldest first: a principal's results evict another's artifacts only when
+that one holds more, so a flood evicts its own and each principal is sure of `max_bytes /
+principals`. A piece that would leave its principal holding the most with nothing of its own to
+drop is refused (its caller cuts it).
 
 The data sits in any store with `get`/`set`/`delete`/`keys` and TTLs: a `MemoryStore` (the
 default: this process), a `FolderStore` (files), an `SQLiteStore` or a `RedisStore` (shared by
@@ -15,7 +19,9 @@ read is whole.
 
 Keeping is a flow (a generator, as the resilience policies' are): it runs in place when nothing
 in it has to wait (a small artifact, a MemoryStore), else its driver awaits what it yields (a
-worker thread that encodes and hashes a chunk, a store's step).
+worker thread that encodes and hashes a chunk, a store's step). On a `DegradingStore` a keeping's
+steps run within its `deadline` (`DegradingStore.within`): a store that hangs or is locked is
+answered from memory for that keeping, never waited out.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import trio
 
 from .._flows import drive, now
 from ..exceptions import ArtifactMissing
+from ._degrading import DegradingStore
 from ._memory import MemoryStore
 
 __all__ = [
@@ -154,6 +161,8 @@ class ArtifactStore:
         self._kept: collections.OrderedDict[tuple[str, str], tuple[int, int, float]] = (
             collections.OrderedDict()
         )  # (scope, handle) -> (bytes, chunks, expires): what this store kept, oldest first
+        self._by_scope: dict[str, collections.OrderedDict[str, None]] = {}  # scope -> handles, oldest first
+        self._held: dict[str, int] = {}  # scope -> bytes kept and being kept for it
         self._gone: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
         self._keeping: dict[tuple[str, str], trio.Event] = {}  # keepings under way, set when done
         self._loading: trio.Event | None = None  # the first keeping reads what the store holds
@@ -171,7 +180,9 @@ class ArtifactStore:
 
     # -- keeping ---------------------------------------------------------------------------
 
-    async def keep(self, principal: str | None, data: str | bytes, mime_type: str) -> ArtifactInfo:
+    async def keep(
+        self, principal: str | None, data: str | bytes, mime_type: str, *, deadline: float = math.inf
+    ) -> ArtifactInfo:
         """Keep `data` (a text, or bytes) for `principal`; its description (the same artifact's,
         if it was kept already).
 
@@ -179,13 +190,14 @@ class ArtifactStore:
             ValueError: it is over `max_bytes`.
             StoreError: the store failed.
         """
-        info: ArtifactInfo = await drive(self.keep_flow(principal, data, mime_type))
+        info: ArtifactInfo = await drive(self.keep_flow(principal, data, mime_type, deadline=deadline))
         return info
 
     def keep_flow(
-        self, principal: str | None, data: str | bytes, mime_type: str
+        self, principal: str | None, data: str | bytes, mime_type: str, *, deadline: float = math.inf
     ) -> Generator[Any, Any, ArtifactInfo]:
-        """The steps of `keep`: yields what has to be awaited (and is sent its value)."""
+        """The steps of `keep`: yields what has to be awaited (and is sent its value). `deadline`
+        (trio time): when the keeping's caller must have its result (see the module)."""
         chunk = self.chunk
         count = max(1, math.ceil(len(data) / chunk))
         hasher = hashlib.sha256()
@@ -209,11 +221,12 @@ class ArtifactStore:
             len(data) if isinstance(data, str) else None,
             mime_type,
             piece,
+            self._within(deadline),
         )
         return info
 
     def keep_file_flow(
-        self, principal: str | None, file: IO[str], chars: int, mime_type: str
+        self, principal: str | None, file: IO[str], chars: int, mime_type: str, *, deadline: float = math.inf
     ) -> Generator[Any, Any, ArtifactInfo]:
         """`keep_flow` of a text of `chars` characters that is in `file` (a temporary file a
         result too large to hold in memory was written to, a stream's): read in chunks, twice
@@ -235,9 +248,21 @@ class ArtifactStore:
             return read
 
         info = yield from self._keep(
-            principal, "art_" + hasher.hexdigest()[:24], size, count, chars, mime_type, piece
+            principal,
+            "art_" + hasher.hexdigest()[:24],
+            size,
+            count,
+            chars,
+            mime_type,
+            piece,
+            self._within(deadline),
         )
         return info
+
+    def _within(self, deadline: float) -> Any:
+        """The store as one keeping's steps use it: within its deadline on a `DegradingStore`."""
+        store = self.store
+        return store.within(deadline) if isinstance(store, DegradingStore) else store
 
     def _keep(
         self,
@@ -248,39 +273,42 @@ class ArtifactStore:
         chars: int | None,
         mime_type: str,
         piece: Callable[[int], Generator[Any, Any, bytes]],
+        store: Any,
     ) -> Generator[Any, Any, ArtifactInfo]:
         """Keep an artifact whose content is known by its `handle` (content-addressed), `size`
-        bytes in `count` chunks; `piece(i)` gives chunk `i` (in order) when it is written."""
+        bytes in `count` chunks; `piece(i)` gives chunk `i` (in order) when it is written; its
+        steps go to `store` (this store's, or a keeping's view of it: `_within`)."""
         if size > self.max_bytes:
             raise ValueError(f"an artifact of {size} bytes is over the store's limit of {self.max_bytes}")
         scope = _scope(principal)
         meta_key = _meta_key(scope, handle)
         key = (scope, handle)
         if not self._loaded:
-            yield from self._load()
+            yield from self._load(store)
         while (under_way := self._keeping.get(key)) is not None:  # the same, being kept: its result
             yield under_way.wait()
         done = self._keeping[key] = trio.Event()  # before anything is awaited: one keeping a key
         kept = counted = False
         try:
-            known = yield from self._step(self.store.get(meta_key))
+            known = yield from self._step(store.get(meta_key))
             if known is not None:  # kept already (content-addressed): the same artifact
                 found: ArtifactInfo = _info_decoder.decode(known)
                 kept = True
                 return found
             self.total += size  # counted before any write: concurrent keepings see it
+            self._hold(scope, size)
             counted = True
             now = self._clock()
-            yield from self._make_room(now)
+            yield from self._make_room(now, store, scope)
             if self.total > self.max_bytes:
                 raise ValueError(
-                    f"no room for an artifact of {size} bytes: the ones being kept now hold the rest "
-                    f"of the store's {self.max_bytes}"
+                    f"no room for an artifact of {size} bytes: the others' artifacts and the ones being "
+                    f"kept now hold the rest of the store's {self.max_bytes} (this principal's share)"
                 )
             ttl = self.ttl
             for i in range(count):
                 data = yield from piece(i)
-                yield from self._step(self.store.set(_data_key(scope, handle, i), data, ttl))
+                yield from self._step(store.set(_data_key(scope, handle, i), data, ttl))
             info = ArtifactInfo(
                 handle=handle,
                 size=size,
@@ -291,18 +319,19 @@ class ArtifactStore:
                 chunk=self.chunk,
                 chunks=count,
             )
-            yield from self._step(self.store.set(meta_key, _info_encoder.encode(info), ttl))
-            self._kept[key] = (size, count, now + ttl)
+            yield from self._step(store.set(meta_key, _info_encoder.encode(info), ttl))
+            self._add(key, (size, count, now + ttl))
             self._gone.pop(key, None)
             kept = True
             return info
         finally:
             if counted and not kept:  # refused, failed or stopped: its bytes are not held (chunks expire)
                 self.total -= size
+                self._hold(scope, -size)
             del self._keeping[key]
             done.set()
 
-    def _load(self) -> Generator[Any, Any, None]:
+    def _load(self, store: Any) -> Generator[Any, Any, None]:
         """Count what the store holds from before this process (once; the first keeping waits)."""
         loading = self._loading
         if loading is not None:
@@ -311,8 +340,8 @@ class ArtifactStore:
         loading = self._loading = trio.Event()
         try:
             found: list[tuple[str, ArtifactInfo]] = []
-            for meta_key in (yield from self._step(self.store.keys("artifact:"))):
-                data = yield from self._step(self.store.get(meta_key))
+            for meta_key in (yield from self._step(store.keys("artifact:"))):
+                data = yield from self._step(store.get(meta_key))
                 if data is not None:
                     try:
                         found.append((meta_key.split(":", 2)[1], _info_decoder.decode(data)))
@@ -320,37 +349,74 @@ class ArtifactStore:
                         continue
             found.sort(key=lambda item: item[1].created)
             kept = self._kept
-            for scope, info in found:
+            for scope, info in reversed(found):  # newest first: each goes before the ones added
                 key = (scope, info.handle)
                 if key not in kept:
-                    kept[key] = (info.size, info.chunks, info.expires)
-                    kept.move_to_end(key, last=False)  # older than what this process kept
+                    self._add(key, (info.size, info.chunks, info.expires), first=True)
                     self.total += info.size
-            self._loaded = True
+                    self._hold(scope, info.size)
+            # read from the store itself, not from memory in its stead (it did not answer in
+            # time): else the next keeping reads it again
+            self._loaded = not getattr(store, "down", False)
         finally:
             self._loading = None if not self._loaded else loading
             loading.set()
 
-    def _make_room(self, now: float) -> Generator[Any, Any, None]:
-        """Drop what expired, then the oldest, until `total` (the new one counted) fits under
-        `max_bytes`, or nothing kept is left to drop."""
+    def _add(self, key: tuple[str, str], entry: tuple[int, int, float], first: bool = False) -> None:
+        """Count a kept artifact (its bytes are held already: `_hold`); `first`: older than the
+        others (what the store held from before this process)."""
+        scope, handle = key
+        self._kept[key] = entry
+        handles = self._by_scope.get(scope)
+        if handles is None:
+            handles = self._by_scope[scope] = collections.OrderedDict()
+        handles[handle] = None
+        if first:
+            self._kept.move_to_end(key, last=False)
+            handles.move_to_end(handle, last=False)
+
+    def _hold(self, scope: str, size: int) -> None:
+        held = self._held.get(scope, 0) + size
+        if held:
+            self._held[scope] = held
+        else:
+            self._held.pop(scope, None)
+
+    def _make_room(self, now: float, store: Any, scope: str) -> Generator[Any, Any, None]:
+        """Drop what expired, then, until `total` (the new one counted, for `scope`) fits under
+        `max_bytes`, the oldest of the principal that holds the most (`scope` first on a tie);
+        never another's for a `scope` that holds as much as any of them (its piece is refused)."""
         kept = self._kept
         for key in [k for k, (_, _, expires) in kept.items() if expires <= now]:
-            yield from self._drop(key, "expired")
-        while kept and self.total > self.max_bytes:
-            yield from self._drop(next(iter(kept)), "dropped")
+            yield from self._drop(key, "expired", store)
+        held, by_scope = self._held, self._by_scope
+        while by_scope and self.total > self.max_bytes:
+            # a scan of the principals that have artifacts kept: few, each artifact being large
+            victim = scope if scope in by_scope else None
+            for other in by_scope:
+                if victim is None or held[other] > held[victim]:
+                    victim = other
+            assert victim is not None
+            if victim != scope and held.get(scope, 0) >= held[victim]:  # it holds the most, none kept
+                return
+            yield from self._drop((victim, next(iter(by_scope[victim]))), "dropped", store)
 
-    def _drop(self, key: tuple[str, str], why: str) -> Generator[Any, Any, None]:
+    def _drop(self, key: tuple[str, str], why: str, store: Any) -> Generator[Any, Any, None]:
         entry = self._kept.pop(key, None)
         if entry is None:  # another keeping dropped it meanwhile
             return
         size, count, _ = entry
-        self.total -= size
-        self._remember(key, why)
         scope, handle = key
-        yield from self._step(self.store.delete(_meta_key(scope, handle)))
+        handles = self._by_scope[scope]
+        del handles[handle]
+        if not handles:
+            del self._by_scope[scope]
+        self.total -= size
+        self._hold(scope, -size)
+        self._remember(key, why)
+        yield from self._step(store.delete(_meta_key(scope, handle)))
         for i in range(count):
-            yield from self._step(self.store.delete(_data_key(scope, handle, i)))
+            yield from self._step(store.delete(_data_key(scope, handle, i)))
 
     def _remember(self, key: tuple[str, str], why: str) -> None:
         gone = self._gone
@@ -493,7 +559,7 @@ class ArtifactStore:
         """Drop `principal`'s artifact `handle` now; False if there was none."""
         key = (_scope(principal), handle)
         if key in self._kept:
-            await drive(self._drop(key, "dropped"))
+            await drive(self._drop(key, "dropped", self.store))
             return True
         return False
 

@@ -78,8 +78,17 @@ class DegradingStore(_Steps):
 
     What the fallback wrote meanwhile (`set`, `delete`, `delete_prefix`) is copied to the primary
     when it answers again, before any other step reaches it: a dedupe journal written while Redis
-    was down is there once it is back, and a replay does not run the tool again. Counters,
-    token buckets and claims are not copied: they start afresh (a claim expires on its own).
+    was down is there once it is back, and a replay does not run the tool again. Given a nursery
+    (`copy_back_in`: the runtime gives its own), a task copies it as soon as the primary answers
+    (it asks every `probe_every` seconds while there is something to copy), not only at the next
+    step of this process: another process's replay finds the journal too. Counters, token
+    buckets and claims are not copied: they start afresh (a claim expires on its own).
+
+    The copy never undoes what other processes did since: a value is written only where the
+    primary holds none now (what was written there since wins), and the keys that start with
+    one of `not_copied` (a cache's entries, `cache:`) are dropped instead, since a key the
+    primary lacks may have been invalidated meanwhile, and a result kept only to save work
+    would come back stale. What is copied (or dropped) leaves the fallback too.
     """
 
     def __init__(
@@ -92,6 +101,8 @@ class DegradingStore(_Steps):
         share: float = 0.1,
         min_step: float = 0.05,
         max_pending: int = 100_000,
+        probe_every: float = 0.25,
+        not_copied: tuple[str, ...] = ("cache:",),
     ) -> None:
         self.primary = primary
         self.fallback: Store = fallback if fallback is not None else MemoryStore(clock=time.monotonic)
@@ -100,6 +111,8 @@ class DegradingStore(_Steps):
         self.share = share
         self.min_step = min_step
         self.max_pending = max_pending
+        self.probe_every = probe_every
+        self.not_copied = not_copied
         self.failures = 0
         """Steps the primary did not answer (failed, or too slow for their call): the fallback did."""
         self.copied = 0
@@ -111,11 +124,19 @@ class DegradingStore(_Steps):
         self._prefixes: collections.deque[str] = collections.deque()  # delete_prefix, in order
         self._copying = trio.Lock()
         self._dropped = False
+        self._nursery: trio.Nursery | None = None  # where the copy-back task runs (`copy_back_in`)
+        self._copier: trio.CancelScope | None = None  # the copy-back task's, while it runs
 
     @property
     def degraded(self) -> bool:
         """True while steps go to the fallback."""
         return self._down_until is not None
+
+    def copy_back_in(self, nursery: trio.Nursery | None) -> None:
+        """Copy what the fallback wrote back to the primary from a task in `nursery`, as soon as
+        the primary answers again (None: at the next step that reaches it, as without one)."""
+        self._nursery = nursery
+        self._start_copier()
 
     def within(self, deadline: float) -> Store:
         """This store as one call's steps see it: the call must end by `deadline` (trio time;
@@ -186,6 +207,7 @@ class DegradingStore(_Steps):
             self._prefixes.append(prefix)
         else:
             return value
+        self._start_copier()
         while len(pending) > self.max_pending:
             pending.popitem(last=False)
             if not self._dropped:
@@ -199,33 +221,76 @@ class DegradingStore(_Steps):
 
     async def _copy(self) -> None:
         """Copy the fallback's writes to the primary, oldest first, once (one copier at a time;
-        what is copied leaves the list, so a copy cut short goes on at the next step)."""
+        what is copied leaves the list, so a copy cut short goes on at the next step). Each of
+        its steps waits for the primary at most `step_timeout` (then StoreError)."""
         async with self._copying:
-            primary, pending, prefixes = self.primary, self._pending, self._prefixes
+            primary, fallback = self.primary, self.fallback
+            pending, prefixes = self._pending, self._prefixes
             while prefixes:
-                await primary.delete_prefix(prefixes[0])
+                await self._ask(primary.delete_prefix(prefixes[0]))
                 prefixes.popleft()
                 self.copied += 1
             while pending:
                 key, entry = next(iter(pending.items()))
+                copied = False
                 if entry is _DELETED:
-                    await primary.delete(key)
-                elif entry is not _ADDED:
+                    await self._ask(primary.delete(key))
+                    copied = True
+                elif entry is not _ADDED and not key.startswith(self.not_copied):
                     data, expires = entry
                     ttl = None if expires is None else expires - time.monotonic()
                     if ttl is None or ttl > 0:
-                        await primary.set(key, data, ttl)
+                        copied = await self._ask(primary.add(key, data, ttl))  # never over a newer value
                 if pending.get(key) is entry:  # not written again meanwhile
                     del pending[key]
-                if entry is not _ADDED:
-                    self.copied += 1
+                    if entry is not _ADDED and entry is not _DELETED:  # the primary's now (or dropped)
+                        await fallback.delete(key)
+                self.copied += copied
             if self._dropped:
                 self._dropped = False
             log.info(
                 "store %s: the writes made while it was down are copied to it", type(self.primary).__name__
             )
 
+    async def _ask(self, step: Any) -> Any:
+        """A step of the copy, awaited at most `step_timeout` (StoreError: no answer)."""
+        with trio.move_on_after(self.step_timeout):
+            return await step
+        raise StoreError(f"no answer for {self.step_timeout:g}s")
+
+    def _start_copier(self) -> None:
+        nursery = self._nursery
+        if nursery is None or self._copier is not None or not (self._pending or self._prefixes):
+            return
+        scope = self._copier = trio.CancelScope()
+        try:
+            nursery.start_soon(self._copy_back, scope)
+        except RuntimeError:  # the nursery is closing (so is the runtime): the next step copies
+            self._copier = None
+
+    async def _copy_back(self, scope: trio.CancelScope) -> None:
+        """Ask the primary every `probe_every` seconds, while there is something to copy, and
+        copy it once the primary answers: it is then used again by every step."""
+        try:
+            with scope:
+                while self._pending or self._prefixes:
+                    await trio.sleep(self.probe_every)
+                    try:
+                        await self._copy()
+                    except (StoreError, OSError, TimeoutError):
+                        continue  # still down: asked again later (the steps count outages)
+                    if self._down_until is not None:
+                        log.warning("store %s answers again", type(self.primary).__name__)
+                        self._down_until = None
+                    self._unanswered_since = None
+        finally:
+            if self._copier is scope:
+                self._copier = None
+
     async def aclose(self) -> None:
+        self._nursery = None
+        if self._copier is not None:
+            self._copier.cancel()
         try:
             await self.primary.aclose()
         finally:

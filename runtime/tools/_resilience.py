@@ -202,11 +202,15 @@ class Cache(_Value, frozen=True):
     """Answer a read-only tool's call from an earlier result of the same call.
 
     The key is the tool, its canonical arguments and the principal (unless `shared`): one
-    principal never reads another's results. Only successes are kept.
+    principal never reads another's results. A caller's idempotency key is not part of it (it
+    names an operation to run once, `Dedupe`'s, not what a result answers). Only successes are
+    kept.
 
     Attributes:
         ttl: seconds a result is served.
-        max_entries: results kept per tool (the least recently used go first).
+        max_entries: results kept per tool in this process (room is made in the principal
+            that wrote the most, its least recently used first: one principal's calls never
+            evict another's results).
         shared: one cache for every principal (results that do not depend on who asks).
     """
 
@@ -279,7 +283,10 @@ class CircuitBreaker(_Value, frozen=True):
     refused, no answer in time) within `window` seconds, never by a tool's own ERROR, REJECTED
     or an MCP `isError`. A TIMEOUT counts only when the tool's own timeout passed (its
     `timeout`, or the runtime's `default_timeout`), never a caller's shorter deadline: one
-    principal's impatient calls do not open it for everyone. While open, calls fail UNAVAILABLE at once with the seconds until it is
+    principal's impatient calls do not open it for everyone. Nor do the calls lost to a restart
+    that the tool's own `restart_on` exception caused (one principal's input that crashes the
+    tool); a worker that died, a connection lost, still count. While open, calls fail
+    UNAVAILABLE at once with the seconds until it is
     tried again; then one call goes through (half-open): its success closes the breaker, its
     transport failure opens it again.
 

@@ -3,8 +3,8 @@
 
     python keys.py LOG
 
-It serves one tool, `charge(order, hang)`, said idempotent (`idempotentHint`). Each call appends
-`{"order", "meta"}` to LOG as a JSON line; a call with `hang` true is never answered the first
+It serves `charge(order, hang)`, said idempotent (`idempotentHint`), and `quote(order, hang)`,
+said read-only (`readOnlyHint`). Each call appends `{"order", "meta"}` to LOG as a JSON line; a call with `hang` true is never answered the first
 time its order is seen (the client's timeout ends it, and its Retry sends it again).
 """
 
@@ -24,6 +24,7 @@ TOOL = {
     },
     "annotations": {"idempotentHint": True},
 }
+QUOTE = {**TOOL, "name": "quote", "description": "Quote an order.", "annotations": {"readOnlyHint": True}}
 
 
 def main() -> None:
@@ -42,7 +43,7 @@ def main() -> None:
                 "serverInfo": {"name": "keys", "version": "1"},
             }
         elif method == "tools/list":
-            result = {"tools": [TOOL]}
+            result = {"tools": [TOOL, QUOTE]}
         elif method == "tools/call":
             arguments = params.get("arguments") or {}
             order = arguments.get("order", "")

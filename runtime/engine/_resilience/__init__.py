@@ -71,10 +71,22 @@ class Resilience:
         self.breakers: dict[str, BreakerState] = {}
         self.caches = 0  # cache policies made (the entry looks for hits only when there are some)
         self.principal_gates: weakref.WeakValueDictionary[str | None, Gate] = weakref.WeakValueDictionary()
-        self.nursery: trio.Nursery | None = None  # retries wait here (set when the runtime opens)
+        self._nursery: trio.Nursery | None = None
         self.readmit: Callable[[Call[ToolPlan], bool], None] = (
             _nothing  # the entry's admission, for a retried call
         )
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """Where retries wait, and what a store wrote to memory during an outage is copied back
+        from (`DegradingStore.copy_back_in`): the runtime's, set when it opens."""
+        return self._nursery
+
+    @nursery.setter
+    def nursery(self, nursery: trio.Nursery | None) -> None:
+        self._nursery = nursery
+        if isinstance(self.store, DegradingStore):
+            self.store.copy_back_in(nursery)
 
     @property
     def store_failures(self) -> int:

@@ -131,12 +131,17 @@ def _against(call: Call[ToolPlan], result: ToolFailure) -> bool:
     """Whether a transport failure is evidence against the server. A TIMEOUT is only when the
     deadline that passed was at least the tool's own timeout (its `timeout`, or the runtime's
     default): a caller's shorter deadline says what the caller could wait, not that the server is
-    down, and one principal's impatient calls must not open the breaker for everyone."""
-    if result.kind is not FailureKind.TIMEOUT:
-        return True
+    down, and one principal's impatient calls must not open the breaker for everyone. An
+    UNAVAILABLE is not when the call was lost to a restart that the tool's own error caused (a
+    `restart_on` exception: `crash_reason`): one principal's input that crashes the tool must
+    not open it for everyone either; a worker that died, a connection lost, still are."""
     plan = call.plan
     if plan is None:  # pragma: no cover - a call the breaker heard ran on a plan
         return False
+    if result.kind is FailureKind.UNAVAILABLE:
+        return plan.crash_reason is None
+    if result.kind is not FailureKind.TIMEOUT:
+        return True
     own = plan.timeout if plan.timeout is not None else plan.default_timeout
     return own is not None and call.limit is not None and call.limit >= own
 

@@ -1,9 +1,16 @@
-"""Cache: a read-only tool's earlier successes, served again (per principal unless shared)."""
+"""Cache: a read-only tool's earlier successes, served again (per principal unless shared).
+
+A result is keyed by the tool, its canonical arguments and its principal (unless shared), never
+by the caller's idempotency key (`call_key`). In this process (a MemoryStore) each tool keeps
+`max_entries` results; room is made in the principal that wrote the most of them, its least
+recently used first (`Kept`): one principal's flood of distinct calls evicts its own results,
+never another's, and each principal is sure of `max_entries / principals` of them.
+"""
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import trio
@@ -12,7 +19,7 @@ from ...messages import ResourceLinkPart, ToolResult, ToolSuccess
 from ...stores import Store
 from ...tools import ToolOptions
 from .._policies import CallRequest, Policy, PolicyFlow, passes
-from ._common import Shared, _decode, _event, _result_codec, args_key, key_given, key_of
+from ._common import Shared, _decode, _event, _result_codec, args_key, call_key
 
 
 class CachePolicy(Policy):
@@ -24,7 +31,7 @@ class CachePolicy(Policy):
         self.tool = tool
         self.cache = options.cache
         self.suspends = not resilience.local  # type: ignore[misc]
-        self.entries: collections.OrderedDict[str, tuple[float, ToolSuccess[Any]]] = collections.OrderedDict()
+        self.entries = Kept(self.cache.max_entries)
         # (principal, arguments as the model wrote them) -> its key: a repeated call is found
         # without decoding or hashing it (`hit_by_text`, at the entry); kept on a MemoryStore only
         self.raw: dict[tuple[str, str], str] = {}
@@ -40,11 +47,11 @@ class CachePolicy(Policy):
         if request.answered is not None:  # answered before it ran: nothing to keep, join or count
             return (yield from passes(request))
         shared = self.cache.shared
-        key = key_of(request, self.tool, shared)
+        key = call_key(request, self.tool, shared)
         store = self.r.store_for(request)
         hit = yield from self._get(key, store)
         if hit is None and shared and self.personal:  # a result that links its caller's artifacts
-            hit = yield from self._get(key_of(request, self.tool), store)
+            hit = yield from self._get(call_key(request, self.tool), store)
         if hit is not None:
             self.hits += 1
             _event(request, "tool.cache", {"tool.cache.hit": True})
@@ -57,11 +64,11 @@ class CachePolicy(Policy):
             if shared and _links_artifacts(result):
                 # its artifacts are kept for this principal alone: a shared entry would hand
                 # their handles to others, who may not read them. Kept as this principal's.
-                key, who = key_of(request, self.tool), request.principal or ""
+                key, who = call_key(request, self.tool), request.principal or ""
                 self.personal += 1
-            yield from self._put(key, result, store)
+            yield from self._put(key, result, store, request.principal or "")
             raw = request._call.call.arguments
-            if self.r.local and type(raw) is str and key_given(request) is None:
+            if self.r.local and type(raw) is str:
                 self._alias(who, raw, key)
         return result
 
@@ -80,22 +87,24 @@ class CachePolicy(Policy):
             key = self.raw.get((principal or "", raw))
         if key is None:
             return None
-        entry = self.entries.get(key)
+        entries = self.entries
+        entry = entries.get(key)
         if entry is None or entry[0] <= trio.current_time():
             return None  # gone or expired: the call takes the whole path (which forgets it)
-        self.entries.move_to_end(key)
+        entries.used(key, entry[2])
         self.hits += 1
         return entry[1]
 
     def _get(self, key: str, store: Store) -> Generator[Any, Any, ToolSuccess[Any] | None]:
         if self.r.local:
-            entry = self.entries.get(key)
+            entries = self.entries
+            entry = entries.get(key)
             if entry is None:
                 return None
             if entry[0] <= trio.current_time():
-                del self.entries[key]
+                entries.pop(key)
                 return None
-            self.entries.move_to_end(key)
+            entries.used(key, entry[2])
             return entry[1]
         data = yield from self.r.step(store.get(f"cache:{key}"))
         if data is None:
@@ -103,13 +112,11 @@ class CachePolicy(Policy):
         found = _decode(data)
         return found if type(found) is ToolSuccess else None
 
-    def _put(self, key: str, result: ToolSuccess[Any], store: Store) -> Generator[Any, Any, None]:
+    def _put(
+        self, key: str, result: ToolSuccess[Any], store: Store, writer: str
+    ) -> Generator[Any, Any, None]:
         if self.r.local:
-            entries = self.entries
-            entries[key] = (trio.current_time() + self.cache.ttl, result)
-            entries.move_to_end(key)
-            while len(entries) > self.cache.max_entries:
-                entries.popitem(last=False)
+            self.entries.put(key, trio.current_time() + self.cache.ttl, result, writer)
             return
         yield from self.r.step(store.set(f"cache:{key}", _result_codec.encode(result), self.cache.ttl))
 
@@ -125,7 +132,7 @@ class CachePolicy(Policy):
             forgotten = 0
             for key in keys:
                 if self.r.local:
-                    forgotten += self.entries.pop(key, None) is not None
+                    forgotten += self.entries.pop(key)
                 else:
                     deleted: bool = yield from self.r.step(self.r.store.delete(f"cache:{key}"))
                     forgotten += deleted
@@ -134,7 +141,7 @@ class CachePolicy(Policy):
         if self.r.local:
             doomed = [k for k in self.entries if k.startswith(prefix)]
             for k in doomed:
-                del self.entries[k]
+                self.entries.pop(k)
             return len(doomed)
         count: int = yield from self.r.step(self.r.store.delete_prefix(f"cache:{prefix}"))
         return count
@@ -143,3 +150,80 @@ class CachePolicy(Policy):
 def _links_artifacts(result: ToolSuccess[Any]) -> bool:
     """Whether a result links artifacts (kept for its principal: `runtime.engine._artifacts`)."""
     return any(type(p) is ResourceLinkPart and p.uri.startswith("artifact://") for p in result.parts)
+
+
+class Kept:
+    """A tool's cached results in this process: key -> (expires at, result, writer), at most
+    `limit`. Each writer's (principal's) keys are kept least recently used first; when full,
+    room is made in the writer that holds the most (as `MemoryStore` makes room), so one
+    principal's distinct calls never evict another's results. Hits and puts cost O(1)."""
+
+    __slots__ = ("_by_writer", "_data", "_largest", "_sizes", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._data: dict[str, tuple[float, ToolSuccess[Any], str]] = {}
+        self._by_writer: dict[str, collections.OrderedDict[str, None]] = {}
+        self._sizes: dict[int, set[str]] = {}  # how many keys -> the writers that hold that many
+        self._largest = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._data))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: str) -> tuple[float, ToolSuccess[Any], str] | None:
+        return self._data.get(key)
+
+    def used(self, key: str, writer: str) -> None:
+        """`key` was served: the last of its writer's to go."""
+        self._by_writer[writer].move_to_end(key)
+
+    def put(self, key: str, expires: float, result: ToolSuccess[Any], writer: str) -> None:
+        data = self._data
+        old = data.get(key)
+        if old is not None:
+            writer = old[2]  # written again (two misses ran at once): counted where it was
+            data[key] = (expires, result, writer)
+            self._by_writer[writer].move_to_end(key)
+            return
+        data[key] = (expires, result, writer)
+        keys = self._by_writer.get(writer)
+        if keys is None:
+            keys = self._by_writer[writer] = collections.OrderedDict()
+        keys[key] = None
+        self._resize(writer, len(keys) - 1, len(keys))
+        while len(data) > self.limit:
+            largest = next(iter(self._sizes[self._largest]))
+            self.pop(next(iter(self._by_writer[largest])))
+
+    def pop(self, key: str) -> bool:
+        """Forget `key`; whether it was kept."""
+        entry = self._data.pop(key, None)
+        if entry is None:
+            return False
+        writer = entry[2]
+        keys = self._by_writer[writer]
+        del keys[key]
+        if not keys:
+            del self._by_writer[writer]
+        self._resize(writer, len(keys) + 1, len(keys))
+        return True
+
+    def _resize(self, writer: str, old: int, new: int) -> None:
+        sizes = self._sizes
+        if old:
+            holders = sizes[old]
+            holders.discard(writer)
+            if not holders:
+                del sizes[old]
+        if new:
+            sizes.setdefault(new, set()).add(writer)
+            if new > self._largest:
+                self._largest = new
+        while self._largest and self._largest not in sizes:
+            self._largest -= 1

@@ -111,12 +111,22 @@ def key_given(request: CallRequest) -> str | None:
 
 
 def key_of(request: CallRequest, tool: str, shared: bool = False) -> str:
-    """(tool, canonical arguments, principal) as a short key; the caller's `idempotency_key`
-    (in the call's metadata) instead, when it gives one."""
-    principal = "" if shared else (request.principal or "")
+    """The key of a call to run once (Dedupe): its caller's `idempotency_key` (in the call's
+    metadata) when it gives one, which names one operation whatever its arguments say (a
+    retry the model worded anew), within its principal; else its arguments' key (`call_key`)."""
     given = key_given(request)
     if given is not None:
+        principal = "" if shared else (request.principal or "")
         return f"{tool}\x00{principal}\x00k:{given}"
+    return call_key(request, tool, shared)
+
+
+def call_key(request: CallRequest, tool: str, shared: bool = False) -> str:
+    """(tool, canonical arguments, principal unless `shared`) as a short key: what a cached
+    result answers. Never the caller's idempotency key: a key names an operation its caller
+    may retry, not its arguments, and callers choose keys as they like (a request id, a
+    counter another tenant uses too), so a result keyed by it would answer other arguments."""
+    principal = "" if shared else (request.principal or "")
     args = request.args
     if args is None:
         raw = request.arguments
