@@ -118,9 +118,38 @@ def redis(redis_server: RedisServer) -> RedisServer:
     return redis_server
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs two workers), the tests of the session's Ray cluster
     all go to one worker (`--dist loadgroup`): one cluster per run, not one per worker."""
     for item in items:
         if {"ray_cluster", "local_ray"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+class _GroupIds:
+    """`--dist loadgroup` sends a test by the `@group` that pytest-xdist's worker appends to its
+    node id; pytest-xdist 3.8 writes it to `item._nodeid`, which pytest 9.2 no longer reads (a
+    node's id is `item._id`), so no test was grouped: each worker started a Ray cluster of its
+    own (pytest-dev/pytest-xdist#1386). Appended here where it is missing, after xdist's hook."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):  # set on xdist's workers for loadgroup
+            return
+        from _pytest.nodeid import NodeId
+
+        for item in items:
+            groups = sorted(
+                {
+                    str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")
+                }
+            )
+            suffix = "@" + "_".join(groups)
+            if groups and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+                item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupIds(), "group ids")

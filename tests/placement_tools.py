@@ -270,21 +270,34 @@ def huge(bits: int) -> int:
     return 1 << bits
 
 
+def _times(a: int) -> dict[str, float]:
+    """`cpu`: the worker's CPU time so far; `runnable`: the seconds its main thread (where it
+    reads and polls) has been runnable so far, on a core or waiting in a run queue for one
+    (Linux's /proc/self/schedstat: the two add up whatever else the cores are doing; -1 where
+    there is no such file)."""
+    try:
+        with open("/proc/self/schedstat") as stats:
+            on_cpu, waiting, _ = stats.read().split()
+        runnable = (int(on_cpu) + int(waiting)) / 1e9
+    except (OSError, ValueError):
+        runnable = -1.0
+    return {"a": a, "cpu": time.process_time(), "runnable": runnable}
+
+
 @tool(placement=Subprocess(workers=1, spin_us=0))
 def drowsy(a: int) -> dict[str, float]:
-    """A worker that sleeps in its read as soon as it has answered (no poll for the next call);
-    `cpu` is the worker's CPU time so far."""
-    return {"a": a, "cpu": time.process_time()}
+    """A worker that sleeps in its read as soon as it has answered (no poll for the next call)."""
+    return _times(a)
 
 
 @tool(placement=Subprocess(workers=1, spin_us=10_000))
 def eager(a: int) -> dict[str, float]:
     """A worker that polls for the next call the longest a Subprocess allows (10 ms)."""
-    return {"a": a, "cpu": time.process_time()}
+    return _times(a)
 
 
 @tool(placement=Subprocess(workers=1, spin_us=10_000))
 async def eager_async(a: int) -> dict[str, float]:
     """`eager`, async: the worker polls between its trio loop's passes."""
     await trio.lowlevel.checkpoint()
-    return {"a": a, "cpu": time.process_time()}
+    return _times(a)

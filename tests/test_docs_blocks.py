@@ -22,10 +22,30 @@ _spec.loader.exec_module(doc_blocks)
 
 PAGES = doc_blocks.pages(ROOT)
 
+HEAVY = {
+    "docs/how-to/ray.md": "starts a Ray cluster of two nodes of its own",
+    "docs/tutorial/placement.md": "starts a local Ray of its own",
+    "docs/how-to/integrations.md": "five programs, each importing an agent framework",
+}
+"""Pages run by `make test-slow` only (tens of seconds each, minutes on a loaded machine); what
+they show is tested in `make test` by tests/test_placement_ray*.py, test_placement_subprocess.py
+and test_integrations_*.py."""
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(p, marks=pytest.mark.slow) if p.relative_to(ROOT).as_posix() in HEAVY else p
+        for p in PAGES
+    ],
+    ids=[p.relative_to(ROOT).as_posix() for p in PAGES],
+)
 def test_every_program_of_the_page_runs(page: Path) -> None:
     doc_blocks.run_page(page)
+
+
+def test_the_heavy_pages_are_pages() -> None:
+    assert set(HEAVY) <= {p.relative_to(ROOT).as_posix() for p in PAGES}
 
 
 def test_the_readme_opens_with_a_complete_program_and_shows_what_it_prints() -> None:

@@ -35,6 +35,7 @@ from runtime.embed import AsyncioRuntime, RuntimeThread, open_asyncio_runtime
 from runtime.tracing import Tracing
 
 EVENTS: list[str] = []
+STARTED: set[str] = set()  # the tools whose code has begun to run
 
 
 @tool
@@ -51,6 +52,7 @@ def add_sync(a: int, b: int) -> int:
 async def nap(seconds: float) -> str:
     """Sleeps with asyncio (fails under trio: it needs the host's asyncio loop)."""
     asyncio.get_running_loop()  # raises "no running event loop" outside asyncio
+    STARTED.add("nap")
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:
@@ -89,6 +91,7 @@ async def asyncio_slow() -> str:
 
 @tool
 async def trio_forever() -> None:
+    STARTED.add("trio_forever")
     try:
         await trio.sleep_forever()
     finally:
@@ -105,6 +108,7 @@ def call(name: str, args: dict[str, Any] | None = None, id: str = "c1") -> ToolC
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     EVENTS.clear()
+    STARTED.clear()
 
 
 def run_on_both_loops(main: Callable[[], Awaitable[None]]) -> None:
@@ -112,6 +116,7 @@ def run_on_both_loops(main: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(main())
     uvloop = pytest.importorskip("uvloop")
     EVENTS.clear()
+    STARTED.clear()
     uvloop.run(main())
 
 
@@ -221,7 +226,9 @@ def test_cancelling_the_asyncio_caller_cancels_the_call_once_and_leaks_nothing(t
         async with open_asyncio_runtime(ALL, tracing=False) as rt:
             args = {"seconds": 30} if tool_name == "nap" else {}
             task = asyncio.ensure_future(rt.call(call(tool_name, args)))
-            while rt.statistics().tools[tool_name].in_flight == 0:  # noqa: ASYNC110 - the call must be running
+            # The tool's code must be running (a call counted in flight may not have begun it yet:
+            # cancelled then, its code never runs, and rightly has nothing to clean up).
+            while tool_name not in STARTED:  # noqa: ASYNC110 - set by the tool, on the trio guest run
                 await asyncio.sleep(0.001)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -229,6 +236,12 @@ def test_cancelling_the_asyncio_caller_cancels_the_call_once_and_leaks_nothing(t
             await settle(rt, tool_name)
             stats = rt.statistics().tools[tool_name]
             assert (stats.calls, stats.failures, stats.abandoned) == (1, {"cancelled": 1}, 0)
+            # The caller is answered at once; its tool's code hears the cancellation on the loop's
+            # (or the guest run's) next turn, and ends.
+            for _ in range(500):
+                if EVENTS:
+                    break
+                await asyncio.sleep(0.002)
             assert (["nap cancelled"] if tool_name == "nap" else ["trio_forever ended"]) == EVENTS
             assert (await rt.call(call("add", {"a": 1, "b": 1}))).content == "2"  # still serving
         assert asyncio.all_tasks() == {asyncio.current_task()}

@@ -23,6 +23,7 @@ from typing import Any
 
 import mcp_types as types
 import msgspec
+import psutil
 import pytest
 import trio
 import trio.testing
@@ -520,6 +521,27 @@ async def test_a_server_that_never_starts(caplog: pytest.LogCaptureFixture) -> N
     assert errors[1].startswith("MCP server 'missing' did not start: FileNotFoundError")
     assert errors[2].startswith("MCP server 'refused' did not start: ConnectError")
     assert all("its tools are absent until it does (retrying in the background)" in e for e in errors)
+
+
+async def test_closing_the_runtime_waits_for_a_stdio_server_to_exit() -> None:
+    """When `open_runtime` returns, each stdio server's process has exited and been reaped, and
+    no task of its connection is left: the SDK's shutdown (stdin closed, up to 2 s for the server
+    to exit, then it is terminated) is awaited. It was raced against the runtime's last second:
+    a server slower to exit than that (any server on a loaded machine) was left running, with
+    the connection's reader task and the runtime's host task."""
+    paged = str(SERVERS / "paged.py")
+    # The server, then 1.5 s more before the process the runtime started exits.
+    slow_to_exit = mcp.stdio(
+        sys.executable,
+        ["-c", f"import subprocess, sys, time; subprocess.run([sys.executable, {paged!r}]); time.sleep(1.5)"],
+        mode="legacy",
+    )
+    before = {p.pid for p in psutil.Process().children()}
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[slow_to_exit]) as rt:
+            assert ok(await rt.call(call("t0", {"n": 1}))).content == "t0"
+            (server,) = [p for p in psutil.Process().children() if p.pid not in before]
+    assert not server.is_running()  # exited and reaped (a zombie is still "running")
 
 
 # -- pieces ----------------------------------------------------------------------------------

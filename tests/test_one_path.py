@@ -75,7 +75,7 @@ import one_path_tools as opt
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from runtime import (
@@ -686,8 +686,10 @@ def batches(kinds: Iterable[str] = KINDS, max_size: int = 8) -> st.SearchStrateg
 
 
 def _settings(examples: int) -> settings:
+    """`examples` random batches besides the explicit ones (0: the explicit ones alone)."""
     return settings(
-        max_examples=examples,
+        max_examples=max(1, examples),
+        phases=tuple(Phase) if examples else (Phase.explicit,),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
         database=None,  # a failing batch is printed; no example database to share between worktrees
@@ -757,7 +759,9 @@ def test_in_process_executors_with_resilience(caller: str) -> None:
     run()
 
 
-SUBPROCESS_EXAMPLES = {"trio": 2, "asyncio": 1, "uvloop": 1, "threads": 1, "thread_asyncio": 1}
+SUBPROCESS_EXAMPLES = {"trio": 1, "asyncio": 0, "uvloop": 0, "threads": 0, "thread_asyncio": 0}
+"""Random batches through worker processes in `make test`, besides every kind's batch (seconds
+each); `test_subprocess_workers_more_batches` (`make test-slow`) runs ten more from each caller."""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Subprocess placement: Linux")
@@ -792,7 +796,7 @@ _RAY_QUICK = ("ok", "raise", "bad_json", "deep_json", "unknown", "stale")  # no 
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.parametrize("caller", ["trio", "threads"])
 def test_ray_replicas_quick_kinds(caller: str) -> None:
-    @_settings(1)
+    @_settings(0)  # the batch of every quick kind; random ones in test_ray_replicas (make test-slow)
     @given(batch=batches(_RAY_QUICK, max_size=6))
     @example(batch=list(_RAY_QUICK))
     def run(batch: list[str]) -> None:

@@ -100,7 +100,7 @@ class Supervisor:
         self.shutdown_timeout = shutdown_timeout
         self._actors: list[ToolActor] = []
         self._stopping = False
-        self._sources: list[tuple[ToolSource, trio.CancelScope]] = []
+        self._sources: list[tuple[trio.CancelScope, trio.Event]] = []  # each source's scope, its end
         self.abandoned = 0  # calls abandoned at shutdown: their work may still run in the host
 
     async def start(self, actor: ToolActor) -> None:
@@ -166,7 +166,7 @@ class Supervisor:
 
     async def start_source(self, source: ToolSource, runtime: Any) -> None:
         """Run a tool source; returns once it reports its first tool listing (or gives up)."""
-        scope = trio.CancelScope()
+        scope, ended = trio.CancelScope(), trio.Event()
 
         async def run(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             with scope:
@@ -174,9 +174,11 @@ class Supervisor:
                     await source.run(runtime, task_status=task_status)
                 except Exception:  # never let it reach the host
                     log.exception("tool source %r failed", getattr(source, "name", source))
+                finally:
+                    ended.set()
 
         await self._nursery.start(run)
-        self._sources.append((source, scope))
+        self._sources.append((scope, ended))
 
     async def stop_all(self) -> None:
         """Stop the sources, then every actor in reverse start order, within one grace period.
@@ -186,11 +188,16 @@ class Supervisor:
         `KILL_GRACE`, so a runtime with many stuck tools still closes in about that long.
         """
         self._stopping = True
-        for _, scope in reversed(self._sources):
-            scope.cancel()
-        self._sources.clear()
         deadline = trio.current_time() + self.shutdown_timeout
         brutal = deadline + KILL_GRACE
+        sources, self._sources = self._sources[::-1], []
+        for scope, _ in sources:
+            scope.cancel()
+        # A source's own shutdown is awaited, not raced (an MCP stdio connection waits for its
+        # server to exit, then terminates it): what is left of it at `brutal` is abandoned.
+        with trio.move_on_at(brutal):
+            for _, ended in sources:
+                await ended.wait()
         while self._actors:  # not a copy: an actor whose start was under way joins the list
             await self.stop(self._actors[-1], deadline=deadline, brutal=brutal)
 
