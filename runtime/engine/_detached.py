@@ -28,6 +28,7 @@ from the call surface (`Calls.detach`, `Calls.detached`, `Calls.pending`, `Calls
 from __future__ import annotations
 
 import collections
+import contextlib
 import contextvars
 import logging
 import math
@@ -44,8 +45,8 @@ import trio
 
 from ..exceptions import (
     CallNotFound,
-    CannotAsk,
     CallStateError,
+    CannotAsk,
     InvalidArguments,
     ResultTypeError,
     RuntimeClosed,
@@ -223,11 +224,12 @@ class Book:
         with trio.move_on_after(_CLOSE_GRACE), trio.CancelScope(shield=True):
             await self._served.wait()  # its runs have ended (the runtime answered their calls)
         if self._keeping:
-            with trio.move_on_after(1.0), trio.CancelScope(shield=True):
-                try:
-                    await self.store.delete(lease_key(self.owner))
-                except (StoreError, OSError):
-                    pass
+            with (
+                trio.move_on_after(1.0),
+                trio.CancelScope(shield=True),
+                contextlib.suppress(StoreError, OSError),
+            ):
+                await self.store.delete(lease_key(self.owner))
 
     def _ensure_keeping(self) -> None:
         """The journal is in use here: keep the lease, sweep, watch (once, until closed)."""
@@ -239,7 +241,8 @@ class Book:
     def _start(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start `fn` in the book's nursery, in the book's own context (not its caller's: a
         detached call outlives the request, its `asking` and `reporting` blocks, its span)."""
-        assert self._nursery is not None and self._context is not None
+        assert self._nursery is not None
+        assert self._context is not None
         self._context.copy().run(self._nursery.start_soon, fn, *args)
 
     async def _keep(self) -> None:
@@ -286,8 +289,10 @@ class Book:
         answer to a question, or the call taken over (this process was taken for gone)."""
         for key, run in list(self.runs.items()):
             _, record = await self.journal.read(key)
-            if record is None or record.phase == "done" or (
-                record.owner != self.owner and record.phase != "waiting"
+            if (
+                record is None
+                or record.phase == "done"
+                or (record.owner != self.owner and record.phase != "waiting")
             ):
                 if not run.disowned and run.call is not None:
                     run.disowned = True
@@ -366,7 +371,10 @@ class Book:
                 return self._ended(r, failure_of(r, FailureKind.CANCELLED, f"the call was cancelled{may}"))
             if r.deadline is not None and r.deadline <= now:
                 return self._ended(
-                    r, failure_of(r, FailureKind.TIMEOUT, f"tool {tool!r} did not finish within its deadline{may}")
+                    r,
+                    failure_of(
+                        r, FailureKind.TIMEOUT, f"tool {tool!r} did not finish within its deadline{may}"
+                    ),
                 )
             if not r.started or repeatable:
                 return msgspec.structs.replace(
@@ -383,7 +391,9 @@ class Book:
                 ),
             )
 
-        new, changed, new_raw = await self.journal.change(record.key, change, self.options.ttl, _known(raw, record))
+        new, changed, new_raw = await self.journal.change(
+            record.key, change, self.options.ttl, _known(raw, record)
+        )
         if not changed or new is None:
             return
         log.info("detached call %s (tool %r): taken over from %s (%s)", new.id, tool, was, new.phase)
@@ -674,7 +684,9 @@ class Book:
         def change(r: Record) -> Record | None:
             if r.phase != "queued" or r.owner != owner or r.cancel:
                 return None
-            return msgspec.structs.replace(r, phase="running", started=True, attempts=r.attempts + 1, updated=now)
+            return msgspec.structs.replace(
+                r, phase="running", started=True, attempts=r.attempts + 1, updated=now
+            )
 
         record = run.record
         try:
@@ -762,7 +774,9 @@ class Book:
 
     # -- deferring -----------------------------------------------------------------------
 
-    def _pending(self, record: Record, reason: Literal["approval", "outside"], message: str | None) -> ToolPending:
+    def _pending(
+        self, record: Record, reason: Literal["approval", "outside"], message: str | None
+    ) -> ToolPending:
         if message is None:
             if reason == "approval":
                 message = (
@@ -805,7 +819,11 @@ class Book:
         return await self._defer_new(c.call, c.principal, metadata, reason, message, expires, started=False)
 
     async def defer_from_tool(
-        self, ctx: CallContext, reason: Literal["approval", "outside"], message: str | None, expires: float | None
+        self,
+        ctx: CallContext,
+        reason: Literal["approval", "outside"],
+        message: str | None,
+        expires: float | None,
     ) -> ToolResult:
         """A tool defers its own call (`ctx.defer`), as `defer_call` does."""
         driver = self.entry.asyncio_driver
@@ -859,7 +877,10 @@ class Book:
             await self._count_in(principal)
         except ToolOverloaded as exc:
             return ToolFailure(
-                call_id=call.id, tool=tool, kind=FailureKind.OVERLOADED, message=f"tool {tool!r}: {exc.reason}"
+                call_id=call.id,
+                tool=tool,
+                kind=FailureKind.OVERLOADED,
+                message=f"tool {tool!r}: {exc.reason}",
             )
         except (StoreError, OSError) as exc:
             return _not_deferred(call, f"the journal did not answer ({exc})")
@@ -894,7 +915,9 @@ class Book:
         try:
             new, changed, raw = await self.journal.change(run.key, change, self.options.ttl, run.known)
         except (StoreError, OSError) as exc:
-            return _not_deferred(ToolCall(id=record.call_id, name=record.tool), f"the journal did not answer ({exc})")
+            return _not_deferred(
+                ToolCall(id=record.call_id, name=record.tool), f"the journal did not answer ({exc})"
+            )
         if not changed or new is None:
             return _not_deferred(ToolCall(id=record.call_id, name=record.tool), "its journal entry changed")
         run.now_is(new, raw)
@@ -988,35 +1011,43 @@ class Book:
         while True:
             raw, record = await self._read(detached_id, principal)
             if record.phase == "waiting" and record.waiting == "approval":
-                self._check_open()
-                text = record.arguments
-                if arguments is not None:
-                    text = self._checked_arguments(record, arguments)
-                now = self.now()
-                owner = self.owner
-
-                def change(r: Record) -> Record | None:
-                    if r.phase != "waiting" or r.waiting != "approval":
-                        return None
-                    return msgspec.structs.replace(
-                        r, phase="queued", owner=owner, approved=True, decision="approved",
-                        arguments=text, waiting=None, expires=None, message=None, updated=now,
-                        deadline=None if r.timeout is None else now + r.timeout,
-                    )  # fmt: skip
-
-                new, changed, new_raw = await self.journal.change(
-                    record.key, change, self.options.ttl, _known(raw, record)
-                )
-                if new is None:
-                    raise CallNotFound(detached_id)
-                if not changed:
+                approved = await self._approve(record, raw, arguments)
+                if approved is None:
                     continue  # decided meanwhile by someone else: look again
-                self._spawn(new, None, new_raw)
-                self._bump()
-                return self.status(new)
+                return self.status(approved)
             if record.approved or record.decision == "approved":
                 return self.status(record)  # idempotent
             raise self._refusal(record, "approved")
+
+    async def _approve(
+        self, record: Record, raw: bytes | None, arguments: str | Mapping[str, Any] | None
+    ) -> Record | None:
+        """waiting(approval) -> queued here, approved (with the edited arguments); run it. None:
+        it changed meanwhile."""
+        self._check_open()
+        text = record.arguments if arguments is None else self._checked_arguments(record, arguments)
+        now = self.now()
+        owner = self.owner
+
+        def change(r: Record) -> Record | None:
+            if r.phase != "waiting" or r.waiting != "approval":
+                return None
+            return msgspec.structs.replace(
+                r, phase="queued", owner=owner, approved=True, decision="approved",
+                arguments=text, waiting=None, expires=None, message=None, updated=now,
+                deadline=None if r.timeout is None else now + r.timeout,
+            )  # fmt: skip
+
+        new, changed, new_raw = await self.journal.change(
+            record.key, change, self.options.ttl, _known(raw, record)
+        )
+        if new is None:
+            raise CallNotFound(record.id)
+        if not changed:
+            return None
+        self._spawn(new, None, new_raw)
+        self._bump()
+        return new
 
     def _checked_arguments(self, record: Record, arguments: str | Mapping[str, Any]) -> str:
         """Edited arguments, decoded as the tool decodes a model's (the call stays pending if not).
@@ -1056,7 +1087,9 @@ class Book:
                 text = f"running tool {tool!r} was denied: {reason}; it did not run"
                 return self._ended(r, failure_of(r, FailureKind.REJECTED, text), "denied")
 
-            new, changed, _ = await self.journal.change(record.key, change, self.options.ttl, _known(raw, record))
+            new, changed, _ = await self.journal.change(
+                record.key, change, self.options.ttl, _known(raw, record)
+            )
             if new is None:
                 raise CallNotFound(detached_id)
             if changed:
@@ -1075,7 +1108,9 @@ class Book:
             return self.status(record)  # idempotent
         raise self._refusal(record, "expired")
 
-    async def supply(self, detached_id: str, principal: str | None, value: Any, error: str | None) -> DetachedStatus:
+    async def supply(
+        self, detached_id: str, principal: str | None, value: Any, error: str | None
+    ) -> DetachedStatus:
         raw, record = await self._read(detached_id, principal)
         if record.phase == "waiting" and record.waiting == "outside":
             result = self._outside_result(record, value, error)
@@ -1085,7 +1120,9 @@ class Book:
                     return None
                 return self._ended(r, result, "supplied")
 
-            new, changed, _ = await self.journal.change(record.key, change, self.options.ttl, _known(raw, record))
+            new, changed, _ = await self.journal.change(
+                record.key, change, self.options.ttl, _known(raw, record)
+            )
             if new is None:
                 raise CallNotFound(detached_id)
             if changed:
@@ -1131,7 +1168,9 @@ class Book:
         raw, record = await self._read(detached_id, principal)
         if record.phase == "waiting" and record.waiting == "approval":
             if not isinstance(response, Answer):
-                raise TypeError(f"detached call {detached_id!r} asks for an approval: answer it with runtime.Answer")
+                raise TypeError(
+                    f"detached call {detached_id!r} asks for an approval: answer it with runtime.Answer"
+                )
             if response.action == "accept":
                 return await self.approve(detached_id, principal, None)
             reason = response.reason or ("declined" if response.action == "decline" else "dismissed")
@@ -1141,11 +1180,15 @@ class Book:
         kind = record.question_kind
         wanted = {"elicitation": Answer, "sampling": Sampled}.get(kind or "")
         if wanted is not None and not isinstance(response, wanted):
-            raise TypeError(f"detached call {detached_id!r} asks a question ({kind}): answer it with {wanted.__name__}")
+            raise TypeError(
+                f"detached call {detached_id!r} asks a question ({kind}): answer it with {wanted.__name__}"
+            )
         if kind == "roots" and not (
             isinstance(response, Sequence) and all(isinstance(r, Root) for r in response)
         ):
-            raise TypeError(f"detached call {detached_id!r} asks for roots: answer it with a list of runtime.Root")
+            raise TypeError(
+                f"detached call {detached_id!r} asks for roots: answer it with a list of runtime.Root"
+            )
         given = msgspec.to_builtins(list(response) if kind == "roots" else response)
         now = self.now()
 
@@ -1274,7 +1317,7 @@ class DetachedCall:
         version = -1
         while True:
             status: DetachedStatus = await self._run(
-                lambda: self._book.changed_since(self.id, self.principal, version)
+                lambda since=version: self._book.changed_since(self.id, self.principal, since)  # type: ignore[misc]
             )
             version = status.version
             yield status
@@ -1297,7 +1340,9 @@ class DetachedCall:
         Raises:
             CallStateError: it was denied, expired, cancelled or ended, or waits for nothing.
         """
-        status: DetachedStatus = await self._run(lambda: self._book.approve(self.id, self.principal, arguments))
+        status: DetachedStatus = await self._run(
+            lambda: self._book.approve(self.id, self.principal, arguments)
+        )
         return status
 
     async def deny(self, message: str) -> DetachedStatus:

@@ -353,4 +353,3 @@ class Journal:
 
 
 _ATTEMPTS = 64
-

@@ -32,7 +32,7 @@ import trio
 
 from ..exceptions import CallDeferred, RemoteToolError, ResultTypeError
 from ..features import FeaturePipeline
-from ..messages import ContentPart, FailureKind, ToolFailure, ToolResult, ToolSuccess
+from ..messages import ContentPart, FailureKind, ToolResult, ToolSuccess
 from ..tools import CallContext, Retry, ToolBase, ToolOptions
 from ..tools.lowlevel import PlacedTool, cannot_suspend, chunk_handler, result_encoder, run_to_end
 from ._arguments import check_arguments, not_unicode
