@@ -345,7 +345,8 @@ class Book:
         known = seen.get(owner)
         if known is None:
             node = owner.rpartition("/")[0]
-            known = (node == self.node and owner != self.owner) or (
+            mine = self.options.node is not None and node == self.node  # an earlier run of this node
+            known = (mine and owner != self.owner) or (
                 await self.store.get(lease_key(owner)) is None
             )
             seen[owner] = known
@@ -433,6 +434,8 @@ class Book:
         raw, record = await self.journal.read(record_key(principal, detached_id))
         if record is None or record.principal != principal or record.id != detached_id:
             raise CallNotFound(detached_id)
+        if record.phase != "done":
+            self._ensure_keeping()  # a live call is looked at here: this process sweeps too
         if (
             record.phase == "waiting"
             and record.waiting != "answer"

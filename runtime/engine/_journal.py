@@ -348,7 +348,7 @@ class Journal:
             ttl = ttl_done if changed.phase == "done" else None
             new = _encoder.encode(changed)
             if await self.store.swap(key, raw, new, ttl):
-                return changed, True, new
+                return _decoder.decode(new), True, new  # as every other reader will see it
         raise StoreError(f"the journal's record {key!r} changed under every attempt ({_ATTEMPTS})")
 
 
