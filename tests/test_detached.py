@@ -585,7 +585,7 @@ async def test_a_restart_reruns_only_idempotent_calls_and_keeps_pending_approval
         charging = await rt.detach(call("charge", key="b"), principal="ann")
         pending = await rt.call(call("pay", amount=5, to="bob"), principal="ann")
         await trio.sleep(10)  # both run; then the server stops
-    assert ran == ["fetch a", "charge b"]
+    assert sorted(ran) == ["charge b", "fetch a"]
     async with open_runtime([fetch, charge, pay], **settings) as rt:
         again = await rt.detached(fetching.id, principal="ann").result()
         assert again.content == "fetched a"
@@ -597,7 +597,7 @@ async def test_a_restart_reruns_only_idempotent_calls_and_keeps_pending_approval
         handle = rt.detached(waiting.id, principal="ann")
         await handle.approve()
         assert (await handle.result()).content == "paid 5 to bob"
-    assert ran == ["fetch a", "charge b", "fetch a", "pay 5 bob"]
+    assert sorted(ran) == ["charge b", "fetch a", "fetch a", "pay 5 bob"]  # charge ran once
 
 
 async def test_a_call_queued_when_its_process_died_runs_after_the_lease(autojump_clock: trio.abc.Clock) -> None:

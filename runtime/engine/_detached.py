@@ -87,6 +87,7 @@ Runner = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 _NOTHING: Any = object()
 _LINK = "tool_runtime.link"  # runtime.tracing.LINK: the span of a detached call links to this
 _CANCEL_WAIT = 5.0  # seconds `cancel` waits for a local run to end before it answers
+_END_WITHIN = 10.0  # seconds a run's end may take to be journaled (shielded: its result is not lost)
 _CLOSE_GRACE = 2.0  # seconds a closing book waits for its runs, once the runtime's calls are answered
 _RECOUNT_EVERY = 8  # sweeps between two recounts of the principals' live entries
 _PATH = re.compile(r"`(\$[^`]*)`")
@@ -221,15 +222,14 @@ class Book:
         self.closing = True
         self._closed.set()
         self._stop.cancel()
-        with trio.move_on_after(_CLOSE_GRACE), trio.CancelScope(shield=True):
-            await self._served.wait()  # its runs have ended (the runtime answered their calls)
-        if self._keeping:
-            with (
-                trio.move_on_after(1.0),
-                trio.CancelScope(shield=True),
-                contextlib.suppress(StoreError, OSError),
-            ):
-                await self.store.delete(lease_key(self.owner))
+        if self._nursery is None:
+            return  # it never served (the runtime failed to open)
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(_CLOSE_GRACE):
+                await self._served.wait()  # its runs have ended (the runtime answered their calls)
+            if self._keeping:
+                with trio.move_on_after(1.0), contextlib.suppress(StoreError, OSError):
+                    await self.store.delete(lease_key(self.owner))
 
     def _ensure_keeping(self) -> None:
         """The journal is in use here: keep the lease, sweep, watch (once, until closed)."""
@@ -346,9 +346,7 @@ class Book:
         if known is None:
             node = owner.rpartition("/")[0]
             mine = self.options.node is not None and node == self.node  # an earlier run of this node
-            known = (mine and owner != self.owner) or (
-                await self.store.get(lease_key(owner)) is None
-            )
+            known = (mine and owner != self.owner) or (await self.store.get(lease_key(owner)) is None)
             seen[owner] = known
         return known
 
@@ -575,7 +573,11 @@ class Book:
             if created is not None:
                 await self.store.set(marker_key(principal, detached_id), b"")
         except BaseException:
-            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(1.0),
+                contextlib.suppress(StoreError, OSError),
+            ):
                 await self.store.incr(count_key(principal), -1)
             raise
         if created is None:  # the same id, made just now by another caller: that call
@@ -732,7 +734,7 @@ class Book:
                 return None
             return self._ended(r, final)
 
-        with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True), trio.move_on_after(_END_WITHIN):
             new, changed, _ = await self.journal.change(run.key, change, self.options.ttl, run.known)
             if changed and new is not None:
                 await self._after_end(new)
