@@ -717,3 +717,58 @@ def test_a_status_encodes_to_json() -> None:
     assert data["result"]["type"] == "success"
     assert status.done
     assert math.isclose(data["updated_at"], 2.0)
+
+
+# -- every caller kind ---------------------------------------------------------------------------
+
+
+def test_the_asyncio_runtime_detaches_defers_and_approves() -> None:
+    import asyncio
+
+    from runtime.embed import open_asyncio_runtime
+
+    async def main() -> tuple[str, str, str, list[str]]:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            handle = await rt.detach(call("quick", n=1), principal="ann")
+            first = (await handle.result()).content
+            pending = await rt.call(call("pay", amount=2, to="bob"), principal="ann")
+            assert isinstance(pending, ToolPending)
+            with rt.scoped(principal="ann") as view:
+                waiting = [s.id for s in await view.pending()]
+                approval = view.detached(pending.detached_id)
+                await approval.approve()
+                paid = (await approval.result()).content
+            states = [s.state.value async for s in handle.watch()]
+            return first, paid, states[-1], waiting
+
+    first, paid, last, waiting = asyncio.run(main())
+    assert (first, paid, last) == ("2", "paid 2 to bob", "completed")
+    assert len(waiting) == 1
+
+
+def test_a_runtime_thread_detaches_blocking_and_from_asyncio() -> None:
+    import asyncio
+
+    from runtime.embed import RuntimeThread
+
+    with RuntimeThread(TOOLS, tracing=False) as rt:
+        handle = rt.detach(call("quick", n=1), principal="ann")
+        assert handle.result().content == "2"
+        assert [s.state for s in handle.watch()][-1] is DetachedState.COMPLETED
+        pending = rt.call(call("pay", amount=3, to="bob"), principal="ann")
+        assert isinstance(pending, ToolPending)
+        with rt.scoped(principal="ann") as view:
+            (waiting,) = view.pending()
+            approval = view.detached(waiting.id)
+            assert approval.approve().state is DetachedState.WORKING
+            assert approval.result().content == "paid 3 to bob"
+            assert len(view.detached_calls()) == 2
+        with pytest.raises(CallNotFound):
+            rt.detached(waiting.id, principal="bob").status()
+
+        async def from_asyncio() -> str:
+            aio = rt.aio
+            far = await aio.detach(call("quick", n=41), principal="ann")
+            return (await far.result()).content
+
+        assert asyncio.run(from_asyncio()) == "42"
