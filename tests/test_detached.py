@@ -772,3 +772,20 @@ def test_a_runtime_thread_detaches_blocking_and_from_asyncio() -> None:
             return (await far.result()).content
 
         assert asyncio.run(from_asyncio()) == "42"
+
+
+async def test_a_detached_calls_policies_hold_a_refusal_ends_it_rejected(autojump_clock: trio.abc.Clock) -> None:
+    class NoBob(Policy):
+        def intercept(self, request: CallRequest) -> Any:
+            if request.principal == "bob":
+                return request.reject("bob may not")
+            return (yield request)
+
+    async with open_runtime(TOOLS, tracing=False, policies=[NoBob()]) as rt:
+        refused = await rt.detach(call("quick", n=1), principal="bob")
+        result = await refused.result()
+        assert result.kind is FailureKind.REJECTED  # type: ignore[union-attr]
+        assert result.content == "Error: bob may not"
+        allowed = await rt.detach(call("quick", n=1), principal="ann")
+        assert (await allowed.result()).content == "2"
+        assert ran == ["quick 1"]

@@ -88,7 +88,8 @@ _NOTHING: Any = object()
 _LINK = "tool_runtime.link"  # runtime.tracing.LINK: the span of a detached call links to this
 _CANCEL_WAIT = 5.0  # seconds `cancel` waits for a local run to end before it answers
 _END_WITHIN = 10.0  # seconds a run's end may take to be journaled (shielded: its result is not lost)
-_CLOSE_GRACE = 2.0  # seconds a closing book waits for its runs, once the runtime's calls are answered
+_CLOSE_GRACE = 2.0
+_MARKER_GRACE = 60.0  # seconds a live marker may wait for its record (a write in progress)  # seconds a closing book waits for its runs, once the runtime's calls are answered
 _RECOUNT_EVERY = 8  # sweeps between two recounts of the principals' live entries
 _PATH = re.compile(r"`(\$[^`]*)`")
 
@@ -231,6 +232,13 @@ class Book:
                 with trio.move_on_after(1.0), contextlib.suppress(StoreError, OSError):
                     await self.store.delete(lease_key(self.owner))
 
+    async def _own(self) -> None:
+        """Before this process takes a call as its own: its lease is in the store (no other
+        process may take it for gone in between)."""
+        if not self._keeping:
+            await self.store.set(lease_key(self.owner), b"1", self.options.lease)
+            self._ensure_keeping()
+
     def _ensure_keeping(self) -> None:
         """The journal is in use here: keep the lease, sweep, watch (once, until closed)."""
         if self._keeping or self.closing or self._nursery is None:
@@ -256,7 +264,7 @@ class Book:
             next_lease = trio.current_time() + every_lease
             next_sweep = trio.current_time() + every_sweep
             while True:
-                await trio.sleep(tick)
+                await trio.sleep(tick if self.runs else min(every_lease, every_sweep))
                 now = trio.current_time()
                 try:
                     if now >= next_lease:
@@ -301,7 +309,7 @@ class Book:
             if record.cancel and not run.user_cancelled:
                 run.user_cancelled = True
                 run.scope.cancel()
-            elif run.asking is not None and record.phase == "running" and record.answer is not None:
+            elif run.asking is not None and record.phase != "waiting" and record.answer is not None:
                 run.deliver(record.answer)
 
     async def _recover(self, *, recount: bool = False) -> None:
@@ -317,7 +325,11 @@ class Book:
             principal = parts[1] or None
             key = record_key(principal, parts[2])
             raw, record = await self.journal.read(key)
-            if record is None or record.phase == "done":
+            if record is None:  # its maker died between the two writes, or is between them now
+                if await self._stale(marker):
+                    await self.store.delete(marker)
+                continue
+            if record.phase == "done":
                 await self.store.delete(marker)
                 continue
             live[principal] += 1
@@ -336,6 +348,19 @@ class Book:
                     await self.store.set(counted, b"0")
             for principal, n in live.items():
                 await self.store.set(count_key(principal), str(n).encode())
+
+    async def _stale(self, marker: str) -> bool:
+        """A marker with no record is left over once it is older than any write in progress."""
+        written = await self.store.get(marker)
+        try:
+            since = float(written) if written else 0.0
+        except ValueError:
+            since = 0.0
+        return self.now() - since > _MARKER_GRACE
+
+    async def _mark(self, principal: str | None, detached_id: str) -> None:
+        """The live marker, written before its record (a record is never left unmarked)."""
+        await self.store.set(marker_key(principal, detached_id), repr(self.now()).encode())
 
     async def _gone(self, owner: str | None, seen: dict[str, bool]) -> bool:
         """Whether the process `owner` is gone: its lease ran out, or it is an earlier run of
@@ -359,6 +384,7 @@ class Book:
         it (cancelled, past its deadline, or started and not idempotent: it may have run)."""
         was = record.owner
         repeatable = self._repeatable(record)
+        await self._own()
         now = self.now()
         tool = record.tool
 
@@ -555,6 +581,8 @@ class Book:
         else:
             _, existing = await self.journal.read(record_key(principal, detached_id))
             if existing is not None:
+                if existing.phase != "done":
+                    await self._mark(principal, detached_id)  # a retry heals a lost marker too
                 return detached_id, principal
         now = self.now()
         record = self._record(
@@ -567,11 +595,11 @@ class Book:
             timeout=timeout,
             deadline=None if timeout is None else now + timeout,
         )
+        await self._own()
         await self._count_in(principal)
         try:
+            await self._mark(principal, detached_id)
             created = await self.journal.create(record)
-            if created is not None:
-                await self.store.set(marker_key(principal, detached_id), b"")
         except BaseException:
             with (
                 trio.CancelScope(shield=True),
@@ -889,14 +917,13 @@ class Book:
             )
         except (StoreError, OSError) as exc:
             return _not_deferred(call, f"the journal did not answer ({exc})")
+        pending = self._pending(record, reason, message)
+        record.message = pending.message
         try:
+            await self._mark(principal, record.id)
             await self.journal.create(record)
-            await self.store.set(marker_key(principal, record.id), b"")
         except (StoreError, OSError) as exc:
             return _not_deferred(call, f"the journal did not answer ({exc})")
-        pending = self._pending(record, reason, message)
-        if message is not None:
-            record.message = message
         self._ensure_keeping()
         self._bump()
         return pending
@@ -907,16 +934,17 @@ class Book:
         owner = self.owner
         until = self._expiry(expires)
         now = self.now()
+        record = run.record
+        text = self._pending(msgspec.structs.replace(record, expires=until), reason, message).message
 
         def change(r: Record) -> Record | None:
             if r.phase not in ("queued", "running") or r.owner != owner:
                 return None
             return msgspec.structs.replace(
                 r, phase="waiting", waiting=reason, owner=None, approved=False, decision=None,
-                expires=until, message=message, updated=now,
+                expires=until, message=text, updated=now,
             )  # fmt: skip
 
-        record = run.record
         try:
             new, changed, raw = await self.journal.change(run.key, change, self.options.ttl, run.known)
         except (StoreError, OSError) as exc:
@@ -1031,6 +1059,7 @@ class Book:
         it changed meanwhile."""
         self._check_open()
         text = record.arguments if arguments is None else self._checked_arguments(record, arguments)
+        await self._own()
         now = self.now()
         owner = self.owner
 
