@@ -90,7 +90,8 @@ class Harness:
         server = self.server or await self.restart()
         calls: list[Tracked] = []
         key = f"r{i}"
-        delay = self.random.uniform(0.0, 0.04)
+        # within the first writes of what was asked (a few ms), or anywhere in the next 40 ms
+        delay = self.random.uniform(0.0, 0.003) if self.random.random() < 0.5 else self.random.uniform(0.0, 0.04)
         try:
             if scenario in ("before", "during", "after", "anywhere"):
                 tool = self.random.choice(("pay", "put"))

@@ -762,10 +762,16 @@ class Book:
                 return None
             return self._ended(r, final)
 
-        with trio.CancelScope(shield=True), trio.move_on_after(_END_WITHIN):
-            new, changed, _ = await self.journal.change(run.key, change, self.options.ttl, run.known)
-            if changed and new is not None:
-                await self._after_end(new)
+        if self.local:  # a MemoryStore's steps never suspend: nothing can cut them short
+            await self._end(run, change)
+        else:
+            with trio.CancelScope(shield=True), trio.move_on_after(_END_WITHIN):
+                await self._end(run, change)
+
+    async def _end(self, run: Run, change: Callable[[Record], Record | None]) -> None:
+        new, changed, _ = await self.journal.change(run.key, change, self.options.ttl, run.known)
+        if changed and new is not None:
+            await self._after_end(new)
 
     async def _ask(self, run: Run, kind: Literal["elicitation", "sampling", "roots"], question: Any) -> Any:
         """A question of the running call: in its record until an answer comes (any process)."""
@@ -979,8 +985,7 @@ class Book:
                 return record.result
             run = self.runs.get(record.key)
             if run is not None:
-                with trio.move_on_after(self.options.poll_interval):
-                    await run.done.wait()
+                await run.done.wait()  # it ends here (answered, deferred, or taken over: read again)
             else:
                 await self._wait_change()
 
