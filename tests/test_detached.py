@@ -789,3 +789,46 @@ async def test_a_detached_calls_policies_hold_a_refusal_ends_it_rejected(autojum
         allowed = await rt.detach(call("quick", n=1), principal="ann")
         assert (await allowed.result()).content == "2"
         assert ran == ["quick 1"]
+
+
+@tool(requires_approval=True)
+async def slow_pay(seconds: int) -> str:
+    """Pay, slowly, once approved."""
+    await trio.sleep(seconds)
+    return f"paid after {seconds}s"
+
+
+async def test_a_deferred_calls_timeout_counts_from_its_approval(autojump_clock: trio.abc.Clock) -> None:
+    async with open_runtime([slow_pay], tracing=False) as rt:
+        quick, slow = await rt.call_many(
+            [call("slow_pay", "a", seconds=20), call("slow_pay", "b", seconds=40)], timeout=30
+        )
+        await trio.sleep(3600)  # approved an hour later: its 30 s start then
+        first, second = rt.detached(quick.detached_id), rt.detached(slow.detached_id)  # type: ignore[union-attr]
+        await first.approve()
+        await second.approve()
+        assert (await first.result()).content == "paid after 20s"
+        late = await second.result()
+        assert late.kind is FailureKind.TIMEOUT  # type: ignore[union-attr]
+        assert "30s" in late.content
+
+
+async def test_a_journaled_call_links_to_the_trace_its_metadata_names(autojump_clock: trio.abc.Clock) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from runtime.tracing import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"  # an MCP request's
+    async with open_runtime(TOOLS, tracing=Tracing(tracer_provider=provider)) as rt:
+        handle = await rt.detach(call("quick", n=1), metadata={"traceparent": traceparent, "tenant": "t1"})
+        await handle.result()
+    (span,) = exporter.get_finished_spans()
+    assert span.parent is None
+    (link,) = span.links
+    assert f"{link.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+    assert f"{link.context.span_id:016x}" == "b7ad6b7169203331"

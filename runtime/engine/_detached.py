@@ -545,7 +545,7 @@ class Book:
             created=now,
             updated=now,
             ttl=self.options.ttl,
-            link=_traceparent(),
+            link=_link(metadata),
             **fields,
         )
 
@@ -855,7 +855,9 @@ class Book:
         if run is not None and run.call is c:
             return await self._defer_run(run, reason, message, expires)
         metadata = ctx.metadata if ctx is not None else c.metadata
-        return await self._defer_new(c.call, c.principal, metadata, reason, message, expires, started=False)
+        return await self._defer_new(
+            c.call, c.principal, metadata, reason, message, expires, started=False, timeout=c.limit
+        )
 
     async def defer_from_tool(
         self,
@@ -872,19 +874,27 @@ class Book:
         run = detached_run.get()
         if run is not None and run.call is not None and run.call.ctx is ctx:
             return await self._defer_run(run, reason, message, expires)
-        call = self._call_of(ctx)
+        c = self._call_of(ctx)
+        call = c.call if c is not None else ToolCall(id=ctx.call_id, name=ctx.tool_name, arguments="{}")
         return await self._defer_new(
-            call, ctx.principal, ctx.metadata, reason, message, expires, started=reason == "outside"
+            call,
+            ctx.principal,
+            ctx.metadata,
+            reason,
+            message,
+            expires,
+            started=reason == "outside",
+            timeout=c.limit if c is not None else None,
         )
 
-    def _call_of(self, ctx: CallContext) -> ToolCall:
-        """The ToolCall a running tool's context belongs to (its arguments are journaled)."""
+    def _call_of(self, ctx: CallContext) -> Call[ToolPlan] | None:
+        """The call a running tool's context belongs to (its arguments are journaled)."""
         actor = self.routing.routes.get(ctx.tool_name)
         if actor is not None:
             for c in actor.plan.running:
                 if c.ctx is ctx:
-                    return c.call
-        return ToolCall(id=ctx.call_id, name=ctx.tool_name, arguments="{}")
+                    return c
+        return None
 
     async def _defer_new(
         self,
@@ -896,6 +906,7 @@ class Book:
         expires: float | None,
         *,
         started: bool,
+        timeout: float | None,
     ) -> ToolResult:
         tool = call.name
         if self.closing or self.entry.closing:
@@ -911,6 +922,7 @@ class Book:
             waiting=reason,
             started=started,
             expires=self._expiry(expires),
+            timeout=timeout,  # counted from its approval
         )
         try:
             await self._count_in(principal)
@@ -1293,18 +1305,29 @@ def _not_deferred(call: ToolCall, why: str) -> ToolFailure:
     )
 
 
+_NOT_KEPT = frozenset((_LINK, "traceparent", "tracestate"))
+"""Metadata a run does not inherit: its trace is its own, linked to its starter's (`_link`)."""
+
+
 def _portable(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """The metadata a journaled call keeps: what is JSON (not the runtime's own keys, which a
-    run sets again)."""
+    run sets again, nor its starter's trace context, which its span links to instead)."""
     if not metadata:
         return {}
     kept: dict[str, Any] = {}
     for key, value in metadata.items():
-        if not isinstance(key, str) or key.startswith("runtime.") or key == _LINK:
+        if not isinstance(key, str) or key.startswith("runtime.") or key in _NOT_KEPT:
             continue
         if value is None or isinstance(value, str | int | float | bool):
             kept[key] = value
     return kept
+
+
+def _link(metadata: Mapping[str, Any] | None) -> str | None:
+    """What a journaled call's span links to: the caller's W3C traceparent (its metadata's, as
+    an MCP request passes it), else the current span's."""
+    given = metadata.get("traceparent") if metadata else None
+    return given if isinstance(given, str) else _traceparent()
 
 
 def _traceparent() -> str | None:
