@@ -67,7 +67,9 @@ class Server:
                     break
                 self._buffer += data
         if b"\n" not in self._buffer:
-            raise ServerGone(f"server {self.pid} said nothing more; its stderr:\n{self.stderr.read_text()[-4000:]}")
+            raise ServerGone(
+                f"server {self.pid} said nothing more; its stderr:\n{self.stderr.read_text()[-4000:]}"
+            )
         line, _, rest = bytes(self._buffer).partition(b"\n")
         self._buffer[:] = rest
         answer: dict[str, Any] = json.loads(line)
@@ -90,10 +92,8 @@ class Server:
 
     async def kill(self) -> None:
         """SIGKILL it (if it did not die already) and reap it."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         await self._reap()
 
     async def _reap(self) -> None:

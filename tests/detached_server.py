@@ -115,7 +115,9 @@ def say(obj: Any) -> None:
 
 
 def arguments(request: dict[str, Any]) -> str:
-    return json.dumps({"key": request["key"], "hold": request.get("hold", 0.0), "die": request.get("die", "")})
+    return json.dumps(
+        {"key": request["key"], "hold": request.get("hold", 0.0), "die": request.get("die", "")}
+    )
 
 
 async def answer(rt: Any, request: dict[str, Any]) -> dict[str, Any]:

@@ -244,7 +244,9 @@ async def test_detaching_twice_with_one_id_starts_one_call(autojump_clock: trio.
         assert ran == ["quick 1", "quick 3"]
 
 
-async def test_a_detached_call_of_an_unknown_tool_is_answered_unknown_tool(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_detached_call_of_an_unknown_tool_is_answered_unknown_tool(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     async with open_runtime(TOOLS, tracing=False) as rt:
         handle = await rt.detach(call("nope"))
         result = await handle.result()
@@ -291,7 +293,9 @@ async def test_cancelling_a_call_that_waits_for_an_answer_ends_it(autojump_clock
 # -- approvals: input_required(approval) -> working / failed / cancelled ----------------------
 
 
-async def test_a_deferred_call_ends_its_turn_pending_and_runs_once_approved(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_deferred_call_ends_its_turn_pending_and_runs_once_approved(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     async with open_runtime(TOOLS, tracing=False) as rt:
         results = await rt.call_many(
             [call("pay", "p1", amount=5, to="bob"), call("quick", "q1", n=1)], principal="ann"
@@ -320,7 +324,9 @@ async def test_a_deferred_call_ends_its_turn_pending_and_runs_once_approved(auto
         assert await rt.pending(principal="ann") == []
 
 
-async def test_a_detached_call_that_needs_approval_waits_for_it_then_runs(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_detached_call_that_needs_approval_waits_for_it_then_runs(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     async def on_elicit(question: Any) -> Answer:  # someone can answer now, but a detached call's
         raise AssertionError("a detached call's approval is kept, not asked of the request")
 
@@ -334,7 +340,9 @@ async def test_a_detached_call_that_needs_approval_waits_for_it_then_runs(autoju
         assert (await handle.result()).content == "paid 7 to carl"
 
 
-async def test_a_denied_call_is_rejected_with_the_message_and_never_runs(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_denied_call_is_rejected_with_the_message_and_never_runs(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     async with open_runtime(TOOLS, tracing=False) as rt:
         pending = await rt.call(call("pay", amount=500, to="eve"))
         handle = rt.detached(pending.detached_id)  # type: ignore[union-attr]
@@ -369,7 +377,9 @@ async def test_an_approval_expires(autojump_clock: trio.abc.Clock) -> None:
         assert ran == []
 
 
-async def test_an_expiry_is_journaled_by_the_sweep_without_anyone_looking(autojump_clock: trio.abc.Clock) -> None:
+async def test_an_expiry_is_journaled_by_the_sweep_without_anyone_looking(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     store = MemoryStore()
     async with open_runtime(TOOLS, tracing=False, store=store, durable=Durable(expires=60, lease=10)) as rt:
         pending = await rt.call(call("pay", amount=5, to="bob"))
@@ -422,7 +432,9 @@ async def test_edited_arguments_run_and_bad_ones_name_the_path_and_keep_it_pendi
         assert ran == ["pay 50 bob"]
 
 
-async def test_a_policy_defers_calls_and_lets_them_through_once_approved(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_policy_defers_calls_and_lets_them_through_once_approved(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     class LargeOrders(Policy):
         """Orders over 100 wait for a manager."""
 
@@ -483,7 +495,9 @@ async def test_an_outside_error_is_the_calls_failure(autojump_clock: trio.abc.Cl
 # -- bad input changes nothing -------------------------------------------------------------------
 
 
-async def test_an_unknown_id_and_another_principals_id_get_the_same_answer(autojump_clock: trio.abc.Clock) -> None:
+async def test_an_unknown_id_and_another_principals_id_get_the_same_answer(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     async with open_runtime(TOOLS, tracing=False) as rt:
         pending = await rt.call(call("pay", amount=5, to="bob"), principal="ann")
         theirs = rt.detached(pending.detached_id, principal="mallory")  # type: ignore[union-attr]
@@ -506,7 +520,9 @@ async def test_an_unknown_id_and_another_principals_id_get_the_same_answer(autoj
         assert ran == []
 
 
-async def test_a_principal_is_bounded_and_a_deferral_past_it_is_overloaded(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_principal_is_bounded_and_a_deferral_past_it_is_overloaded(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     async with open_runtime(TOOLS, tracing=False, durable=Durable(max_per_principal=2)) as rt:
         first = await rt.detach(call("report", minutes=1), principal="ann")
         await rt.call(call("pay", amount=1, to="bob"), principal="ann")
@@ -600,13 +616,17 @@ async def test_a_restart_reruns_only_idempotent_calls_and_keeps_pending_approval
     assert sorted(ran) == ["charge b", "fetch a", "fetch a", "pay 5 bob"]  # charge ran once
 
 
-async def test_a_call_queued_when_its_process_died_runs_after_the_lease(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_call_queued_when_its_process_died_runs_after_the_lease(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     """A process that never gave its lease back (killed): its calls wait out the lease, then
     another process takes them over; one that had not started runs (never twice)."""
     store = MemoryStore()
     async with open_runtime([charge], tracing=False, store=store, durable=Durable(lease=15)) as first:
         book = first._entry.durable
-        record = book._record(call("charge", key="z"), "ann", None, "dc_orphan", phase="queued", owner="dead/1")
+        record = book._record(
+            call("charge", key="z"), "ann", None, "dc_orphan", phase="queued", owner="dead/1"
+        )
         assert await book.journal.create(record) is not None
         await store.set("dca:\x00ann\x00dc_orphan", b"")
         await store.set("dco:dead/1", b"1", 15)  # its lease, never renewed
@@ -774,7 +794,9 @@ def test_a_runtime_thread_detaches_blocking_and_from_asyncio() -> None:
         assert asyncio.run(from_asyncio()) == "42"
 
 
-async def test_a_detached_calls_policies_hold_a_refusal_ends_it_rejected(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_detached_calls_policies_hold_a_refusal_ends_it_rejected(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     class NoBob(Policy):
         def intercept(self, request: CallRequest) -> Any:
             if request.principal == "bob":
@@ -832,3 +854,39 @@ async def test_a_journaled_call_links_to_the_trace_its_metadata_names(autojump_c
     (link,) = span.links
     assert f"{link.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
     assert f"{link.context.span_id:016x}" == "b7ad6b7169203331"
+
+
+def test_every_edge_renders_a_pending_result_as_an_answer_not_an_error() -> None:
+    from runtime.mcp._server_catalog import plain_result
+    from runtime.providers import anthropic, gemini, openai
+
+    pending = ToolPending(call_id="p1", tool="pay", detached_id="dc_1", reason="approval", message="it waits")
+    assert openai.result_messages([pending]) == [
+        {"role": "tool", "tool_call_id": "p1", "content": "it waits"}
+    ]
+    assert anthropic.result_blocks([pending]) == [
+        {"type": "tool_result", "tool_use_id": "p1", "content": "it waits"}
+    ]
+    (part,) = gemini.result_parts([pending])
+    assert part["function_response"]["response"] == {"output": "it waits"}
+    served = plain_result(pending)
+    assert not served.is_error
+    assert served.content[0].text == "it waits"  # type: ignore[union-attr]
+
+
+async def test_a_program_in_code_mode_gets_a_permission_error_for_a_deferred_call() -> None:
+    pytest.importorskip("pydantic_monty")
+    from runtime.code import PENDING_RAISES, ProgramResult, code_mode
+
+    run_code = code_mode()
+    program = (
+        "try:\n    r = await pay(amount=5, to='bob')\n"
+        f"except {PENDING_RAISES} as e:\n    r = 'waits: ' + str(e)\nr"
+    )
+    async with open_runtime([pay, run_code], tracing=False) as rt:
+        result = await rt.call(ToolCall(id="prog", name="run_code", arguments={"code": program}))
+        assert isinstance(result, ToolSuccess)
+        assert isinstance(result.value, ProgramResult)
+        assert result.value.result.startswith("waits: Tool 'pay' needs an approval")
+        assert len(await rt.pending()) == 1
+    assert ran == []

@@ -91,12 +91,21 @@ class Harness:
         calls: list[Tracked] = []
         key = f"r{i}"
         # within the first writes of what was asked (a few ms), or anywhere in the next 40 ms
-        delay = self.random.uniform(0.0, 0.003) if self.random.random() < 0.5 else self.random.uniform(0.0, 0.04)
+        delay = (
+            self.random.uniform(0.0, 0.003) if self.random.random() < 0.5 else self.random.uniform(0.0, 0.04)
+        )
         try:
             if scenario in ("before", "during", "after", "anywhere"):
                 tool = self.random.choice(("pay", "put"))
                 die = scenario if scenario != "anywhere" else ""
-                request = {"op": "detach", "tool": tool, "key": key, "id": key, "principal": "ann", "die": die}
+                request = {
+                    "op": "detach",
+                    "tool": tool,
+                    "key": key,
+                    "id": key,
+                    "principal": "ann",
+                    "die": die,
+                }
                 if die == "during":
                     request["hold"] = 0.05
                 calls.append(Tracked(key, tool, scenario, request))
@@ -116,7 +125,11 @@ class Harness:
                 tracked.completed = (await server.ask(op="result", id=key, principal="ann"))["result"]
                 await self.kill_after(delay / 2)
             elif scenario in ("approval", "pending"):
-                die = self.random.choice(("", "", "before", "during", "after")) if scenario == "approval" else ""
+                die = (
+                    self.random.choice(("", "", "before", "during", "after"))
+                    if scenario == "approval"
+                    else ""
+                )
                 request = {"op": "defer", "key": key, "principal": "ann", "die": die}
                 answer = await server.ask(**request)
                 tracked = Tracked(key, "guarded", scenario, request)
@@ -130,7 +143,14 @@ class Harness:
                 else:
                     await self.kill_after(0.0)
             else:  # cancel
-                request = {"op": "detach", "tool": "pay", "key": key, "id": key, "principal": "ann", "hold": 0.03}
+                request = {
+                    "op": "detach",
+                    "tool": "pay",
+                    "key": key,
+                    "id": key,
+                    "principal": "ann",
+                    "hold": 0.03,
+                }
                 tracked = Tracked(key, "pay", scenario, request)
                 calls.append(tracked)
                 await server.ask(**request)
@@ -203,7 +223,9 @@ class Harness:
                 self.figures[f"ended: {final['kind']}"] += 1
                 if final["kind"] == "unavailable":
                     if "it may have run" not in final["message"]:
-                        self.problems.append(f"{tracked.key}: unavailable for another reason: {final['message']}")
+                        self.problems.append(
+                            f"{tracked.key}: unavailable for another reason: {final['message']}"
+                        )
                     elif tracked.tool in NOT_IDEMPOTENT:
                         self.figures["non-idempotent running calls answered, not run again"] += 1
                 elif final["kind"] not in ("cancelled",):
@@ -243,7 +265,13 @@ async def test_hundreds_of_kills_lose_nothing_and_run_nothing_twice(
     print(f"\n{backend}: {json.dumps(figures, indent=1)}")
     assert problems == []
     assert figures["calls"] == RUNS
-    for zero in ("duplicated side effects", "lost approvals", "lost completed results", "never ended", "lost"):
+    for zero in (
+        "duplicated side effects",
+        "lost approvals",
+        "lost completed results",
+        "never ended",
+        "lost",
+    ):
         assert figures.get(zero, 0) == 0, zero
     assert figures["non-idempotent running calls answered, not run again"] > 0
 
@@ -262,10 +290,14 @@ def main() -> None:
     async def each(kind: str) -> None:
         with tempfile.TemporaryDirectory() as directory:
             if kind == "sqlite":
-                figures, problems = await crash_runs(f"sqlite:{directory}/journal.db", Path(directory), args.runs, args.seed)
+                figures, problems = await crash_runs(
+                    f"sqlite:{directory}/journal.db", Path(directory), args.runs, args.seed
+                )
             else:
                 with running_redis() as redis:
-                    figures, problems = await crash_runs(f"redis:{redis.url}", Path(directory), args.runs, args.seed)
+                    figures, problems = await crash_runs(
+                        f"redis:{redis.url}", Path(directory), args.runs, args.seed
+                    )
         print(json.dumps({"store": kind, "runs": args.runs, **figures, "problems": problems}, indent=1))
 
     for kind in ("sqlite", "redis") if args.store == "both" else (args.store,):

@@ -65,7 +65,12 @@ async def test_a_result_and_a_pending_approval_are_there_after_a_kill(store: str
         assert approved["status"]["state"] == "working"
         paid = await second.ask(op="result", id=pending, principal="ann")
         assert paid["result"]["content"] == "paid k2"
-    assert side_effects(log) == {("begin", "k1"): 1, ("effect", "k1"): 1, ("begin", "k2"): 1, ("effect", "k2"): 1}
+    assert side_effects(log) == {
+        ("begin", "k1"): 1,
+        ("effect", "k1"): 1,
+        ("begin", "k2"): 1,
+        ("effect", "k2"): 1,
+    }
 
 
 @pytest.mark.parametrize("tool", ["pay", "put"])
@@ -92,7 +97,9 @@ async def test_a_call_killed_while_it_ran_is_run_again_only_when_idempotent(
         assert effects == {("begin", "k"): 1}
 
 
-async def test_a_call_killed_before_it_started_runs_once_after_the_restart(store: str, tmp_path: Path) -> None:
+async def test_a_call_killed_before_it_started_runs_once_after_the_restart(
+    store: str, tmp_path: Path
+) -> None:
     log = tmp_path / "effects.log"
     first = await Server.start(store, log, node="n1")
     try:
@@ -132,7 +139,9 @@ async def test_on_redis_a_cancel_and_an_approval_reach_a_call_from_another_proce
     assert side_effects(log) == {("begin", "long"): 1, ("begin", "twice"): 1, ("effect", "twice"): 1}
 
 
-async def test_a_process_that_shuts_down_leaves_its_running_call_to_the_next(store: str, tmp_path: Path) -> None:
+async def test_a_process_that_shuts_down_leaves_its_running_call_to_the_next(
+    store: str, tmp_path: Path
+) -> None:
     log = tmp_path / "effects.log"
     async with server(store, log) as first:
         await first.ask(op="detach", tool="put", key="k", id="job", hold=60, principal="ann")
