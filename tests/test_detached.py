@@ -890,3 +890,21 @@ async def test_a_program_in_code_mode_gets_a_permission_error_for_a_deferred_cal
         assert result.value.result.startswith("waits: Tool 'pay' needs an approval")
         assert len(await rt.pending()) == 1
     assert ran == []
+
+
+async def test_a_store_without_compare_and_set_says_so_and_changes_nothing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class OldStore(MemoryStore):
+        """A store of the protocol before issue 43 (no `swap`)."""
+
+        swap = None  # type: ignore[assignment]
+
+    async with open_runtime(TOOLS, tracing=False, store=OldStore()) as rt:
+        with pytest.raises(TypeError, match="no swap"):
+            await rt.detach(call("quick", n=1))
+        refused = await rt.call(call("pay", amount=1, to="bob"))
+        assert refused.kind is FailureKind.UNAVAILABLE  # type: ignore[union-attr]
+        assert "no swap" in refused.content
+        assert (await rt.call(call("quick", n=1))).content == "2"  # plain calls are untouched
+    assert ran == ["quick 1"]

@@ -176,6 +176,12 @@ class Book:
         self._wall0 = time.time()
         self._trio0 = trio.current_time()
         self._warned = False
+        self.unsupported: str | None = None
+        if not callable(getattr(store, "swap", None)):
+            self.unsupported = (
+                f"the runtime's store ({type(store).__name__}) has no swap(): detached and deferred "
+                "calls need its compare-and-set (runtime.stores has it: MemoryStore, SQLiteStore, RedisStore)"
+            )
 
     # -- time and change --------------------------------------------------------------
 
@@ -203,7 +209,8 @@ class Book:
                 self._nursery = nursery
                 self._context = contextvars.copy_context()  # runs start here, not in a caller's
                 try:
-                    await self._recover(recount=True)
+                    if self.unsupported is None:
+                        await self._recover(recount=True)
                 except (StoreError, OSError) as exc:
                     self._store_failed("recovering", exc)
                 except Exception:  # a bug here must not keep the runtime from opening
@@ -455,6 +462,8 @@ class Book:
             CallNotFound: none for this principal.
         """
         detached_id, principal = check_lookup(detached_id, principal)
+        if self.unsupported is not None:
+            raise TypeError(self.unsupported)
         raw, record = await self.journal.read(record_key(principal, detached_id))
         if record is None or record.principal != principal or record.id != detached_id:
             raise CallNotFound(detached_id)
@@ -498,6 +507,8 @@ class Book:
     # -- starting -----------------------------------------------------------------------
 
     def _check_open(self) -> None:
+        if self.unsupported is not None:
+            raise TypeError(self.unsupported)
         self.entry.check_open()
         if self.closing or self.entry.closing:
             raise RuntimeClosed("the runtime is shutting down; no call can be detached")
@@ -909,6 +920,8 @@ class Book:
         timeout: float | None,
     ) -> ToolResult:
         tool = call.name
+        if self.unsupported is not None:
+            return _not_deferred(call, self.unsupported)
         if self.closing or self.entry.closing:
             return _not_deferred(call, "the runtime is shutting down")
         if principal is not None and "\x00" in principal:
