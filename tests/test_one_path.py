@@ -315,8 +315,6 @@ class Witness(Policy):
         return result
 
 
-
-
 @dataclass
 class Observed:
     batches: dict[str, list[ToolResult]] = field(default_factory=dict)  # "many" / "timed" -> results
