@@ -19,6 +19,7 @@ def main() -> None:
             "code",
             "server",
             "resilience",
+            "detached",
             "search",
             "report",
         ],
@@ -70,6 +71,12 @@ def main() -> None:
         from . import bench_resilience  # starts a redis-server and worker processes; runs valgrind
 
         report = bench_resilience.main(quick=args.quick)
+        report.print()
+        print(f"\nwrote {report.save()}")
+    if args.only in (None, "detached"):
+        from . import bench_detached  # detached and deferred calls; starts a redis-server
+
+        report = bench_detached.main(quick=args.quick)
         report.print()
         print(f"\nwrote {report.save()}")
     if args.only in (None, "search"):

@@ -9,12 +9,19 @@ The root only re-exports; see docs/ARCHITECTURE.md section 3 for the contract th
 from ._version import __version__ as __version__
 from .engine import Artifacts as Artifacts
 from .engine import CallRequest as CallRequest
+from .engine import DetachedCall as DetachedCall
+from .engine import DetachedState as DetachedState
+from .engine import DetachedStatus as DetachedStatus
+from .engine import Durable as Durable
 from .engine import Policy as Policy
 from .engine import RestartPolicy as RestartPolicy
 from .engine import Runtime as Runtime
 from .engine import RuntimeOptions as RuntimeOptions
 from .engine import open_runtime as open_runtime
 from .exceptions import ArtifactMissing as ArtifactMissing
+from .exceptions import CallDeferred as CallDeferred
+from .exceptions import CallNotFound as CallNotFound
+from .exceptions import CallStateError as CallStateError
 from .exceptions import CannotAsk as CannotAsk
 from .exceptions import InvalidArguments as InvalidArguments
 from .exceptions import RuntimeClosed as RuntimeClosed
@@ -36,6 +43,7 @@ from .messages import TextPart as TextPart
 from .messages import ToolCall as ToolCall
 from .messages import ToolCallMetadata as ToolCallMetadata
 from .messages import ToolFailure as ToolFailure
+from .messages import ToolPending as ToolPending
 from .messages import ToolResult as ToolResult
 from .messages import ToolSuccess as ToolSuccess
 from .registry import ToolRegistry as ToolRegistry
@@ -70,6 +78,14 @@ from .tools import validate as validate
 
 __all__ = [
     "ArtifactMissing",
+    "CallDeferred",
+    "CallNotFound",
+    "CallStateError",
+    "DetachedCall",
+    "DetachedState",
+    "DetachedStatus",
+    "Durable",
+    "ToolPending",
     "Artifacts",
     "Budget",
     "Cache",

@@ -10,6 +10,9 @@ Hierarchy::
     │   ├── CannotAsk                   a tool asked (elicit, sample, roots) and no one can answer
     │   └── CallStopped                 a placement stopped a call because the engine asked it to
     ├── ToolOverloaded                  a tool (or where it runs) has more waiting than it takes
+    ├── CallDeferred                    a tool deferred its call (`ctx.defer`): it ends its turn pending
+    ├── CallNotFound (LookupError)      no detached call of that id for that principal
+    ├── CallStateError                  a detached call's state does not allow what was asked (approve a denied one)
     ├── RemoteToolError                 a tool raised in another process (boxed: type name and message)
     ├── WorkerLost                      the process serving a call died (a signal, an exit, the OOM killer)
     ├── SchemaError (ValueError)        a JSON Schema could not be turned into the IR
@@ -30,8 +33,13 @@ A warnings filter that turns `ResultTypeWarning` into an error (`-W error`, pyte
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ArtifactMissing",
+    "CallDeferred",
+    "CallNotFound",
+    "CallStateError",
     "CallStopped",
     "CannotAsk",
     "InvalidArguments",
@@ -204,3 +212,33 @@ class ResultTypeWarning(ToolRuntimeWarning):
 class ToolDefinitionWarning(ToolRuntimeWarning):
     """A tool was defined with something the model will miss (no description): it works, but the
     model is told less than it needs. Issued once per tool, where it is defined."""
+
+
+class CallDeferred(ToolRuntimeError):
+    """Raised by `ctx.defer(...)` once the call is journaled: the call ends its turn with its
+    `ToolPending` (`pending`), or with the failure that kept it from being deferred."""
+
+    def __init__(self, pending: Any) -> None:
+        self.pending = pending
+        super().__init__(getattr(pending, "message", "the call was deferred"))
+
+
+class CallNotFound(ToolRuntimeError, LookupError):
+    """No detached call of that id for that principal: it never existed, it belongs to another
+    principal, or it ended longer ago than its ttl. The message is the same for each (no one
+    learns whether another principal has such a call)."""
+
+    def __init__(self, detached_id: object) -> None:
+        self.detached_id = detached_id
+        shown = detached_id if isinstance(detached_id, str) and len(detached_id) <= 128 else "..."
+        super().__init__(f"no detached call {shown!r} for this principal")
+
+
+class CallStateError(ToolRuntimeError):
+    """What was asked of a detached call does not fit its state (approving one that was denied,
+    expired, cancelled or finished; answering one that asks nothing; supplying the result of one
+    that does not wait for it). Nothing changed; `status` is the call as it is."""
+
+    def __init__(self, message: str, status: Any = None) -> None:
+        self.status = status
+        super().__init__(message)

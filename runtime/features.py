@@ -1,6 +1,6 @@
 """Features: code that watches or enriches every tool call (tracing, auditing, quotas).
 
-A `Feature` overrides any of four hooks. The `FeaturePipeline` calls each overridden hook,
+A `Feature` overrides any of its hooks. The `FeaturePipeline` calls each overridden hook,
 and only those, exactly once per call, in the order the features were given; a hook that
 raises is logged and never changes the call's result.
 
@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from ._flows import CannotWait, Flow, now
-from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolResult, ToolSuccess
+from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolPending, ToolResult, ToolSuccess
 from .tools import CallContext, ToolBase
 from .tools.lowlevel import cannot_suspend, function_code
 
@@ -72,6 +72,10 @@ class Feature:
 
     async def on_call_failed(self, call: ToolCall, failure: ToolFailure, ctx: CallContext) -> None:
         """The call failed, for any reason (see `failure.kind`)."""
+
+    async def on_call_deferred(self, call: ToolCall, pending: ToolPending, ctx: CallContext) -> None:
+        """The call ended its turn pending (an approval, an outside result): journaled as the
+        detached call `pending.detached_id`, whose run, once approved, is a call of its own."""
 
     def around_call(self, ctx: CallContext) -> contextlib.AbstractContextManager[None] | None:
         """A context manager entered around the tool's own code, in the actor's task (or None).
@@ -146,6 +150,7 @@ class FeaturePipeline:
         "_around",
         "_collectors",
         "_completed",
+        "_deferred",
         "_event_hooks",
         "_failed",
         "_given",
@@ -179,6 +184,7 @@ class FeaturePipeline:
         self._starting = tuple(f for f in self.features if _overrides(f, "on_call_starting"))
         self._completed = tuple(f for f in self.features if _overrides(f, "on_call_completed"))
         self._failed = tuple(f for f in self.features if _overrides(f, "on_call_failed"))
+        self._deferred = tuple(f for f in self.features if _overrides(f, "on_call_deferred"))
         self._event_hooks = tuple(f for f in self.features if _overrides(f, "on_call_event"))
         self.has_starting = bool(self._starting)
         """Some feature has an `on_call_starting`."""
@@ -188,6 +194,7 @@ class FeaturePipeline:
                 ("on_call_starting", self._starting),
                 ("on_call_completed", self._completed),
                 ("on_call_failed", self._failed),
+                ("on_call_deferred", self._deferred),
             )
             for f in overriders
         )
@@ -210,6 +217,7 @@ class FeaturePipeline:
             or self._starting
             or self._completed
             or self._failed
+            or self._deferred
             or self._around
             or self._event_hooks
         )
@@ -307,14 +315,20 @@ class FeaturePipeline:
                 log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=exc)
 
     def finishing(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> Flow[None]:
-        """The `on_call_completed` or `on_call_failed` hooks of a call that is answered, as one
-        flow: a hook that raises is logged, the next one runs."""
+        """The `on_call_completed`, `on_call_failed` or `on_call_deferred` hooks of a call that is
+        answered, as one flow: a hook that raises is logged, the next one runs."""
         if isinstance(result, ToolSuccess):
             for f in self._completed:
                 try:
                     yield f.on_call_completed(call, result, ctx)
                 except Exception as exc:
                     log.error("feature %r failed in on_call_completed for call %s", f, call.id, exc_info=exc)
+        elif isinstance(result, ToolPending):
+            for f in self._deferred:
+                try:
+                    yield f.on_call_deferred(call, result, ctx)
+                except Exception as exc:
+                    log.error("feature %r failed in on_call_deferred for call %s", f, call.id, exc_info=exc)
         else:
             assert isinstance(result, ToolFailure)
             for f in self._failed:

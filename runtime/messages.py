@@ -26,6 +26,7 @@ __all__ = [
     "ToolCall",
     "ToolCallMetadata",
     "ToolFailure",
+    "ToolPending",
     "ToolResult",
     "ToolSuccess",
     "decode_result",
@@ -216,7 +217,38 @@ class ToolFailure(msgspec.Struct, frozen=True, kw_only=True, tag="failure", tag_
         return f"Error: {self.message}"
 
 
-ToolResult = ToolSuccess[Any] | ToolFailure
+class ToolPending(msgspec.Struct, frozen=True, kw_only=True, tag="pending", tag_field="type"):
+    """A call that ended its turn without a result yet: it waits for an approval, or its result
+    comes from outside (a browser, a webhook). It is journaled as a detached call (`detached_id`)
+    that the application approves, denies, expires or supplies the result of; the result then
+    comes in a later turn. Neither a success nor a failure: it may yet succeed, so retries,
+    breakers, caches and the failure counters never take it for either.
+
+    Attributes:
+        call_id: the id of the call this answers (the model's).
+        tool: the tool's name.
+        detached_id: the detached call it became (`rt.detached(detached_id, principal=...)`).
+        reason: "approval" (it runs once approved) or "outside" (its result is supplied).
+        message: what the model reads (not an error: it is told the result comes later).
+        expires_at: when the pending call expires unless decided (seconds since the epoch).
+    """
+
+    call_id: str
+    tool: str
+    detached_id: str
+    reason: Literal["approval", "outside"]
+    message: str
+    expires_at: float | None = None
+
+    ok: ClassVar[bool] = False
+
+    @property
+    def content(self) -> str:
+        """The text the model reads: that the call waits, and that its result comes later."""
+        return self.message
+
+
+ToolResult = ToolSuccess[Any] | ToolFailure | ToolPending
 
 
 class ToolCallMetadata(Mapping[str, Any]):

@@ -3,7 +3,10 @@
 Spans follow the GenAI semantic conventions: `execute_tool {tool name}`, kind INTERNAL,
 `gen_ai.*` attributes, status ERROR and `error.type` on failure. The parent is the W3C
 `traceparent` in the call's metadata when there is one, else the caller's current context;
-the calls of one `call_many` are siblings. While the tool's code runs, its span is the
+the calls of one `call_many` are siblings. A detached call's run (`rt.detach`, an approved
+deferred call) outlives its starter's span: its span starts a trace of its own and links to
+the starter's (`LINK` in its metadata). A call that ends its turn pending ends its span with
+the outcome "pending" and the detached call's id. While the tool's code runs, its span is the
 current span (in the actor's task, and in the worker thread of a sync tool), so spans the
 tool makes are its children.
 
@@ -21,15 +24,17 @@ import msgspec
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import _internal as _metrics_api
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .features import Feature
-from .messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
+from .messages import ToolCall, ToolFailure, ToolPending, ToolResult, ToolSuccess
 from .tools import CallContext
 
 __all__ = [
     "CALL_ABANDONED",
+    "DETACHED_ID",
+    "LINK",
     "CALL_DURATION_METRIC",
     "CALLS_IN_FLIGHT_METRIC",
     "ERROR_TYPE",
@@ -44,6 +49,7 @@ __all__ = [
     "PRINCIPAL",
     "RESULT_TYPE_MISMATCH",
     "Tracing",
+    "current_traceparent",
 ]
 
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
@@ -62,6 +68,11 @@ CALL_ABANDONED: Final = "tool_runtime.call.abandoned"
 """Span attribute: the call was answered while its work could not be stopped (it runs on, abandoned)."""
 RESULT_TYPE_MISMATCH: Final = "tool_runtime.result.type_mismatch"
 """Span attribute: why the result is not of the tool's declared result type (the model read it as returned)."""
+
+LINK: Final = "tool_runtime.link"
+"""Metadata key: a W3C traceparent the call's span links to (a detached call's starter)."""
+DETACHED_ID: Final = "tool_runtime.detached.id"
+"""Span attribute: the detached call a pending call became."""
 
 CALL_DURATION_METRIC: Final = "tool_runtime.tool.call.duration"
 CALLS_IN_FLIGHT_METRIC: Final = "tool_runtime.tool.calls.in_flight"
@@ -146,11 +157,21 @@ class Tracing(Feature):
             attributes[GEN_AI_TOOL_CALL_ARGUMENTS] = (
                 arguments if isinstance(arguments, str) else _json(arguments)
             )
+        metadata = ctx.metadata
+        parent = _parent(metadata)
+        links = None
+        if LINK in metadata:  # a detached call's run: a trace of its own, linked to its starter's
+            linked = _span_context(metadata[LINK])
+            if linked is not None:
+                links = [Link(linked)]
+                if parent is None:
+                    parent = otel_context.Context()
         span = self._tracer.start_span(
             f"{EXECUTE_TOOL} {call.name}",
-            context=_parent(ctx.metadata),
+            context=parent,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
+            links=links,
         )
         self._calls[ctx] = (span, time.perf_counter())
         self._in_flight.add(1, {GEN_AI_TOOL_NAME: call.name})
@@ -160,6 +181,9 @@ class Tracing(Feature):
 
     async def on_call_failed(self, call: ToolCall, failure: ToolFailure, ctx: CallContext) -> None:
         self._end(call, failure, ctx)
+
+    async def on_call_deferred(self, call: ToolCall, pending: ToolPending, ctx: CallContext) -> None:
+        self._end(call, pending, ctx)
 
     def around_call(self, ctx: CallContext) -> contextlib.AbstractContextManager[None] | None:
         entry = self._calls.get(ctx)
@@ -216,6 +240,10 @@ class Tracing(Feature):
             if ctx.abandoned:  # answered while its code ran on (it ignored cancellation, a stuck thread)
                 span.set_attribute(CALL_ABANDONED, True)
             span.set_status(Status(StatusCode.ERROR, result.message))
+        elif isinstance(result, ToolPending):
+            attributes[OUTCOME] = "pending"
+            span.set_attribute(OUTCOME, "pending")
+            span.set_attribute(DETACHED_ID, result.detached_id)
         else:
             attributes[OUTCOME] = "success"
             if result.type_mismatch is not None:
@@ -235,6 +263,23 @@ def _parent(metadata: Mapping[str, Any]) -> otel_context.Context | None:
     if "tracestate" in metadata:
         carrier["tracestate"] = str(metadata["tracestate"])
     return _W3C.extract(carrier)
+
+
+def _span_context(traceparent: Any) -> trace.SpanContext | None:
+    """The span context a W3C traceparent names (None if it names none)."""
+    found = trace.get_current_span(_W3C.extract({"traceparent": str(traceparent)})).get_span_context()
+    return found if found.is_valid else None
+
+
+def current_traceparent() -> str | None:
+    """The current span as a W3C traceparent, if there is a valid one (what a detached call's
+    span links to)."""
+    span = trace.get_current_span()
+    if not span.get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent")
 
 
 class _Current:

@@ -23,6 +23,7 @@ from runtime import (
     Sampling,
     ToolCall,
     ToolFailure,
+    ToolPending,
     ToolSuccess,
     asking,
     open_runtime,
@@ -303,11 +304,16 @@ async def test_a_predicate_asks_only_for_the_calls_it_picks() -> None:
     assert asked == ['{"path":"/etc/passwd"}']
 
 
-async def test_approval_with_no_one_to_ask_does_not_run_the_tool() -> None:
+async def test_approval_with_no_one_to_ask_defers_the_call_and_does_not_run_the_tool() -> None:
+    # No one can approve now: the call waits for an approval in the journal (issue 43) and its
+    # caller reads a pending result; before, it was UNAVAILABLE and could never run.
     async with open_runtime([delete_file], tracing=False) as rt:
         result = await rt.invoke(delete_file, path="/home/a")
-    assert result.kind is FailureKind.UNAVAILABLE
-    assert "needs approval" in result.content
+        assert isinstance(result, ToolPending)
+        assert result.reason == "approval"
+        assert "needs an approval" in result.content
+        (waiting,) = await rt.pending()
+        assert waiting.id == result.detached_id
     assert ran == []
 
 

@@ -251,8 +251,9 @@ async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> N
 
 
 async def test_one_tenants_artifacts_never_evict_anothers(autojump_clock: trio.abc.Clock) -> None:
+    # async: a thread's real time would let the autojump clock run past the artifacts' ttl
     @tool
-    def export(who: str, n: int) -> str:
+    async def export(who: str, n: int) -> str:
         return (who + "-") * (n // 4)
 
     async with open_runtime([export], artifacts=Artifacts(max_bytes=1 << 20, tools=True)) as rt:

@@ -41,6 +41,11 @@ ADDED_ON_PURPOSE = {
     # large results kept whole (DESIGN.md 3.12, issue 24): the runtime's option, and what a read of
     # a handle that is not the caller's (or expired) raises (REJECTED, its reason for the model)
     "Artifacts", "ArtifactMissing",
+    # calls that outlive a request and a process (DESIGN.md 3.14, issue 43): the pending result,
+    # the handle, its status and state, the runtime's option, what a tool raises to defer, and
+    # what a bad id or a verb the state does not allow raises
+    "ToolPending", "DetachedCall", "DetachedStatus", "DetachedState", "Durable", "CallDeferred",
+    "CallNotFound", "CallStateError",
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from runtime import (
     ToolCall,
     ToolCallMetadata,
     ToolFailure,
+    ToolPending,
     ToolResult,
     ToolSuccess,
 )
@@ -47,7 +48,16 @@ FAILURES = [
     )
 ]
 
-RESULTS: list[ToolResult] = [*SUCCESSES, *FAILURES]
+PENDING = [  # a call that ended its turn waiting (issue 43)
+    ToolPending(
+        call_id="p1", tool="pay", detached_id="dc_1", reason="approval", message="waits", expires_at=1.5
+    ),
+    ToolPending(
+        call_id="p2", tool="open_page", detached_id="dc_2", reason="outside", message="in the browser"
+    ),
+]
+
+RESULTS: list[ToolResult] = [*SUCCESSES, *FAILURES, *PENDING]
 
 
 def _ids(messages: list[Any]) -> list[str]:

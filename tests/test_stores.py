@@ -177,6 +177,43 @@ async def test_add_claims_a_key_once(store: Store, clock: MockClock | None) -> N
     assert await store.get("claim") == b"third"
 
 
+async def test_swap_replaces_only_what_was_read(store: Store, clock: MockClock | None) -> None:
+    """The compare-and-set the journal of detached calls is made of (issue 43)."""
+    assert await store.swap("s", None, b"one") is True  # absent -> one
+    assert await store.swap("s", None, b"two") is False  # it holds something now
+    assert await store.swap("s", b"zero", b"two") is False  # not what it holds
+    assert await store.get("s") == b"one"
+    assert await store.swap("s", b"one", b"two", ttl=TTL) is True
+    assert await store.get("s") == b"two"
+    assert await store.swap("s", b"two", None) is True  # remove it
+    assert await store.get("s") is None
+    assert await store.swap("s", b"two", None) is False
+    await store.set("t", b"v", ttl=TTL)
+    await trio.sleep(TTL + _slack(clock))
+    assert await store.swap("t", b"v", b"w") is False  # expired: it holds nothing
+    assert await store.swap("t", None, b"w") is True
+    await store.incr("n")
+    assert await store.swap("n", None, b"x") is False  # a counter is something
+
+
+async def test_racing_swaps_make_each_change_once(opener: Callable[[], Store]) -> None:
+    """Read-modify-swap loops from two handles: every increment lands, none twice."""
+    handles = [opener(), opener()]
+    await handles[0].set("cas", b"0")
+
+    async def bump(store: Store) -> None:
+        while True:
+            old = await store.get("cas")
+            assert old is not None
+            if await store.swap("cas", old, str(int(old) + 1).encode()):
+                return
+
+    async with trio.open_nursery() as nursery:
+        for i in range(200):
+            nursery.start_soon(bump, handles[i % 2])
+    assert await handles[1].get("cas") == b"200"
+
+
 async def test_incr_counts_from_zero_and_refuses_a_non_integer(store: Store, clock: MockClock | None) -> None:
     assert await store.incr("n") == 1
     assert await store.incr("n", 41) == 42

@@ -26,6 +26,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed where it
 
 from ._limits import CodeLimits as CodeLimits
 from ._limits import CodeLimitsKw as CodeLimitsKw
+from ._program import PENDING_RAISES as PENDING_RAISES
 from ._program import RAISED as RAISED
 from ._program import ProgramResult as ProgramResult
 from ._tool import CodeArgs as CodeArgs
@@ -33,6 +34,7 @@ from ._tool import CodeStatistics as CodeStatistics
 from ._tool import CodeTool as CodeTool
 
 __all__ = [
+    "PENDING_RAISES",
     "RAISED",
     "CodeArgs",
     "CodeLimits",

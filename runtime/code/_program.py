@@ -36,10 +36,10 @@ import trio
 
 from ..exceptions import ToolRejected
 from ..features import CALL_ID_KEY, PRINCIPAL_KEY, TOOL_NAME_KEY
-from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolPending, ToolResult
 from ._sandbox import Sandbox
 
-__all__ = ["RAISED", "Program", "ProgramResult"]
+__all__ = ["PENDING_RAISES", "RAISED", "Program", "ProgramResult"]
 
 RAISED: Final[Mapping[FailureKind, str]] = {
     FailureKind.UNKNOWN_TOOL: "NameError",
@@ -52,6 +52,10 @@ RAISED: Final[Mapping[FailureKind, str]] = {
     FailureKind.OVERLOADED: "OSError",
 }
 """The builtin exception a failed call raises in the program, by the failure's kind."""
+PENDING_RAISES: Final = "PermissionError"
+"""What a deferred call (`ToolPending`: it waits for an approval, or for its result from outside)
+raises in the program: it has no value yet; its text says what it waits for, and it runs (once)
+when the application decides, outside the program."""
 
 FEED_GRACE: Final = 1.0
 """Seconds past the call's deadline after which the sandbox would stop a program on its own (the
@@ -289,7 +293,7 @@ class Program:
         result = await self._view.call(call, metadata=self._metadata, timeout=self._timeout())
         if isinstance(result, ToolFailure):
             return _raise(RAISED[result.kind], result.content)
-        self._settled[monty_id] = _returned(result)  # the tool appeared meanwhile
+        self._settled[monty_id] = _answer(result)  # the tool appeared meanwhile
         return _FUTURE
 
     async def _run_call(self, monty_id: int, call: ToolCall) -> None:
@@ -350,6 +354,8 @@ def _returned(result: ToolResult) -> dict[str, Any]:
 def _answer(result: ToolResult) -> dict[str, Any]:
     if isinstance(result, ToolFailure):
         return _raise(RAISED[result.kind], result.content)
+    if isinstance(result, ToolPending):  # a program cannot wait for an approval: it has no value yet
+        return _raise(PENDING_RAISES, result.content)
     return _returned(result)
 
 

@@ -130,7 +130,7 @@ async def _main() -> None:
 
     rows = [("call", "tool", "outcome", "what the model reads")]
     for call, result in zip(calls, results, strict=True):
-        outcome = "ok" if result.ok else result.kind.value  # type: ignore[union-attr]
+        outcome = "ok" if result.ok else getattr(result, "kind", "pending")
         text = result.content if len(result.content) <= 90 else result.content[:87] + "..."
         rows.append((call.id, call.name, outcome, text))
     print(_table(rows))

@@ -12,12 +12,14 @@ docs/ARCHITECTURE.md compares the two; the README has the measured costs.
 from ._asyncio import AsyncioRuntime as AsyncioRuntime
 from ._asyncio import AsyncioScopedRuntime as AsyncioScopedRuntime
 from ._asyncio import open_asyncio_runtime as open_asyncio_runtime
+from ._thread import BlockingDetachedCall as BlockingDetachedCall
 from ._thread import RuntimeThread as RuntimeThread
 from ._thread import ThreadScopedRuntime as ThreadScopedRuntime
 
 __all__ = [
     "AsyncioRuntime",
     "AsyncioScopedRuntime",
+    "BlockingDetachedCall",
     "RuntimeThread",
     "ThreadScopedRuntime",
     "open_asyncio_runtime",

@@ -10,7 +10,7 @@
         results = await rt.acall_many(calls)            # the same
 
 Its call surface is every runtime's (`call`, `call_many`, `as_completed`, `stream`, `invoke`,
-`scoped`, with the same keywords), blocking; `rt.aio` is the same surface awaited from asyncio
+`scoped`, `detach`, `detached`, `pending`, `detached_calls`, with the same keywords), blocking; `rt.aio` is the same surface awaited from asyncio
 (any loop, any thread but the runtime's own), and so is a view's `.aio`. A call from asyncio
 costs one hand-off to the trio thread and one back (no thread pool); cancelling the asyncio task
 cancels the call on the trio side (it fails CANCELLED there). The caller's context variables
@@ -34,7 +34,7 @@ from typing import Any, TypeVar, Unpack
 
 import trio
 
-from ..engine import Runtime, RuntimeOptions, RuntimeStatistics
+from ..engine import DetachedCall, DetachedStatus, Runtime, RuntimeOptions, RuntimeStatistics
 from ..engine.lowlevel import (
     STREAM_BUFFER,
     Calls,
@@ -54,7 +54,7 @@ from ..registry import ToolLike, ToolRegistry
 from ..schema import ToolDescriptor
 from ..tools import ToolBase
 
-__all__ = ["RuntimeThread", "ThreadScopedRuntime"]
+__all__ = ["BlockingDetachedCall", "RuntimeThread", "ThreadScopedRuntime"]
 
 log = logging.getLogger("runtime.embed")
 
@@ -158,6 +158,35 @@ class BlockingCalls:
         scope = Scope(principal, only=only, exclude=exclude, tags=tags, prepare=prepare, parent=self._scope)
         return ThreadScopedRuntime(self._thread_of, scope)
 
+    # -- calls that outlive a request, blocking ------------------------------------------------
+
+    def detach(
+        self,
+        call: ToolCall,
+        /,
+        *,
+        id: str | None = None,
+        **settings: Unpack[CallSettings],
+    ) -> BlockingDetachedCall:
+        """`Runtime.detach` from any thread: the handle at once (its methods block)."""
+        target = self._target()
+        handle = self._thread_of._blocking(target.detach, call, id=id, **settings)
+        return BlockingDetachedCall(self._thread_of, handle)
+
+    def detached(self, id: str, *, principal: str | None = None) -> BlockingDetachedCall:
+        """`Runtime.detached` from any thread: a handle on an existing detached call."""
+        return BlockingDetachedCall(self._thread_of, self._target().detached(id, principal=principal))
+
+    def pending(self, *, principal: str | None = None) -> list[DetachedStatus]:
+        """`Runtime.pending` from any thread."""
+        target = self._target()
+        return self._thread_of._blocking(target.pending, principal=principal)
+
+    def detached_calls(self, *, principal: str | None = None) -> list[DetachedStatus]:
+        """`Runtime.detached_calls` from any thread."""
+        target = self._target()
+        return self._thread_of._blocking(target.detached_calls, principal=principal)
+
     # -- the same surface, from asyncio ---------------------------------------------------------
 
     @property
@@ -179,6 +208,55 @@ class BlockingCalls:
         return await self.aio.call_many(calls, **settings)
 
 
+class BlockingDetachedCall:
+    """A `DetachedCall` for sync code and other threads: the same methods, each blocking until
+    the runtime's thread has done it (`watch` is a blocking iterator)."""
+
+    __slots__ = ("_handle", "_thread")
+
+    def __init__(self, thread: RuntimeThread, handle: DetachedCall) -> None:
+        self._thread = thread
+        self._handle = handle
+
+    @property
+    def id(self) -> str:
+        return self._handle.id
+
+    @property
+    def principal(self) -> str | None:
+        return self._handle.principal
+
+    def __repr__(self) -> str:
+        return f"<BlockingDetachedCall {self.id!r} principal={self.principal!r}>"
+
+    def status(self) -> DetachedStatus:
+        return self._thread._blocking(self._handle.status)
+
+    def result(self) -> ToolResult:
+        return self._thread._blocking(self._handle.result)
+
+    def watch(self) -> Iterator[DetachedStatus]:
+        return self._thread._iterate(self._handle.watch())
+
+    def cancel(self) -> DetachedStatus:
+        return self._thread._blocking(self._handle.cancel)
+
+    def approve(self, *, arguments: str | Mapping[str, Any] | None = None) -> DetachedStatus:
+        return self._thread._blocking(self._handle.approve, arguments=arguments)
+
+    def deny(self, message: str) -> DetachedStatus:
+        return self._thread._blocking(self._handle.deny, message)
+
+    def expire(self) -> DetachedStatus:
+        return self._thread._blocking(self._handle.expire)
+
+    def supply(self, *args: Any, error: str | None = None) -> DetachedStatus:
+        return self._thread._blocking(self._handle.supply, *args, error=error)
+
+    def answer(self, response: Any) -> DetachedStatus:
+        return self._thread._blocking(self._handle.answer, response)
+
+
 class _AsyncFace(Calls):
     """A RuntimeThread's (or a view's) call surface for asyncio code in other threads."""
 
@@ -196,6 +274,14 @@ class _ThreadDriver:
 
     def __init__(self, thread: RuntimeThread) -> None:
         self.thread = thread
+
+    @property
+    def durable(self) -> Any:
+        return self.thread._entry_now().durable
+
+    async def run(self, fn: Callable[[], Awaitable[T]], /) -> T:
+        """`await fn()` on the runtime's thread (a detached call's verbs)."""
+        return await self.thread._bridge(fn)
 
     async def call(
         self, call: ToolCall, *, scope: Scope | None = None, **settings: Unpack[CallSettings]

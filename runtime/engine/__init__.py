@@ -7,7 +7,11 @@ The path of one call through it is drawn in docs/ARCHITECTURE.md section 1.
 from ._actor import ActorState as ActorState
 from ._artifact_tools import READ_TOOLS as READ_TOOLS
 from ._artifacts import Artifacts as Artifacts
+from ._detached import DetachedCall as DetachedCall
+from ._journal import DetachedState as DetachedState
+from ._journal import DetachedStatus as DetachedStatus
 from ._open import open_runtime as open_runtime
+from ._options import Durable as Durable
 from ._options import RestartPolicy as RestartPolicy
 from ._options import RuntimeOptions as RuntimeOptions
 from ._policies import CallRequest as CallRequest
@@ -25,6 +29,10 @@ __all__ = [
     "ActorState",
     "Artifacts",
     "CallRequest",
+    "DetachedCall",
+    "DetachedState",
+    "DetachedStatus",
+    "Durable",
     "Policy",
     "RestartPolicy",
     "Runtime",

@@ -205,7 +205,7 @@ class Plan(Protocol):
 
     def shape(self, call: Call[Any], value: Any, wait: bool = True) -> ToolResult | None: ...
 
-    def failure(self, call: Call[Any], exc: BaseException) -> ToolFailure: ...
+    def failure(self, call: Call[Any], exc: BaseException) -> ToolResult: ...
 
     def unavailable_message(self) -> str: ...
 
@@ -721,5 +721,5 @@ class Call(Generic[P]):
                 plan.name,
                 self.call.id,
                 now - self.settled_at,
-                "success" if isinstance(result, ToolSuccess) else result.kind.value,
+                "success" if isinstance(result, ToolSuccess) else getattr(result, "kind", "pending"),
             )

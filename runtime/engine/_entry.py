@@ -286,6 +286,12 @@ class Entry:
     """Makes a scoped view of the runtime from a driver and a `Scope` (set by `Runtime`)."""
     asyncio_driver: AsyncioDriver | None = None
     """The driver of asyncio callers, when the runtime is a guest of an asyncio loop."""
+    durable: Any = None
+    """The journal of detached and deferred calls (engine/_detached.py `Book`; set at opening)."""
+
+    async def run(self, fn: Callable[[], Awaitable[T]], /) -> T:
+        """`await fn()`: the runtime's own steps (a detached call's verbs), for a trio caller."""
+        return await fn()
 
     def context_of(self, c: Call[ToolPlan]) -> CallContext:
         """`c`'s context, made the first time a policy asks for it (`CallRequest.ctx`)."""
@@ -943,6 +949,11 @@ class AsyncioDriver:
         self._loop = loop
         self._nursery = nursery
         self.closing = False
+
+    @property
+    def durable(self) -> Any:
+        """The runtime's journal of detached and deferred calls (the entry's)."""
+        return self._entry.durable
 
     def check(self) -> None:
         """Raise unless called from the runtime's loop while it is open."""

@@ -1,5 +1,6 @@
 """`open_runtime`: build an engine (features, policies' stores, artifacts, the host, the
-supervisor, the registry actor, the entry), start its tools and MCP sources, and close it."""
+supervisor, the registry actor, the entry, the journal of detached calls), start its tools and
+MCP sources, and close it."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import trio
 from ..exceptions import ToolDefinitionError
 from ..features import Feature, FeaturePipeline
 from ..registry import ToolLike, ToolRegistry
+from ..stores import DegradingStore
 from ..tools.lowlevel import Asker
 from ._actor import Settings
 from ._artifact_tools import READ_TOOLS, artifact_tools
 from ._artifacts import Artifacts, Keeper
 from ._call import HOST_GRACE
+from ._detached import Book
 from ._entry import Entry
 from ._options import RuntimeOptions, settings_keywords
 from ._resilience import Resilience
@@ -42,7 +45,7 @@ async def open_runtime(
     functions), then any field of `RuntimeOptions` as a keyword (features, tracing,
     default_timeout, restart, mcp_servers, max_argument_bytes, max_argument_depth,
     max_result_chars, thread_limit, shutdown_timeout, on_elicit, on_sample, on_roots, policies,
-    long_call_warning, store, retry, breaker, budget, fair, weights, artifacts).
+    long_call_warning, store, retry, breaker, budget, fair, weights, artifacts, durable).
 
     Raises:
         TypeError: an unknown setting, or one of the wrong type.
@@ -152,6 +155,7 @@ async def open_engine(
         if options.stop_idle_after is not None:
             host.nursery.start_soon(_sweeping, routing, options.stop_idle_after, sweeping)
         entry = Entry(routing, settings, None if asker.empty else asker)
+        book = entry.durable = _book(entry, routing, resilience, options)
         rt: Runtime = Runtime._create(routing, entry, supervisor)
         try:
             for actor in await routing.register(list(registry)):
@@ -161,12 +165,15 @@ async def open_engine(
                 async with trio.open_nursery() as starting:
                     for source in sources:
                         starting.start_soon(supervisor.start_source, source, rt)
+            await host.nursery.start(book.serve)  # the tools are there: what it recovers can run
             yield rt, entry
         finally:
             watching.cancel()
             sweeping.cancel()
+            book.close()  # what ends as the runtime stops is left to recovery, not journaled as ended
             with trio.CancelScope(shield=True):
                 await rt._close()
+                await book.aclose()
                 with trio.move_on_after(HOST_GRACE):
                     await resilience.store.aclose()
                     if keeper is not None:
@@ -176,6 +183,15 @@ async def open_engine(
         if not supervisor.abandoned:  # everything stopped: let the host's tasks end with us
             with trio.CancelScope(shield=True), trio.move_on_after(HOST_GRACE):
                 await host.done.wait()
+
+
+def _book(entry: Entry, routing: RegistryActor, resilience: Resilience, options: RuntimeOptions) -> Book:
+    """The journal of detached and deferred calls, on the runtime's store (never degraded to
+    memory: a record another process cannot see is no record)."""
+    store = resilience.store
+    if isinstance(store, DegradingStore):
+        store = store.primary
+    return Book(entry, routing, store, options.durable, local=resilience.local)
 
 
 def _tracing_feature(tracing: bool | Feature) -> Feature | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
@@ -22,7 +23,7 @@ from ._artifacts import Artifacts
 from ._policies import Policy
 from ._source import ToolSource
 
-__all__ = ["RestartPolicy", "RuntimeOptions", "settings_keywords", "settings_keywords_method"]
+__all__ = ["Durable", "RestartPolicy", "RuntimeOptions", "settings_keywords", "settings_keywords_method"]
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -71,6 +72,43 @@ class RestartPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return float(min(self.max_cool_down, self.cool_down * 2 ** max(0, failed - 1)))
 
 
+class Durable(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How detached and deferred calls are kept (`open_runtime(durable=...)`), in the runtime's
+    store: a `MemoryStore` keeps them in this process; `SQLiteStore` across a restart; `RedisStore`
+    across every process that shares it.
+
+    Attributes:
+        ttl: seconds a finished call's entry (its result) is kept; then it is forgotten.
+        expires: seconds a pending call (an approval, an outside result) waits before it
+            expires (TIMEOUT, it never runs); None: it waits until decided.
+        max_per_principal: detached and pending calls one principal may have at once (one
+            tenant cannot fill the journal); beyond it `detach` raises ToolOverloaded and a
+            deferral is the call's OVERLOADED.
+        lease: seconds after which a process that stopped renewing its lease (it was killed) is
+            taken for gone: its calls are recovered by another process (or its restart).
+        poll_interval: seconds between looks at the store for what another process changed (a
+            cancel, an answer, an end); this process's own changes are seen at once.
+        node: a stable name for this process, unique among the live ones (a pod's name): a
+            restart of the same node recovers the calls its last run left at once, without
+            waiting out the lease. None: a new name each run.
+    """
+
+    ttl: Positive = 3600.0
+    expires: Positive | None = 86400.0
+    max_per_principal: Count = 1000
+    lease: Positive = 15.0
+    poll_interval: Positive = 1.0
+    node: str | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.node is not None and not _NODE.fullmatch(self.node):
+            raise ValueError(f"node must be 1-64 letters, digits, '.', '_' or '-', not {self.node!r}")
+
+
+_NODE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Everything `open_runtime` can be told, with its default.
 
@@ -116,6 +154,8 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         artifacts: keep results over their limit whole instead of cutting them (`Artifacts`;
             True: the defaults, in memory): the model reads a handle, the size, the start and
             the end, and how to read more. None (the default): they are cut.
+        durable: how detached and deferred calls are kept in `store` (`Durable`: results' ttl,
+            pending calls' expiry, per-principal bounds, the lease of a process).
     """
 
     features: Sequence[Feature] = ()
@@ -141,6 +181,7 @@ class RuntimeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     weights: dict[str, Weight] = msgspec.field(default_factory=dict)
     stop_idle_after: Positive | None = 300.0
     artifacts: Artifacts | bool | None = None  # True: Artifacts() (the defaults, in memory)
+    durable: Durable = msgspec.field(default_factory=Durable)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tracing, bool | Feature):

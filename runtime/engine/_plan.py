@@ -30,9 +30,9 @@ from typing import Any
 import msgspec
 import trio
 
-from ..exceptions import RemoteToolError, ResultTypeError
+from ..exceptions import CallDeferred, RemoteToolError, ResultTypeError
 from ..features import FeaturePipeline
-from ..messages import ContentPart, FailureKind, ToolFailure, ToolResult, ToolSuccess
+from ..messages import ContentPart, FailureKind, ToolResult, ToolSuccess
 from ..tools import CallContext, Retry, ToolBase, ToolOptions
 from ..tools.lowlevel import PlacedTool, cannot_suspend, chunk_handler, result_encoder, run_to_end
 from ._arguments import check_arguments, not_unicode
@@ -342,6 +342,8 @@ class ToolPlan:
             return
         ctx = call.ctx
         assert ctx is not None  # routing makes a context for every tool that asks
+        if ctx.approved:  # a deferred approval, given: it runs without asking again
+            return
         await ctx.approve(call.call.arguments)
 
     # -- begin ---------------------------------------------------------------------------
@@ -444,9 +446,13 @@ class ToolPlan:
         text = collected.cut()
         return ToolSuccess(call_id=call.call.id, tool=self.name, content=text, value=text)
 
-    def failure(self, call: Call[ToolPlan], exc: BaseException) -> ToolFailure:
+    def failure(self, call: Call[ToolPlan], exc: BaseException) -> ToolResult:
         """The result of a call whose tool raised `exc`; a `restart_on` exception also crashes
-        the actor (the only exceptions that count toward a restart are the tool's own)."""
+        the actor (the only exceptions that count toward a restart are the tool's own). A tool
+        that deferred its call (`ctx.defer`, journaled) gets its `ToolPending`."""
+        if isinstance(exc, CallDeferred):
+            deferred: ToolResult = exc.pending
+            return msgspec.structs.replace(deferred, call_id=call.call.id, tool=call.call.name)
         if isinstance(exc, _Refused):
             return failure(call.call, exc.kind, str(exc))
         result = exception_failure(call.call, self.name, exc, self.max_chars)

@@ -13,7 +13,8 @@ Before its `yield` it may refuse the call, answer it without running the tool
 (`request.answer(value)`), rewrite its arguments or send it to another tool
 (`request.replace(...)`), or say what observers may see of its arguments (`request.redact(...)`);
 after it, it sees the outcome (whatever settled it: the tool, a timeout, a cancellation) and may
-return another result. Anything else it yields is an awaitable the engine awaits for it and
+return another result. It may also defer the call (`request.defer(...)`: it waits for an approval
+or for its result from outside, journaled; the caller gets a `ToolPending`). Anything else it yields is an awaitable the engine awaits for it and
 sends back (`answer = yield ctx.elicit(...)`): a policy whose flow does that says `suspends =
 True`, and its calls then always go through a trio task.
 
@@ -36,14 +37,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Generator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 import trio
 
-from .._flows import Flow
-from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, ToolSuccess
+from .._flows import Flow, now
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolPending, ToolResult, ToolSuccess
 from ..tools import CallContext
+from ..tools.lowlevel import durable_of
 from ._call import Call
 from ._outcome import describe_error, failure
 
@@ -197,6 +199,38 @@ class CallRequest:
     def fail(self, kind: FailureKind, message: str) -> ToolFailure:
         """Answer the call with a failure of any kind (UNAVAILABLE, OVERLOADED...)."""
         return failure(self._call.call, kind, message)
+
+    @property
+    def approved(self) -> bool:
+        """The call runs because it was approved (a deferred approval): a policy that would defer
+        it for an approval lets it through."""
+        ctx = self._call.ctx
+        return ctx is not None and ctx.approved
+
+    def defer(
+        self,
+        message: str | None = None,
+        *,
+        reason: Literal["approval", "outside"] = "approval",
+        expires: float | None = None,
+    ) -> Generator[Any, Any, ToolResult]:
+        """End the call's turn without running its tool: it is journaled as a detached call that
+        waits (for an approval: it runs once approved, `request.approved` then True; or for its
+        result from outside), and the caller gets a `ToolPending`. A flow: a policy returns
+        `(yield from request.defer(...))`, and says `suspends = True` (it writes the journal;
+        on a MemoryStore it runs in place). `message`: what the model reads; `expires`: seconds
+        it may wait (default: the runtime's `Durable.expires`). When it cannot be journaled
+        (the store is down, the principal has too many), the call's failure says so instead."""
+        ctx = self.ctx
+        book = durable_of(ctx) if ctx is not None else None
+        if book is None:
+            return failure(self._call.call, FailureKind.UNAVAILABLE, "the call could not be deferred here")
+        step = book.defer_call(self._call, ctx, reason, message, expires)
+        if book.local:
+            result: ToolResult = now(step)
+            return result
+        result = yield step
+        return result
 
     def answer(self, value: Any) -> ToolResult:
         """Answer the call as if its tool had returned `value` (the tool does not run)."""
@@ -408,7 +442,7 @@ def _answering(call: Call[Any], result: ToolResult) -> ToolResult:
 
 def _result(call: Call[Any], policy: Policy, value: Any, what: str) -> ToolResult:
     """A policy's answer as the call's result (its id and tool, whatever the policy built)."""
-    if isinstance(value, ToolSuccess | ToolFailure):
+    if isinstance(value, ToolSuccess | ToolFailure | ToolPending):
         if value.call_id != call.call.id or value.tool != call.call.name:
             value = msgspec.structs.replace(value, call_id=call.call.id, tool=call.call.name)
         answer: ToolResult = value

@@ -1,7 +1,8 @@
 """The call surface, declared once, and `Runtime`, the public face of a running engine.
 
 `Calls` is every runtime's call surface: `call`, `call_many`, `as_completed`, `stream`, `invoke`
-and `scoped`, with the same keywords, and `registry` / `descriptors` / `schemas` / `search` of
+and `scoped`, with the same keywords, the calls that outlive a request (`detach`, `detached`,
+`pending`, `detached_calls`), and `registry` / `descriptors` / `schemas` / `search` of
 what it sees. `Runtime` (from `open_runtime`, for trio callers), a request's view of any
 runtime (`ScopedRuntime`, from `.scoped(...)`), the asyncio runtime (`runtime.embed`) and a
 RuntimeThread's asyncio face are each a `Calls` on a `Driver`: how its callers wait for the
@@ -17,21 +18,32 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, NoReturn, Protocol, TypeVar, Unpack, overload
 
 import trio
 
 from ..exceptions import RuntimeClosed
 from ..features import Feature
-from ..messages import ToolCall, ToolFailure, ToolResult, ToolSuccess
+from ..messages import ToolCall, ToolFailure, ToolPending, ToolResult, ToolSuccess
 from ..registry import ToolLike, ToolRegistry
 from ..schema import ToolDescriptor, render_tool
 from ..stores import ArtifactStore, Store
 from ..tools import FunctionTool, ToolBase
 from ..tools.lowlevel import Asker
 from ._call import Call
+from ._detached import DetachedCall
 from ._entry import STREAM_BUFFER, CallSettings, Entry
+from ._journal import DetachedStatus
 from ._scope import Prepare, Scope
 from ._stats import RuntimeStatistics
 from ._supervisor import RegistryActor, Supervisor
@@ -77,6 +89,15 @@ class Driver(Protocol):
         buffer: int = STREAM_BUFFER,
         **settings: Unpack[CallSettings],
     ) -> AsyncGenerator[str | ToolResult, None]: ...
+
+    def run(self, fn: Callable[[], Awaitable[R]], /) -> Awaitable[R]:
+        """`await fn()` where the runtime's own steps run (trio), for this driver's callers."""
+        ...
+
+    @property
+    def durable(self) -> Any:
+        """The runtime's journal of detached and deferred calls (engine/_detached.py `Book`)."""
+        ...
 
 
 class Calls:
@@ -209,7 +230,7 @@ class Calls:
         _timeout: float | None = None,
         _principal: str | None = None,
         **arguments: Any,
-    ) -> ToolSuccess[R] | ToolFailure: ...
+    ) -> ToolSuccess[R] | ToolFailure | ToolPending: ...
     @overload
     async def invoke(
         self,
@@ -220,7 +241,7 @@ class Calls:
         _timeout: float | None = None,
         _principal: str | None = None,
         **arguments: Any,
-    ) -> ToolSuccess[R] | ToolFailure: ...
+    ) -> ToolSuccess[R] | ToolFailure | ToolPending: ...
     @overload
     async def invoke(
         self,
@@ -231,7 +252,7 @@ class Calls:
         _timeout: float | None = None,
         _principal: str | None = None,
         **arguments: Any,
-    ) -> ToolSuccess[R] | ToolFailure: ...
+    ) -> ToolSuccess[R] | ToolFailure | ToolPending: ...
     @overload
     async def invoke(
         self,
@@ -266,6 +287,69 @@ class Calls:
         name = tool if isinstance(tool, str) else tool.name
         call = ToolCall(id=new_invoke_id(), name=name, arguments=arguments)
         return await self.call(call, metadata=_metadata, timeout=_timeout, principal=_principal)
+
+    # -- calls that outlive a request ---------------------------------------------------
+
+    async def detach(
+        self,
+        call: ToolCall,
+        /,
+        *,
+        id: str | None = None,
+        **settings: Unpack[CallSettings],
+    ) -> DetachedCall:
+        """Start `call` as a detached call and return its handle at once (the call is in the
+        journal by then): it runs in the runtime, not in this caller, and outlives the caller's
+        request (and, on a SQLite or Redis store, this process: another process or a restart
+        ends it). Everything else is a call's: its one result, its deadline (`timeout`, counted
+        from now), its policies, its span (linked to the caller's).
+
+        `id`: the detached call's id, when the caller chooses it (1-128 letters, digits and
+        `_.:-`): a second `detach` with the same id and principal is the same call, not a
+        second one (start exactly once, across retries of a request). Default: a new one.
+
+        Raises:
+            ToolOverloaded: the principal has `Durable.max_per_principal` live calls already.
+            StoreError: the journal could not be written (nothing was started).
+            ValueError: a malformed `id` or `timeout`.
+            RuntimeClosed: the runtime (or the view) is closed.
+        """
+        scope = self._open()
+        driver = self._driver
+        book = driver.durable
+        detached_id, owner = await driver.run(
+            lambda: book.detach(
+                call, settings.get("metadata"), settings.get("timeout"), settings.get("principal"), scope, id
+            )
+        )
+        return DetachedCall(book, driver.run, detached_id, owner)
+
+    def detached(self, id: str, *, principal: str | None = None) -> DetachedCall:
+        """A handle on the detached (or deferred) call `id` of this view's principal (or
+        `principal`), made at any time, in any process that shares the store. Nothing is read
+        until it is used: an id that is not the principal's raises `CallNotFound` then."""
+        scope = self._open()
+        if principal is None and scope is not None:
+            principal = scope.principal
+        return DetachedCall(self._driver.durable, self._driver.run, id, principal)
+
+    async def pending(self, *, principal: str | None = None) -> list[DetachedStatus]:
+        """The principal's calls that wait for input (an approval, an outside result, the answer
+        to their tool's question), oldest first."""
+        return await self._listed(principal, waiting=True)
+
+    async def detached_calls(self, *, principal: str | None = None) -> list[DetachedStatus]:
+        """Every detached and deferred call of the principal still kept (running, waiting, or
+        ended less than its ttl ago), oldest first."""
+        return await self._listed(principal, waiting=False)
+
+    async def _listed(self, principal: str | None, *, waiting: bool) -> list[DetachedStatus]:
+        scope = self._open()
+        if principal is None and scope is not None:
+            principal = scope.principal
+        book = self._driver.durable
+        found: list[DetachedStatus] = await self._driver.run(lambda: book.listed(principal, waiting=waiting))
+        return found
 
     def scoped(
         self,

@@ -26,6 +26,7 @@ from ..messages import (
     ResourcePart,
     TextPart,
     ToolFailure,
+    ToolPending,
     ToolResult,
     ToolSuccess,
 )
@@ -33,7 +34,7 @@ from ..schema import ToolDescriptor, render_tool, type_node
 from ..schema.lowlevel import output_document, output_type
 from ..tools import ToolBase
 
-__all__ = ["Catalog", "ServedTool", "error_result", "plain_result"]
+__all__ = ["Catalog", "ServedTool", "error_result", "pending_result", "plain_result"]
 
 log = logging.getLogger("runtime.mcp")
 
@@ -69,6 +70,8 @@ class ServedTool:
         """The MCP result of one call of this tool (`structuredContent` bounded by `max_chars`)."""
         if isinstance(result, ToolFailure):
             return error_result(result.content)
+        if isinstance(result, ToolPending):  # an outputSchema's structuredContent it cannot give
+            return pending_result(result, is_error=self.structured)
         content = _content(result)
         if not self.structured or result.type_mismatch is not None:
             # A value that is not of the declared type does not fit the outputSchema promised for
@@ -143,10 +146,18 @@ def error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
+def pending_result(result: ToolPending, *, is_error: bool = False) -> types.CallToolResult:
+    """A call that ended its turn pending (an approval, an outside result), as text the model
+    reads: not an error, unless the tool promises structured content (which it cannot have yet)."""
+    return types.CallToolResult(content=[types.TextContent(text=result.content)], is_error=is_error)
+
+
 def plain_result(result: ToolResult) -> types.CallToolResult:
     """The MCP result of a call to a tool that is not (or no longer) listed."""
     if isinstance(result, ToolFailure):
         return error_result(result.content)
+    if isinstance(result, ToolPending):
+        return pending_result(result)
     return types.CallToolResult(content=_content(result))
 
 

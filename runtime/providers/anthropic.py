@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..messages import ImagePart, ResourcePart, TextPart, ToolCall, ToolResult, describe_part
+from ..messages import ImagePart, ResourcePart, TextPart, ToolCall, ToolFailure, ToolResult, describe_part
 from ..search import SEARCH_TOOL, SearchActivity, SearchRequest, found_tools
 from ._access import b64, field, has_parts, items, json_arguments, parts_of
 
@@ -68,7 +68,7 @@ def result_blocks(results: Iterable[ToolResult]) -> list[dict[str, Any]]:
         )
         if content:
             block["content"] = content
-        if not result.ok:
+        if isinstance(result, ToolFailure):  # a pending result is not an error: its result comes later
             block["is_error"] = True
         blocks.append(block)
     return blocks

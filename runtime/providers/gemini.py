@@ -21,7 +21,16 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..messages import AudioPart, ImagePart, ResourcePart, TextPart, ToolCall, ToolResult, describe_part
+from ..messages import (
+    AudioPart,
+    ImagePart,
+    ResourcePart,
+    TextPart,
+    ToolCall,
+    ToolFailure,
+    ToolResult,
+    describe_part,
+)
 from ._access import field, has_parts, items, json_arguments, parts_of
 
 __all__ = ["calls_from_parts", "integral_floats_to_int", "result_content", "result_parts"]
@@ -67,7 +76,7 @@ def result_parts(results: Iterable[ToolResult]) -> list[dict[str, Any]]:
         function_response: dict[str, Any] = {"name": result.tool}
         if not _generated_id(result):
             function_response["id"] = result.call_id
-        if not result.ok:
+        if isinstance(result, ToolFailure):  # a pending result is an output: its result comes later
             response = {"error": result.content}
         elif has_parts(result):
             texts: list[str] = []

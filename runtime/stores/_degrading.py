@@ -60,6 +60,10 @@ class _Steps:
         wait: float = await self._step("take", key, rate, burst, cost)
         return wait
 
+    async def swap(self, key: str, old: bytes | None, new: bytes | None, ttl: float | None = None) -> bool:
+        swapped: bool = await self._step("swap", key, old, new, ttl)
+        return swapped
+
 
 class DegradingStore(_Steps):
     """`primary`, or `fallback` (a MemoryStore) while the primary fails or is too slow.
@@ -78,7 +82,8 @@ class DegradingStore(_Steps):
 
     What the fallback wrote meanwhile (`set`, `delete`, `delete_prefix`) is copied to the primary
     when it answers again, before any other step reaches it: a dedupe journal written while Redis
-    was down is there once it is back, and a replay does not run the tool again. Given a nursery
+    was down is there once it is back, and a replay does not run the tool again (a `swap` that
+    took place is copied as the write it made). Given a nursery
     (`copy_back_in`: the runtime gives its own), a task copies it as soon as the primary answers
     (it asks every `probe_every` seconds while there is something to copy), not only at the next
     step of this process: another process's replay finds the journal too. Counters, token
@@ -186,6 +191,11 @@ class DegradingStore(_Steps):
     async def _fallback(self, op: str, args: tuple[Any, ...]) -> Any:
         value = await getattr(self.fallback, op)(*args)
         pending = self._pending
+        if op == "swap":  # a swap that took place is a write like any other: copied back
+            if not value:
+                return value
+            key, _, data, ttl = args
+            op, args = ("set", (key, data, ttl)) if data is not None else ("delete", (key,))
         if op == "set":
             key, data, ttl = args
             pending[key] = (data, None if ttl is None else time.monotonic() + ttl)

@@ -178,5 +178,19 @@ class MemoryStore:
             return float("inf")
         return (cost - tokens) / rate
 
+    async def swap(self, key: str, old: bytes | None, new: bytes | None, ttl: float | None = None) -> bool:
+        entry = self._live(key)
+        held = entry[0] if entry is not None and isinstance(entry[0], bytes) else None
+        if entry is not None and held is None:
+            return False  # a counter or a bucket: never what a caller read with `get`
+        if held != (None if old is None else bytes(old)):
+            return False
+        if new is None:
+            if entry is not None:
+                self._remove(key)
+        else:
+            self._put(key, bytes(new), ttl)
+        return True
+
     async def aclose(self) -> None:
         pass

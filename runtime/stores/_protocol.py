@@ -2,9 +2,11 @@
 
 A store holds bytes under string keys, each with an optional time to live, plus the two atomic
 steps that cannot be built from get/set without a race: a counter (`incr`) and a token bucket
-(`take`). Everything a policy keeps is made of these: the replay journal and the cache
-(`get`/`set`), in-flight claims shared by several processes (`add`), breaker state
-(`incr` + `set`), rate limits (`take`). Every method is a trio coroutine; TTLs are seconds.
+(`take`), and the compare-and-set every state machine shared by processes is built on (`swap`).
+Everything a policy keeps is made of these: the replay journal and the cache (`get`/`set`),
+in-flight claims shared by several processes (`add`), breaker state (`incr` + `set`), rate
+limits (`take`), the journal of detached and deferred calls (`swap`). Every method is a trio
+coroutine; TTLs are seconds.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ class Store(Protocol):
         """A token bucket under `key`, refilled at `rate` tokens a second up to `burst`, full
         when new: take `cost` tokens and return 0.0, or take nothing and return the seconds
         until `cost` tokens will be there. Atomic: racers never take more than there is."""
+        ...
+
+    async def swap(self, key: str, old: bytes | None, new: bytes | None, ttl: float | None = None) -> bool:
+        """Replace what `key` holds with `new` (None: remove it), only if it holds `old` now
+        (None: nothing); True if it did. Atomic: of two racers that read the same `old`, one
+        wins. `ttl` applies to `new` (None: until deleted)."""
         ...
 
     async def aclose(self) -> None:

@@ -37,6 +37,27 @@ redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate + 1) * 1000))
 return string.format('%.17g', wait)
 """
 
+# Compare-and-set: ARGV[1] is "1" when the key must hold ARGV[2] ("0": hold nothing); ARGV[3]
+# is "1" to store ARGV[4] (for ARGV[5] ms when > 0), "0" to delete the key.
+_SWAP = """
+local held = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if held ~= ARGV[2] then return 0 end
+elseif held then
+  return 0
+end
+if ARGV[3] == '1' then
+  if tonumber(ARGV[5]) > 0 then
+    redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+  else
+    redis.call('SET', KEYS[1], ARGV[4])
+  end
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+
 _GLOB = re.compile(r"([*?\[\]\\])")
 _NOT_INTEGER = re.compile(r"not an integer|WRONGTYPE")
 
@@ -258,6 +279,21 @@ class RedisStore:
             "EVAL", _TAKE, 1, self._key(key), repr(float(rate)), repr(float(burst)), repr(float(cost))
         )
         return float(wait)
+
+    async def swap(self, key: str, old: bytes | None, new: bytes | None, ttl: float | None = None) -> bool:
+        ms = 0 if ttl is None else max(1, round(ttl * 1000))
+        done = await self._do(
+            "EVAL",
+            _SWAP,
+            1,
+            self._key(key),
+            "0" if old is None else "1",
+            b"" if old is None else old,
+            "0" if new is None else "1",
+            b"" if new is None else new,
+            ms,
+        )
+        return bool(done)
 
     async def aclose(self) -> None:
         self._closed = True

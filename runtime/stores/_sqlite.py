@@ -188,6 +188,21 @@ class SQLiteStore:
 
         return await self._run(job)
 
+    async def swap(self, key: str, old: bytes | None, new: bytes | None, ttl: float | None = None) -> bool:
+        def job(db: sqlite3.Connection, now: float) -> bool:
+            if self._value(db, key, now) != (None if old is None else bytes(old)):
+                return False
+            if new is None:
+                db.execute("DELETE FROM kv WHERE key = ?", (key,))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO kv (key, value, expires) VALUES (?, ?, ?)",
+                    (key, bytes(new), None if ttl is None else now + ttl),
+                )
+            return True
+
+        return await self._run(job)
+
     async def aclose(self) -> None:
         db, self._db = self._db, None
         if db is not None:

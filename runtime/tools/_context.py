@@ -18,12 +18,12 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, NoReturn, Protocol, TypeVar, overload
+from typing import Any, Final, Literal, NoReturn, Protocol, TypeVar, overload
 
 import msgspec
 
-from ..exceptions import ToolRejected, ToolUnavailable
-from ..messages import TERMINATE_TOOL, ToolCallMetadata
+from ..exceptions import CallDeferred, ToolRejected, ToolUnavailable
+from ..messages import TERMINATE_TOOL, FailureKind, ToolCallMetadata, ToolFailure
 from ._asking import (
     Asker,
     CannotAsk,
@@ -187,6 +187,10 @@ class CallContext:
             stopped (it ignored cancellation, or its thread was blocked); shown on the span.
         principal: who the call runs for (`rt.call(..., principal=...)`, a scoped view, the MCP
             session's credential); None when nobody said. An id, never a secret.
+        approved: the call runs because it was approved (a deferred approval, `DetachedCall.approve`):
+            a policy or a tool that would ask for an approval lets it through.
+        detached_id: the id of the detached call this call runs as (`rt.detach`, or a deferred
+            call once approved); None for a plain call.
     """
 
     __slots__ = (
@@ -198,8 +202,10 @@ class CallContext:
         "_scope",
         "_views",
         "abandoned",
+        "approved",
         "call_id",
         "deadline",
+        "detached_id",
         "error",
         "metadata",
         "principal",
@@ -228,6 +234,8 @@ class CallContext:
         self.deadline = deadline
         self.error: BaseException | None = None
         self.abandoned = False
+        self.approved = False
+        self.detached_id: str | None = None
         self.principal = principal
         self._observer = observer
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
@@ -415,6 +423,31 @@ class CallContext:
             because = f": {answer.reason}" if answer.reason else ""
             raise ToolRejected(f"the user {how} running tool {self.tool_name!r}{because}; it did not run")
 
+    async def defer(
+        self,
+        message: str | None = None,
+        *,
+        reason: Literal["outside", "approval"] = "outside",
+        expires: float | None = None,
+    ) -> NoReturn:
+        """End this call's turn without a result: it is journaled as a detached call that waits,
+        and the caller gets a `ToolPending` now. `reason` "outside": its result comes from
+        outside (a browser, a webhook) and the application supplies it
+        (`DetachedCall.supply`); "approval": it runs again, from the start, once approved (with
+        `ctx.approved` True: do not defer then). `message`: what the model reads (by default,
+        that the result comes in a later turn); `expires`: seconds it may wait (default: the
+        runtime's `Durable.expires`).
+
+        Never returns (raises `CallDeferred`, which the runtime turns into the call's result).
+        A trio (or `loop="any"`) tool of a runtime's own process: not from a placed tool.
+        """
+        book = getattr(self._views, "durable", None)
+        if book is None:
+            raise CallDeferred(
+                _not_deferred(self, "it is not running in a runtime that keeps deferred calls")
+            )
+        raise CallDeferred(await book.defer_from_tool(self, reason, message, expires))
+
     async def _ask_user(self, question: Elicitation, what: str) -> Any:
         handler = self._asking.on_elicit if self._asking is not None else None
         if handler is None:
@@ -496,6 +529,28 @@ class CallContext:
             f"CallContext(call_id={self.call_id!r}, tool_name={self.tool_name!r}, "
             f"metadata={self.metadata!r}, deadline={self.deadline!r})"
         )
+
+
+def _not_deferred(ctx: CallContext, why: str) -> ToolFailure:
+    return ToolFailure(
+        call_id=ctx.call_id,
+        tool=ctx.tool_name,
+        kind=FailureKind.UNAVAILABLE,
+        message=f"tool {ctx.tool_name!r} could not defer its call: {why}",
+    )
+
+
+def asks_user(ctx: CallContext) -> bool:
+    """Whether someone can answer this call's questions now (an `on_elicit` handler, an
+    `asking(...)` block, an MCP client)."""
+    asker = ctx._asking
+    return asker is not None and asker.on_elicit is not None
+
+
+def durable_of(ctx: CallContext) -> Any:
+    """The journal of detached and deferred calls of the runtime the call runs in (engine/_detached's
+    `Book`), or None."""
+    return getattr(ctx._views, "durable", None)
 
 
 async def _answer(ctx: CallContext, handler: Any, question: Any, kind: str) -> Any:

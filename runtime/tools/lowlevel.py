@@ -14,8 +14,10 @@ from ._cancel import reraise_own_cancellation as reraise_own_cancellation
 from ._codec import ArgField as ArgField
 from ._codec import ArgsCodec as ArgsCodec
 from ._context import CallObserver as CallObserver
+from ._context import asks_user as asks_user
 from ._context import check_tool_name as check_tool_name
 from ._context import chunk_handler as chunk_handler
+from ._context import durable_of as durable_of
 from ._placement import PlacedTool as PlacedTool
 from ._placement import PlacementHost as PlacementHost
 
@@ -26,9 +28,11 @@ __all__ = [
     "CallObserver",
     "PlacedTool",
     "PlacementHost",
+    "asks_user",
     "cannot_suspend",
     "check_tool_name",
     "chunk_handler",
+    "durable_of",
     "elicitation_schema",
     "function_code",
     "is_cancellation",

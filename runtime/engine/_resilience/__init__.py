@@ -3,6 +3,7 @@ rate limits, per-principal and per-batch budgets (retries are the call state mac
 
 Each is a `Policy` the actor puts inside the user's (`policies_for`), outermost first:
 
+    Approval    a `requires_approval` call no one can approve now is deferred    answers (pending)
     Cache       a read-only tool's earlier success, per principal unless shared   answers
     Dedupe      identical calls in flight join one; a replay gets the stored one  answers / joins
     Breaker     a tool or MCP server that cannot be reached is not called         refuses (UNAVAILABLE)
@@ -32,6 +33,7 @@ from ...messages import FailureKind
 from ...stores import DegradingStore, MemoryStore, Store
 from ...tools import ToolBase, ToolOptions
 from .._policies import CallRequest, Policy
+from ._approval import ApprovalPolicy
 from ._breaker import BreakerPolicy, BreakerState
 from ._cache import CachePolicy
 from ._common import Gate, args_key, key_of, log
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from .._plan import ToolPlan
 
 __all__ = [
+    "ApprovalPolicy",
     "BreakerPolicy",
     "BreakerState",
     "CachePolicy",
@@ -112,6 +115,8 @@ class Resilience:
         """The resilience policies of `tool`, outermost first (none unless asked for)."""
         runtime = self.options
         policies: list[Policy] = []
+        if options.requires_approval is not False:
+            policies.append(ApprovalPolicy(self, tool.name, options.requires_approval))
         if options.cache is not None:
             policies.append(CachePolicy(self, tool.name, options))
             self.caches += 1

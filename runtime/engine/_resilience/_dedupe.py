@@ -300,7 +300,9 @@ class DedupePolicy(Policy):
 
 def _final(result: ToolResult) -> bool:
     """Worth replaying: a success or the tool's own failure (not one of getting it to run)."""
-    return type(result) is ToolSuccess or result.kind in (FailureKind.ERROR, FailureKind.REJECTED)  # type: ignore[union-attr]
+    return type(result) is ToolSuccess or (
+        type(result) is ToolFailure and result.kind in (FailureKind.ERROR, FailureKind.REJECTED)
+    )
 
 
 def _run_again(call: Call[ToolPlan], result: ToolFailure) -> bool:
