@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import trio
 
-from runtime import ToolBase, ToolCall, open_runtime, tool
+from runtime import CallRequest, Policy, ToolBase, ToolCall, open_runtime, tool
 
 
 class NoArgs(msgspec.Struct):
@@ -89,6 +89,34 @@ async def test_a_busy_actor_is_not_stopped_for_idleness(autojump_clock: trio.abc
         result = await rt.call(ToolCall(id="1", name="slow"))
         assert result.ok  # its call ran through many sweeps
         assert rt.statistics().tools["slow"].calls == 1
+
+
+class Awaits(Policy):
+    """A policy that awaits (a store, an approval) before it lets each call through."""
+
+    suspends = True
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def intercept(self, request: CallRequest) -> Any:
+        yield trio.sleep(self.seconds)  # noqa: ASYNC105  # a policy yields what it awaits
+        return (yield request)
+
+
+async def test_an_actor_a_call_is_on_its_way_to_is_not_stopped_for_idleness(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    @tool
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    async with open_runtime([echo], tracing=False, stop_idle_after=5, policies=[Awaits(30)]) as rt:
+        assert (await rt.call(ToolCall(id="1", name="echo", arguments='{"text": "a"}'))).ok
+        # the next call is routed to the same actor, then waits 30 s in its policy: many sweeps
+        result = await rt.call(ToolCall(id="2", name="echo", arguments='{"text": "b"}'))
+        assert result.ok, result.content
 
 
 async def test_a_tool_with_setup_starts_when_it_is_registered() -> None:

@@ -186,6 +186,9 @@ class Plan(Protocol):
     def mailbox(self) -> Mailbox: ...
     @property
     def running(self) -> set[Call[Any]]: ...
+
+    holding: int  # calls routed to it and not reported yet (the call counts itself out)
+
     @property
     def draining(self) -> bool: ...
     @property
@@ -380,6 +383,7 @@ class Call(Generic[P]):
         self.state = REPORTED
         plan = self.plan
         if plan is not None:
+            plan.holding -= 1
             counters = plan.counters
             counters.calls += 1
             result = self.result

@@ -236,6 +236,7 @@ class Entry:
             return c
         plan = actor.plan
         c = Call(call, ctx, plan, deadline, limit, reply, index, principal)
+        plan.holding += 1
         if ctx is None and plan.policies:
             c.metadata = metadata  # a policy that reads request.ctx gets one made then
         if self.closing:
@@ -500,7 +501,9 @@ class Entry:
                         f"a policy sent the call to tool {echo(request.tool_name)!r}, which does not exist",
                     )
                     return
+                c.plan.holding -= 1  # type: ignore[union-attr]  # routed
                 c.plan = actor.plan
+                actor.plan.holding += 1
                 c.asked = call.name  # its result still answers the call the model made
                 if c.ctx is not None:
                     c.ctx.tool = actor.tool

@@ -135,6 +135,9 @@ class ToolPlan:
         self.options = options
         self.counters = counters
         self.running: set[Call[ToolPlan]] = set()  # calls an executor runs now (not yet ended)
+        self.holding = 0
+        """Calls routed to this actor and not reported yet (an idle actor is stopped only at 0:
+        a call on its way to the mailbox, past a policy that awaits, keeps it)."""
         self.draining = False  # the actor waits for `running` to empty (a graceful stop)
         self.drained: Callable[[], None] = _nothing
         self.mailbox: Mailbox = None  # type: ignore[assignment]  # set by the actor, with its executor

@@ -308,16 +308,11 @@ class RegistryActor:
                 if actor is None:
                     continue
                 calls = actor.counters.calls
-                if (
-                    seen.get(name) == calls
-                    and not actor.counters.in_flight
-                    and not actor.mailbox.queued
-                    and not actor.plan.running
-                ):
+                if seen.get(name) == calls and _idle(actor):
                     idle.append(actor)
                 seen[name] = calls
-            for actor in idle:
-                if routes.get(actor.name) is actor:
+            for actor in idle:  # each stop awaits: a call may reach the next one meanwhile
+                if routes.get(actor.name) is actor and _idle(actor):
                     del routes[actor.name]  # a call from now on starts a new one
                     seen.pop(actor.name, None)
                     await self._supervisor.stop(actor)
@@ -441,3 +436,13 @@ class RegistryActor:
         self.suspends = bool(self._suspending) or any(a.plan.suspends for a in routes.values())
         published, self.changed = self.changed, trio.Event()
         published.set()
+
+
+def _idle(actor: ToolActor) -> bool:
+    """No call is on its way to `actor`, waits in its mailbox or runs in it."""
+    return (
+        not actor.plan.holding
+        and not actor.counters.in_flight
+        and not actor.mailbox.queued
+        and not actor.plan.running
+    )
