@@ -193,3 +193,45 @@ async def test_a_detach_retried_after_a_redis_stall_runs_once(own_redis: RedisSe
         assert result is not None, f"the detached call never ran: {await handle.status()}"
         assert result.content == "report for EU"
         assert REPORTS == ["warm", "EU"]
+
+
+# -- a hostile tenant ----------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-3: the principal '' and no principal (None) share one journal: "
+    "runtime/engine/_journal.py:record_key/_part write both as '' (and count_key: one bound), "
+    "so runtime/engine/_detached.py:Book.detach takes the other's record for a retry and starts "
+    "nothing, and the handle it returns is CallNotFound",
+)
+async def test_the_empty_principal_is_not_the_anonymous_one(autojump_clock: Any) -> None:
+    async with open_runtime([report]) as rt:
+        anonymous = await rt.detach(ToolCall(id="c1", name="report", arguments={"region": "EU"}), id="r-1")
+        tenant = await rt.detach(
+            ToolCall(id="c2", name="report", arguments={"region": "US"}), id="r-1", principal=""
+        )
+        assert (await anonymous.result()).content == "report for EU"
+        assert (await tenant.result()).content == "report for US"
+        assert sorted(REPORTS) == ["EU", "US"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-3: edited arguments of a wrong type (a JSON array, a number) raise a bare "
+    "TypeError ('cannot convert dictionary update sequence element') instead of InvalidArguments "
+    "naming `$`: runtime/engine/_detached.py:Book._checked_arguments calls dict(arguments) on "
+    "anything that is not a str",
+)
+async def test_edited_arguments_of_a_wrong_type_are_invalid_arguments(autojump_clock: Any) -> None:
+    async with open_runtime([pay]) as rt:
+        pending = await rt.call(ToolCall(id="c1", name="pay", arguments={"amount": 5}), principal="u1")
+        assert isinstance(pending, ToolPending)
+        handle = rt.detached(pending.detached_id, principal="u1")
+        hostile: Any
+        for hostile in ([5], 5):
+            with pytest.raises(InvalidArguments) as raised:
+                await handle.approve(arguments=hostile)
+            assert raised.value.path == "$"
+        assert (await handle.status()).waiting_for == "approval"
+        assert PAID == []
