@@ -235,3 +235,35 @@ async def test_edited_arguments_of_a_wrong_type_are_invalid_arguments(autojump_c
             assert raised.value.path == "$"
         assert (await handle.status()).waiting_for == "approval"
         assert PAID == []
+
+
+# -- a hostile model's arguments -----------------------------------------------------------------
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    top: dict[str, Any] = {}
+    inner = top
+    for _ in range(depth):
+        inner["n"] = {}
+        inner = inner["n"]
+    return top
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack-3: a detached call whose arguments (an object from the provider's parsed "
+    "JSON) nest 3,000 deep raises RecursionError out of rt.detach, where rt.call answers "
+    "INVALID_ARGUMENTS: runtime/engine/_detached.py:Book._record encodes them with "
+    "msgspec.json.encode and catches only TypeError/ValueError",
+)
+async def test_a_detached_call_with_deeply_nested_arguments_is_invalid_arguments(autojump_clock: Any) -> None:
+    deep = _nested(3000)
+    async with open_runtime([report]) as rt:
+        plain = await rt.call(ToolCall(id="c0", name="report", arguments=deep), principal="u1")
+        assert isinstance(plain, ToolFailure)
+        assert plain.kind.value == "invalid_arguments"
+        handle = await rt.detach(ToolCall(id="c1", name="report", arguments=deep), principal="u1")
+        result = await handle.result()
+        assert isinstance(result, ToolFailure)
+        assert result.kind.value == "invalid_arguments"
+        assert REPORTS == []
