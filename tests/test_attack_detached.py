@@ -3,9 +3,8 @@ docs/how-to/detached-calls.md, DESIGN.md 3.14 or the API note that a hostile try
 hostile tenant or model, a store that stalls, a call that ends at a bad moment).
 
 Each is written from the promise, not from the feature's own tests, with real components (a
-real redis-server from tests/redis_server.py, SQLite files, trio's MockClock for time), and is a
-strict xfail naming where it breaks: it fails on the current code for that reason and passes
-once the promise is kept.
+real redis-server from tests/redis_server.py, SQLite files, trio's MockClock for time). Each
+failed on the code it was written against (attack-3) and passes since its fix.
 """
 
 from __future__ import annotations
@@ -113,13 +112,6 @@ class StallingRedis(RedisStore):
 # -- a hostile model -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-3: a deferral the journal cannot encode (the model's call id holds a lone "
-    "surrogate) keeps the principal's slot taken: runtime/engine/_detached.py:Book._defer_new "
-    "counts the principal in (_count_in) and never counts it out when journal.create raises "
-    "(UnicodeEncodeError is neither StoreError nor OSError), and no sweep ever recounts",
-)
 async def test_a_hostile_call_id_does_not_take_the_principals_slots(autojump_clock: Any) -> None:
     logging.disable(logging.CRITICAL)
     try:
@@ -142,13 +134,6 @@ async def test_a_hostile_call_id_does_not_take_the_principals_slots(autojump_clo
 # -- a store that stalls -------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-3: an approval whose swap Redis carried out after the client timed out is "
-    "never run while the approving process lives: runtime/engine/_detached.py:Book._approve "
-    "raises StoreError after the record became queued(owner=this process), a retried approve "
-    "is 'idempotent' (approved), and Book._recover skips records whose owner is this process",
-)
 async def test_an_approval_redis_stalled_on_still_runs_once(own_redis: RedisServer) -> None:
     store = StallingRedis(own_redis, b'"decision":"approved"')
     durable = Durable(lease=1.5, poll_interval=0.1)
@@ -169,13 +154,6 @@ async def test_an_approval_redis_stalled_on_still_runs_once(own_redis: RedisServ
         assert PAID == [5]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-3: a detach whose record Redis wrote after the client timed out never runs "
-    "while the process lives, though the request retried with the same id: "
-    "runtime/engine/_detached.py:Book.detach finds the record (queued, owner=this process) and "
-    "returns its id without running it, and Book._recover skips this process's own records",
-)
 async def test_a_detach_retried_after_a_redis_stall_runs_once(own_redis: RedisServer) -> None:
     store = StallingRedis(own_redis, b'"id":"report-eu"', step="add")
     durable = Durable(lease=1.5, poll_interval=0.1)
@@ -198,13 +176,6 @@ async def test_a_detach_retried_after_a_redis_stall_runs_once(own_redis: RedisSe
 # -- a hostile tenant ----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-3: the principal '' and no principal (None) share one journal: "
-    "runtime/engine/_journal.py:record_key/_part write both as '' (and count_key: one bound), "
-    "so runtime/engine/_detached.py:Book.detach takes the other's record for a retry and starts "
-    "nothing, and the handle it returns is CallNotFound",
-)
 async def test_the_empty_principal_is_not_the_anonymous_one(autojump_clock: Any) -> None:
     async with open_runtime([report]) as rt:
         anonymous = await rt.detach(ToolCall(id="c1", name="report", arguments={"region": "EU"}), id="r-1")
@@ -216,13 +187,6 @@ async def test_the_empty_principal_is_not_the_anonymous_one(autojump_clock: Any)
         assert sorted(REPORTS) == ["EU", "US"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-3: edited arguments of a wrong type (a JSON array, a number) raise a bare "
-    "TypeError ('cannot convert dictionary update sequence element') instead of InvalidArguments "
-    "naming `$`: runtime/engine/_detached.py:Book._checked_arguments calls dict(arguments) on "
-    "anything that is not a str",
-)
 async def test_edited_arguments_of_a_wrong_type_are_invalid_arguments(autojump_clock: Any) -> None:
     async with open_runtime([pay]) as rt:
         pending = await rt.call(ToolCall(id="c1", name="pay", arguments={"amount": 5}), principal="u1")
@@ -249,13 +213,6 @@ def _nested(depth: int) -> dict[str, Any]:
     return top
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-3: a detached call whose arguments (an object from the provider's parsed "
-    "JSON) nest 3,000 deep raises RecursionError out of rt.detach, where rt.call answers "
-    "INVALID_ARGUMENTS: runtime/engine/_detached.py:Book._record encodes them with "
-    "msgspec.json.encode and catches only TypeError/ValueError",
-)
 async def test_a_detached_call_with_deeply_nested_arguments_is_invalid_arguments(autojump_clock: Any) -> None:
     deep = _nested(3000)
     async with open_runtime([report]) as rt:
