@@ -37,6 +37,7 @@ from runtime import (
     tool,
 )
 from runtime.engine import CallRequest
+from runtime.engine._journal import marker_key, record_key
 from runtime.exceptions import ResultTypeError
 from runtime.stores import MemoryStore
 
@@ -384,7 +385,7 @@ async def test_an_expiry_is_journaled_by_the_sweep_without_anyone_looking(
     async with open_runtime(TOOLS, tracing=False, store=store, durable=Durable(expires=60, lease=10)) as rt:
         pending = await rt.call(call("pay", amount=5, to="bob"))
         await trio.sleep(70)
-        raw = await store.get(f"dc:\x00\x00{pending.detached_id}")  # type: ignore[union-attr]
+        raw = await store.get(record_key(None, pending.detached_id))  # type: ignore[union-attr]
         assert raw is not None
         assert json.loads(raw)["phase"] == "done"
 
@@ -628,7 +629,7 @@ async def test_a_call_queued_when_its_process_died_runs_after_the_lease(
             call("charge", key="z"), "ann", None, "dc_orphan", phase="queued", owner="dead/1"
         )
         assert await book.journal.create(record) is not None
-        await store.set("dca:\x00ann\x00dc_orphan", b"")
+        await store.set(marker_key("ann", "dc_orphan"), b"")
         await store.set("dco:dead/1", b"1", 15)  # its lease, never renewed
         handle = first.detached("dc_orphan", principal="ann")
         await trio.sleep(10)
@@ -671,7 +672,7 @@ async def test_closing_the_runtime_leaves_a_running_call_to_recovery(autojump_cl
     async with open_runtime([charge], tracing=False, store=store, shutdown_timeout=0.5) as rt:
         handle = await rt.detach(call("charge", key="x"))
         await trio.sleep(1)
-    raw = await store.get(f"dc:\x00\x00{handle.id}")
+    raw = await store.get(record_key(None, handle.id))
     assert raw is not None
     record = json.loads(raw)
     assert record["phase"] == "running"  # not "done" with the runtime's "shutting down"

@@ -69,8 +69,11 @@ from ._journal import (
     lease_key,
     marker_key,
     new_id,
+    principal_of,
+    principal_prefix,
     record_key,
     status_of,
+    unwritable,
 )
 from ._options import Durable
 from ._plan import ToolPlan
@@ -329,7 +332,7 @@ class Book:
             parts = marker.split("\x00")
             if len(parts) != 3:
                 continue
-            principal = parts[1] or None
+            principal = principal_of(parts[1])
             key = record_key(principal, parts[2])
             raw, record = await self.journal.read(key)
             if record is None:  # its maker died between the two writes, or is between them now
@@ -345,12 +348,18 @@ class Book:
                 if record.expires is not None and record.expires <= self.now():
                     await self._expired(record, raw)
                 continue
-            if record.owner == self.owner or not await self._gone(record.owner, gone):
+            if record.owner == self.owner:
+                if record.key in self.runs or self.now() - record.updated < self.options.lease:
+                    continue
+                # Ours, yet not run here: the store made a write after this process stopped
+                # waiting for its answer (an approval or a detach that raised StoreError, which
+                # a retry then found done): run it as a gone process's call is.
+            elif not await self._gone(record.owner, gone):
                 continue
             await self._take_over(record, raw)
         if recount:
             for counted in await self.store.keys("dcn:\x00"):
-                principal = counted.partition("\x00")[2] or None
+                principal = principal_of(counted.partition("\x00")[2])
                 if principal not in live:
                     await self.store.set(counted, b"0")
             for principal, n in live.items():
@@ -541,8 +550,9 @@ class Book:
         if not isinstance(arguments, str):
             try:
                 arguments = msgspec.json.encode(arguments).decode()
-            except (TypeError, ValueError):
-                arguments = str(arguments)  # not JSON: the run answers INVALID_ARGUMENTS
+            except (TypeError, ValueError, RecursionError) as exc:
+                # not JSON (or nested past what can be written): the run answers INVALID_ARGUMENTS
+                arguments = f"<arguments that cannot be journaled: {type(exc).__name__}>"
         name = call.name if isinstance(call.name, str) else echo(call.name)
         actor = self.routing.actor(name)
         return Record(
@@ -606,6 +616,9 @@ class Book:
             timeout=timeout,
             deadline=None if timeout is None else now + timeout,
         )
+        why = unwritable(record)
+        if why is not None:
+            raise ValueError(f"detached call {detached_id!r}: {why}")
         await self._own()
         await self._count_in(principal)
         try:
@@ -937,6 +950,9 @@ class Book:
             expires=self._expiry(expires),
             timeout=timeout,  # counted from its approval
         )
+        why = unwritable(record)
+        if why is not None:  # refused before it takes a place in the principal's bound
+            return _not_deferred(call, why)
         try:
             await self._count_in(principal)
         except ToolOverloaded as exc:
@@ -953,8 +969,16 @@ class Book:
         try:
             await self._mark(principal, record.id)
             await self.journal.create(record)
-        except (StoreError, OSError) as exc:
-            return _not_deferred(call, f"the journal did not answer ({exc})")
+        except BaseException as exc:  # its place in the bound is given back, whatever ended it
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(1.0),
+                contextlib.suppress(StoreError, OSError),
+            ):
+                await self.store.incr(count_key(principal), -1)
+            if isinstance(exc, StoreError | OSError):
+                return _not_deferred(call, f"the journal did not answer ({exc})")
+            raise
         self._ensure_keeping()
         self._bump()
         return pending
@@ -1127,6 +1151,10 @@ class Book:
                 f"{record.tool!r} is not served by this runtime",
                 self.status(record),
             )
+        if not isinstance(arguments, str | Mapping):
+            raise InvalidArguments(
+                f"edited arguments are a JSON object (its text, or a mapping), not {type(arguments).__name__}"
+            )
         raw = arguments if isinstance(arguments, str) else dict(arguments)
         probe: Call[ToolPlan] = Call(
             ToolCall(id=record.call_id, name=record.tool, arguments=raw), None, actor.plan, math.inf, None
@@ -1285,7 +1313,7 @@ class Book:
     async def listed(self, principal: str | None, *, waiting: bool) -> list[DetachedStatus]:
         """The principal's calls: the waiting ones (`waiting`), or every one still kept."""
         _, principal = check_lookup("x", principal)
-        prefix = f"dca:\x00{principal or ''}\x00" if waiting else f"dc:\x00{principal or ''}\x00"
+        prefix = ("dca:" if waiting else "dc:") + principal_prefix(principal)
         found: list[DetachedStatus] = []
         for key in await self.store.keys(prefix):
             detached_id = key[len(prefix) :]

@@ -182,12 +182,33 @@ detached_run: contextvars.ContextVar[Any] = contextvars.ContextVar("runtime_deta
 policy or a tool that defers it changes its record instead of making another."""
 
 
+def unwritable(record: Record) -> str | None:
+    """Why `record` cannot be written to the journal (text that is not valid Unicode, such as a
+    model's call id with a lone surrogate), or None: it can."""
+    try:
+        _encoder.encode(record)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"it cannot be journaled ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
+
+
 def new_id() -> str:
     return "dc_" + secrets.token_urlsafe(15).replace("-", "x").replace("_", "y")
 
 
-def _part(text: str | None) -> str:
-    return "" if text is None else text
+def _part(principal: str | None) -> str:
+    """A principal in a key: none is empty, a principal (the empty one too) starts with '='."""
+    return "" if principal is None else "=" + principal
+
+
+def principal_of(part: str) -> str | None:
+    """The principal a key's part names (`_part` read back)."""
+    return part[1:] if part else None
+
+
+def principal_prefix(principal: str | None) -> str:
+    """The part of every key of `principal`'s records, markers and bound that follows their kind."""
+    return "\x00" + _part(principal) + "\x00"
 
 
 def record_key(principal: str | None, detached_id: str) -> str:
