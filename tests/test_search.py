@@ -174,6 +174,26 @@ def test_any_text_is_a_query_and_gets_a_list(text: str) -> None:
         assert names(found)[0] == "get_current_weather"
 
 
+@pytest.mark.parametrize("word", ["a" * 8000, "A" * 8000, "7" * 8000, "é" * 8000, "Ab" * 4000])
+def test_no_term_is_longer_than_a_word_can_be_in_any_script(word: str) -> None:
+    from runtime.search._text import WORD_CHARS, terms
+
+    found = terms(word)
+    assert found
+    assert max(map(len, found)) <= WORD_CHARS
+
+
+def test_the_stems_kept_are_bounded_whatever_the_queries() -> None:
+    from runtime.search import _text
+
+    registry = ToolRegistry(TOOLS)
+    for i in range(3 * _text._STEMMED_WORDS // 64):  # 64 new words a query, each kept at most once
+        registry.search(" ".join(f"w{i}x{j}ord" for j in range(64)))
+        registry.search(f"{i}" + "x" * 5000)
+    assert len(_text._STEMS) <= _text._STEMMED_WORDS
+    assert max(map(len, _text._STEMS)) <= _text._STEMMED_CHARS
+
+
 def test_a_query_that_is_not_text_gets_an_empty_list() -> None:
     index = ToolIndex(t.descriptor for t in TOOLS)
     assert index.search(None) == []  # type: ignore[arg-type]
