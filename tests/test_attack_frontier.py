@@ -129,12 +129,6 @@ def test_the_integrations_search_finds_a_shown_tool_behind_many_hidden_ones() ->
     assert "city_forecast" in str(answer)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: search/_text.py keeps every word it stems in the module-wide _STEMS cache "
-    "(cleared only at 200,000 words), and an ASCII word is not cut (the 256-character cut of _RUN "
-    "is only on the non-ASCII path): each distinct 8 KB query leaves ~9 KB behind, ~1.8 GB at the cap",
-)
 async def test_distinct_huge_queries_leave_little_memory_behind() -> None:
     async with open_runtime([lookup], tracing=False) as rt:
         rt.search("warm up the index")
