@@ -93,12 +93,6 @@ def _long_request_tools() -> tuple[list[JsonSchemaTool], JsonSchemaTool, str]:
     return hidden, visible, " ".join(words) + " target"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: ToolIndex._rank (search/_index.py) cuts the candidates to the REFINE best of "
-    "the whole index before the view's `admit` is asked; when a long query's rarest terms belong to "
-    "tools the view hides, its own matching tool is cut and the view's search answers []",
-)
 async def test_a_scoped_views_search_finds_what_a_registry_of_its_own_tools_finds() -> None:
     hidden, visible, query = _long_request_tools()
     alone = [d.name for d in ToolRegistry([visible]).search(query)]

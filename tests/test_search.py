@@ -279,6 +279,60 @@ def registry_with_search(search: ToolSearch) -> ToolRegistry:
     return ToolRegistry([*TOOLS, search.tool()])
 
 
+WORDS = [f"{c}{c}word" for c in "abcdefghijklmnop"]
+QUERY = " ".join(WORDS) + " target"
+
+
+def _outranked(hidden: int) -> list[ToolDescriptor]:
+    """`hidden` tools that match the sixteen rarest words of `QUERY`, and `shown`, which
+    matches only its first word and its last, held by the hidden tools too."""
+    tools = [ToolDescriptor(name=f"hidden_{i}", description=QUERY) for i in range(hidden)]
+    return [*tools, ToolDescriptor(name="shown", description=f"{WORDS[0]} target")]
+
+
+def _cut(per_word: int) -> list[ToolDescriptor]:
+    """`per_word` tools for each word of `QUERY` (and its last), and `shown`, which holds one
+    of them in a long description: it is among the candidates of the rarest terms, below
+    every hidden one."""
+    tools = [
+        ToolDescriptor(name=f"hidden_{w}_{i}", description=f"{word} target")
+        for w, word in enumerate(WORDS)
+        for i in range(per_word)
+    ]
+    filler = " ".join(f"filler{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(60))
+    return [*tools, ToolDescriptor(name="shown", description=f"{WORDS[0]} target {filler}")]
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [_outranked(10), _outranked(200), _outranked(2_000), _cut(10), _cut(50)],
+    ids=[
+        "only-its-common-words-10",
+        "only-its-common-words-200",
+        "only-its-common-words-2000",
+        "cut-160",
+        "cut-800",
+    ],
+)
+def test_a_views_own_tool_is_found_however_many_hidden_tools_outrank_it(tools: list[ToolDescriptor]) -> None:
+    index = ToolIndex(tools)
+    assert "shown" not in names(index.search(QUERY, limit=5))  # outranked in the whole index
+    assert names(index.search(QUERY, admit=lambda name, _: name == "shown")) == ["shown"]
+    assert names(index.search("target", admit=lambda name, _: name == "shown")) == ["shown"]
+
+
+def test_a_views_filter_is_asked_once_per_tool_and_query() -> None:
+    tools, query = _outranked(500), QUERY
+    asked: list[str] = []
+
+    def admit(name: str, _: ToolDescriptor) -> bool:
+        asked.append(name)
+        return name == "shown"
+
+    ToolIndex(tools).search(query, admit=admit)
+    assert len(asked) == len(set(asked))
+
+
 def test_anthropic_client_form_is_accepted_by_the_sdk_types() -> None:
     search = ToolSearch(always=["add"])
     tools = registry_with_search(search).schemas("anthropic", search=search)

@@ -20,7 +20,10 @@ terms are read rarest first; past the rarest few (`FULL_TERMS` terms, `FULL_POST
 entries), a common term only adds to the best candidates found so far (a tool matching
 nothing but common words cannot be among the best), which keeps a query over hundreds of
 thousands of tools within milliseconds. A message that asks for several things in several
-sentences has each sentence's own best tools considered too (see `ToolIndex._rank`).
+sentences has each sentence's own best tools considered too (see `ToolIndex._rank`). A view's
+search (`admit`) keeps its own tools before any cut: tools it does not see take no room among
+the best, and when the rarest terms find few of its tools, the next terms are read in full for
+them (within `VIEW_POSTINGS` entries).
 
 Everything here is guarded by one lock: a registry may be searched from several threads
 (`RuntimeThread`) while the runtime's thread updates it.
@@ -70,6 +73,7 @@ ASK_POOL = 3  # ...and, for a message of several asks, each ask's own best
 FULL_TERMS = 16  # the rarest terms of a query whose every posting is read...
 FULL_POSTINGS = 8_000  # ...as long as they hold no more postings than this in all;
 REFINE = 128  # the other terms only add to this many best candidates so far
+VIEW_POSTINGS = 64_000  # a view reads the next terms in full for its tools up to this many entries
 ASK_TERMS = 3  # an ask's rarest terms read in full, even past `FULL_TERMS`
 
 
@@ -276,8 +280,9 @@ class ToolIndex:
         """The descriptors of the tools that best match `query`, best first, at most `limit`.
 
         Args:
-            admit: only tools for which `admit(name, descriptor)` is true are returned (a view's
-                tools); scores are those of the whole index.
+            admit: only tools for which `admit(name, descriptor)` is true are candidates (a
+                view's tools: admitted before the best are cut, so hidden tools that outrank
+                them take no room); scores are those of the whole index.
         """
         if limit <= 0 or not isinstance(query, str):
             return []
@@ -401,9 +406,26 @@ class ToolIndex:
             scores = dict(scores)
             for bucket in buckets[:-1]:
                 _add_to(scores, bucket)
+        keep = None if admit is None else self._admitted(admit)
         if common:
             # Past the rare terms: a term only adds to the best candidates found so far (a
             # tool that has only common words of the query is not among the best).
+            if keep is not None:
+                # A view's candidates are its own tools, before the cut (hidden tools that
+                # outrank them take no room); while it has fewer than REFINE of them, the next
+                # rarest terms are read in full for its tools (up to VIEW_POSTINGS entries):
+                # a view's tool that holds only words the hidden tools hold too is found.
+                scores = dict(_top(scores, REFINE, keep))
+                budget = VIEW_POSTINGS
+                while common and len(scores) < REFINE and common[0][0] <= budget:
+                    df, _term, entry, weight = common.pop(0)
+                    budget -= df
+                    idf = _idf(n, df) * weight
+                    for doc, w in zip(entry.ids, entry.weights, strict=True):
+                        if doc in scores:
+                            scores[doc] += idf * w
+                        elif keep(doc):
+                            scores[doc] = idf * w
             if len(scores) > REFINE:
                 scores = dict(_top(scores, REFINE))
             for df, _term, entry, weight in common:
@@ -418,7 +440,6 @@ class ToolIndex:
                     at = bisect_left(ids, doc)
                     if at < df and ids[at] == doc:
                         scores[doc] += idf * weights[at]
-        keep = None if admit is None else self._admitted(admit)
         pool = [doc for doc, _ in _top(scores, max(limit, POOL), keep)]
         if asks:
             seen = set(pool)
@@ -429,10 +450,14 @@ class ToolIndex:
 
     def _admitted(self, admit: Callable[[str, ToolDescriptor], bool]) -> Callable[[int], bool]:
         descriptors = self._descriptors
+        asked: dict[int, bool] = {}  # a view's filter is asked once per tool and query
 
         def keep(doc: int) -> bool:
-            d = descriptors[doc]
-            return d is not None and admit(d.name, d)
+            answer = asked.get(doc)
+            if answer is None:
+                d = descriptors[doc]
+                answer = asked[doc] = d is not None and admit(d.name, d)
+            return answer
 
         return keep
 
