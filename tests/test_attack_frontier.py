@@ -65,12 +65,6 @@ def _redescribed(view: Any, descriptor: ToolDescriptor) -> ToolDescriptor | None
     return descriptor
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: Calls.search (engine/_runtime.py) ranks with the runtime's index, built from "
-    "the tools' own descriptors, then swaps in the view's; a word the view's `prepare` took out of "
-    "a description still finds the tool, so a principal can probe the hidden text word by word",
-)
 async def test_a_views_search_does_not_find_a_tool_by_words_its_prepare_took_out() -> None:
     search = ToolSearch(threshold=0)
     async with open_runtime([lookup, search.tool()], tracing=False) as rt:

@@ -718,3 +718,54 @@ async def test_a_runtime_and_its_views_search_the_live_registry_as_tools_come_an
             assert [d.name for d in view.search("flight to Rome", limit=1)] == ["book_flight"]
         await rt.unregister("convert_currency")
         assert "convert_currency" not in [d.name for d in rt.search("convert currency", limit=5)]
+
+
+# -- a view searches what it shows ----------------------------------------------------
+
+
+def _weather_as_forecast(view: Any, descriptor: ToolDescriptor) -> ToolDescriptor | None:
+    """A `prepare`: `get_current_weather` told as a forecast (its own words taken out)."""
+    if descriptor.name == "get_current_weather":
+        return msgspec.structs.replace(descriptor, description="Tomorrow's forecast for a place.")
+    return descriptor
+
+
+def test_an_index_ranks_what_a_view_shows_and_keeps_its_own_words() -> None:
+    index = ToolIndex(t.descriptor for t in TOOLS)
+    shown = {"get_current_weather": _weather_as_forecast(None, get_current_weather.descriptor)}
+    assert shown["get_current_weather"] is not None
+    assert "get_current_weather" not in names(index.search("temperature wind rain", shown=shown))
+    assert names(index.search("tomorrow's forecast", shown=shown)) == ["get_current_weather"]
+    assert index.search("forecast", shown=shown)[0] is shown["get_current_weather"]  # as it shows it
+    # The index itself is untouched: the tool's own words find it, the view's do not.
+    assert names(index.search("temperature wind rain"))[0] == "get_current_weather"
+    assert "get_current_weather" not in names(index.search("tomorrow's forecast"))
+    # The view follows the index as it changes.
+    index.add(ToolDescriptor(name="forecast_tomorrow", description="Tomorrow's forecast for a place."))
+    assert set(names(index.search("tomorrow's forecast", shown=shown))) == {
+        "get_current_weather",
+        "forecast_tomorrow",
+    }
+    index.remove("get_current_weather")
+    assert names(index.search("tomorrow's forecast", shown=shown)) == ["forecast_tomorrow"]
+    assert names(index.search("temperature wind rain", shown=shown)) == []
+
+
+async def test_a_views_search_ranks_the_tools_as_its_prepare_describes_them() -> None:
+    async with open_runtime(TOOLS, tracing=False) as rt:
+        with rt.scoped(principal="guest", prepare=_weather_as_forecast) as view:
+            assert "get_current_weather" not in names(view.search("temperature wind rain"))
+            (found,) = view.search("tomorrow's forecast", limit=1)
+            assert found.description == "Tomorrow's forecast for a place."
+            with view.scoped(exclude=["add"]) as narrower:  # a view of the view shows it the same
+                assert "get_current_weather" not in names(narrower.search("temperature wind rain"))
+                assert names(narrower.search("tomorrow's forecast", limit=1)) == ["get_current_weather"]
+            await rt.register(tool(name="open_ticket")(_ticket))
+            assert names(view.search("tomorrow's forecast", limit=1)) == ["get_current_weather"]
+            assert names(view.search("open a ticket", limit=1)) == ["open_ticket"]
+        assert names(rt.search("temperature wind rain", limit=1)) == ["get_current_weather"]
+
+
+def _ticket(title: str) -> str:
+    """Open a support ticket."""
+    return title

@@ -25,6 +25,11 @@ search (`admit`) keeps its own tools before any cut: tools it does not see take 
 the best, and when the rarest terms find few of its tools, the next terms are read in full for
 them (within `VIEW_POSTINGS` entries).
 
+A view that re-describes tools (a `prepare`) searches the index as it shows them (`shown`): a
+copy-on-write overlay of the index in which those tools' entries are made from the descriptors
+it shows, so a word it took out of a description finds nothing, and one it added is found. The
+overlay copies only the postings of those tools' terms, and follows the index as it changes.
+
 Everything here is guarded by one lock: a registry may be searched from several threads
 (`RuntimeThread`) while the runtime's thread updates it.
 """
@@ -37,9 +42,11 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from itertools import compress, islice, pairwise
 from operator import neg
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -75,6 +82,7 @@ FULL_POSTINGS = 8_000  # ...as long as they hold no more postings than this in a
 REFINE = 128  # the other terms only add to this many best candidates so far
 VIEW_POSTINGS = 64_000  # a view reads the next terms in full for its tools up to this many entries
 ASK_TERMS = 3  # an ask's rarest terms read in full, even past `FULL_TERMS`
+SHOWN_KEPT = 16  # the views' overlays an index keeps (each holds only its re-described tools' postings)
 
 
 class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,13 +229,14 @@ class ToolIndex:
         "_name_terms",
         "_names",
         "_postings",
+        "_shown",
         "_terms",
         "version",
     )
 
     def __init__(self, descriptors: Iterable[ToolDescriptor] = ()) -> None:
         self._lock = threading.Lock()
-        self._postings: dict[str, _Postings] = {}
+        self._postings: MutableMapping[str, _Postings] = {}
         self._ids: dict[str, int] = {}  # name -> id of its document
         self._names: list[str | None] = []  # id -> name, None once removed
         self._descriptors: list[ToolDescriptor | None] = []
@@ -235,6 +244,7 @@ class ToolIndex:
         self._name_terms: list[tuple[str, ...]] = []  # id -> the terms of its name
         self._count = 0
         self.version = 0  # counts the changes: who shares the index can tell it moved on
+        self._shown: dict[int, _ShownIndex] = {}  # the overlays of the views searched lately
         for descriptor in descriptors:
             self._add(descriptor)
 
@@ -275,7 +285,12 @@ class ToolIndex:
             )
 
     def search(
-        self, query: str, *, limit: int = 5, admit: Callable[[str, ToolDescriptor], bool] | None = None
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        admit: Callable[[str, ToolDescriptor], bool] | None = None,
+        shown: Mapping[str, ToolDescriptor] | None = None,
     ) -> list[ToolDescriptor]:
         """The descriptors of the tools that best match `query`, best first, at most `limit`.
 
@@ -283,6 +298,9 @@ class ToolIndex:
             admit: only tools for which `admit(name, descriptor)` is true are candidates (a
                 view's tools: admitted before the best are cut, so hidden tools that outrank
                 them take no room); scores are those of the whole index.
+            shown: the descriptors a view shows in place of the indexed ones of those names
+                (its `prepare`'s): ranked by what they say, and returned. Keep the same mapping
+                while the view is the same: the overlay made for it is kept for the next search.
         """
         if limit <= 0 or not isinstance(query, str):
             return []
@@ -290,15 +308,25 @@ class ToolIndex:
         if not parsed.weights:
             return []
         with self._lock:
-            ranked = self._rank(parsed, limit, admit)
-            return [d for _, i in ranked if (d := self._descriptors[i]) is not None]
+            index = self._shown_as(shown) if shown else self
+            ranked = index._rank(parsed, limit, admit)
+            return [d for _, i in ranked if (d := index._descriptors[i]) is not None]
 
     # -- inside the lock -------------------------------------------------------------
+
+    def _shown_as(self, shown: Mapping[str, ToolDescriptor]) -> ToolIndex:
+        """This index as a view shows it (its overlay, made again if the index moved on)."""
+        overlay = self._shown.get(id(shown))
+        if overlay is None or overlay.shown is not shown:
+            if len(self._shown) >= SHOWN_KEPT:
+                del self._shown[next(iter(self._shown))]  # the oldest
+            overlay = self._shown[id(shown)] = _ShownIndex(self, shown)
+        overlay.follow()
+        return overlay
 
     def _add(self, descriptor: ToolDescriptor) -> None:
         counts, length, named = document_terms(descriptor)
         norm = K1 * (1.0 - B + B * length / PIVOT)
-        postings = self._postings
         doc = self._ids.get(descriptor.name)
         if doc is None:  # a new tool: its id is the largest, its entries go last
             doc = len(self._names)
@@ -308,6 +336,7 @@ class ToolIndex:
             self._terms.append(tuple(counts))
             self._name_terms.append(named)
             self._count += 1
+            postings = self._postings  # (a view's overlay only ever replaces tools)
             for term, tf in counts.items():
                 entry = postings.get(term)
                 if entry is None:
@@ -321,9 +350,7 @@ class ToolIndex:
                 self._delete(term, doc)
         for term, tf in counts.items():
             weight = (K1 + 1.0) * tf / (tf + norm)
-            entry = postings.get(term)
-            if entry is None:
-                entry = postings[term] = _Postings()
+            entry = self._writable(term)
             ids = entry.ids
             at = bisect_left(ids, doc)
             if at < len(ids) and ids[at] == doc:
@@ -347,13 +374,23 @@ class ToolIndex:
         self._count -= 1
         return True
 
+    def _writable(self, term: str) -> _Postings:
+        """The postings of `term`, to change (made if it has none)."""
+        entry = self._postings.get(term)
+        if entry is None:
+            entry = self._postings[term] = _Postings()
+        return entry
+
     def _delete(self, term: str, doc: int) -> None:
-        entry = self._postings[term]
+        entry = self._writable(term)
         at = bisect_left(entry.ids, doc)
         del entry.ids[at]
         del entry.weights[at]
         if not entry.ids:
-            del self._postings[term]
+            self._forget(term)
+
+    def _forget(self, term: str) -> None:
+        del self._postings[term]
 
     def _rank(
         self, query: Query, limit: int, admit: Callable[[str, ToolDescriptor], bool] | None
@@ -372,7 +409,7 @@ class ToolIndex:
         found: list[tuple[int, str, _Postings, float]] = []
         for term, weight in query.weights.items():
             entry = self._postings.get(term)
-            if entry is not None:
+            if entry is not None and entry.ids:  # (a view's overlay keeps a term it emptied, empty)
                 found.append((len(entry.ids), term, entry, weight))
         if not found:
             return []
@@ -518,6 +555,74 @@ class ToolIndex:
                     worth[i] -= parts[i][term] * cut
                 covered[term] = times + 1
         return [(value, pool[i]) for value, i in picked]
+
+
+T = TypeVar("T")
+
+
+class _Patched(Generic[T]):
+    """A list read through a few changed items (an overlay's view of its index's lists)."""
+
+    __slots__ = ("base", "changed")
+
+    def __init__(self, base: list[T]) -> None:
+        self.base = base
+        self.changed: dict[int, T] = {}
+
+    def __getitem__(self, i: int) -> T:
+        changed = self.changed
+        return changed[i] if i in changed else self.base[i]
+
+    def __setitem__(self, i: int, value: T) -> None:
+        self.changed[i] = value
+
+
+class _ShownIndex(ToolIndex):
+    """An index as a view shows it: the tools of `shown` indexed by what it shows of them.
+
+    Copy on write: the postings of their terms (old and new) are copies, the rest is the
+    index's own; a term they no longer hold keeps an empty entry (which hides the index's). It
+    shares its index's lock, and is made again by `follow` whenever the index has changed.
+    """
+
+    __slots__ = ("_base", "_followed", "_owned", "shown")
+
+    def __init__(self, base: ToolIndex, shown: Mapping[str, ToolDescriptor]) -> None:
+        self._base = base
+        self.shown = shown
+        self._lock = base._lock
+        self._followed = -1
+        self._shown = {}
+        self.version = 0
+
+    def follow(self) -> None:
+        """Catch up with the index (inside its lock)."""
+        base = self._base
+        if self._followed == base.version:
+            return
+        self._owned: dict[str, _Postings] = {}
+        self._postings = ChainMap(self._owned, base._postings)
+        self._ids, self._names, self._count = base._ids, base._names, base._count
+        self._descriptors = _Patched(base._descriptors)  # type: ignore[assignment]  # read and set by index
+        self._terms = _Patched(base._terms)  # type: ignore[assignment]
+        self._name_terms = _Patched(base._name_terms)  # type: ignore[assignment]
+        for name, descriptor in self.shown.items():
+            doc = base._ids.get(name)
+            if doc is not None and base._descriptors[doc] is not descriptor:
+                self._add(descriptor)  # a tool it holds: replaced in place (copies of its postings)
+        self._followed = base.version
+
+    def _writable(self, term: str) -> _Postings:
+        entry = self._owned.get(term)
+        if entry is None:
+            entry = self._owned[term] = _Postings()
+            found = self._base._postings.get(term)
+            if found is not None:
+                entry.ids, entry.weights = found.ids[:], found.weights[:]
+        return entry
+
+    def _forget(self, term: str) -> None:
+        pass  # its empty entry hides the index's
 
 
 def _add_to(scores: dict[int, float], more: dict[int, float]) -> None:
