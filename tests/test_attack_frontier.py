@@ -96,12 +96,6 @@ async def test_a_scoped_views_search_finds_what_a_registry_of_its_own_tools_find
             assert [d.name for d in view.search(query)] == alone
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: integrations/_search.py Finder.find searches the whole registry for at most "
-    "_OVERFETCH (200) results and drops the hidden ones afterwards; past 200 hidden tools that "
-    "outrank it, the one tool the adapter shows is never found",
-)
 def test_the_integrations_search_finds_a_shown_tool_behind_many_hidden_ones() -> None:
     from runtime.integrations import langchain
 

@@ -769,3 +769,14 @@ async def test_a_views_search_ranks_the_tools_as_its_prepare_describes_them() ->
 def _ticket(title: str) -> str:
     """Open a support ticket."""
     return title
+
+
+def test_the_integrations_search_ranks_the_tools_as_a_view_describes_them() -> None:
+    from runtime.embed import RuntimeThread
+    from runtime.integrations.langchain import tools as langchain_tools
+
+    with RuntimeThread(TOOLS, tracing=False) as rt, rt.scoped(prepare=_weather_as_forecast) as view:
+        offered = langchain_tools(view, search=ToolSearch(threshold=0))
+        (search_tool,) = [t for t in offered if t.name == "search_tools"]
+        assert "get_current_weather" not in str(search_tool.invoke({"query": "temperature wind rain"}))
+        assert "get_current_weather" in str(search_tool.invoke({"query": "tomorrow's forecast"}))
