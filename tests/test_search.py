@@ -751,6 +751,16 @@ def test_an_index_ranks_what_a_view_shows_and_keeps_its_own_words() -> None:
     assert names(index.search("temperature wind rain", shown=shown)) == []
 
 
+def test_a_tool_a_view_shows_under_another_name_is_still_that_tool_to_the_index() -> None:
+    index = ToolIndex(t.descriptor for t in TOOLS)
+    shown = {"add": ToolDescriptor(name="sum_numbers", description="Sum two numbers.")}
+    found = index.search("sum numbers", shown=shown, admit=lambda name, _: name == "add")
+    assert found == [shown["add"]]
+    assert len(index) == len(TOOLS)
+    assert "sum_numbers" not in index
+    assert names(index.search("add two integers", limit=1)) == ["add"]
+
+
 async def test_a_views_search_ranks_the_tools_as_its_prepare_describes_them() -> None:
     async with open_runtime(TOOLS, tracing=False) as rt:
         with rt.scoped(principal="guest", prepare=_weather_as_forecast) as view:

@@ -228,8 +228,8 @@ class ToolIndex:
         "_lock",
         "_name_terms",
         "_names",
+        "_overlays",
         "_postings",
-        "_shown",
         "_terms",
         "version",
     )
@@ -244,7 +244,7 @@ class ToolIndex:
         self._name_terms: list[tuple[str, ...]] = []  # id -> the terms of its name
         self._count = 0
         self.version = 0  # counts the changes: who shares the index can tell it moved on
-        self._shown: dict[int, _ShownIndex] = {}  # the overlays of the views searched lately
+        self._overlays: dict[int, _ShownIndex] = {}  # of the views searched lately, by id(shown)
         for descriptor in descriptors:
             self._add(descriptor)
 
@@ -316,35 +316,43 @@ class ToolIndex:
 
     def _shown_as(self, shown: Mapping[str, ToolDescriptor]) -> ToolIndex:
         """This index as a view shows it (its overlay, made again if the index moved on)."""
-        overlay = self._shown.get(id(shown))
+        overlays = self._overlays
+        overlay = overlays.get(id(shown))
         if overlay is None or overlay.shown is not shown:
-            if len(self._shown) >= SHOWN_KEPT:
-                del self._shown[next(iter(self._shown))]  # the oldest
-            overlay = self._shown[id(shown)] = _ShownIndex(self, shown)
+            if len(overlays) >= SHOWN_KEPT:
+                del overlays[next(iter(overlays))]  # the oldest
+            overlay = overlays[id(shown)] = _ShownIndex(self, shown)
         overlay.follow()
         return overlay
 
     def _add(self, descriptor: ToolDescriptor) -> None:
+        doc = self._ids.get(descriptor.name)
+        if doc is not None:
+            self._replace(doc, descriptor)
+            return
+        # A new tool: its id is the largest, its entries go last.
         counts, length, named = document_terms(descriptor)
         norm = K1 * (1.0 - B + B * length / PIVOT)
-        doc = self._ids.get(descriptor.name)
-        if doc is None:  # a new tool: its id is the largest, its entries go last
-            doc = len(self._names)
-            self._ids[descriptor.name] = doc
-            self._names.append(descriptor.name)
-            self._descriptors.append(descriptor)
-            self._terms.append(tuple(counts))
-            self._name_terms.append(named)
-            self._count += 1
-            postings = self._postings  # (a view's overlay only ever replaces tools)
-            for term, tf in counts.items():
-                entry = postings.get(term)
-                if entry is None:
-                    entry = postings[term] = _Postings()
-                entry.ids.append(doc)
-                entry.weights.append((K1 + 1.0) * tf / (tf + norm))
-            return
-        # A replaced tool keeps its id: each of its entries is changed where it is.
+        doc = len(self._names)
+        self._ids[descriptor.name] = doc
+        self._names.append(descriptor.name)
+        self._descriptors.append(descriptor)
+        self._terms.append(tuple(counts))
+        self._name_terms.append(named)
+        self._count += 1
+        postings = self._postings
+        for term, tf in counts.items():
+            entry = postings.get(term)
+            if entry is None:
+                entry = postings[term] = _Postings()
+            entry.ids.append(doc)
+            entry.weights.append((K1 + 1.0) * tf / (tf + norm))
+
+    def _replace(self, doc: int, descriptor: ToolDescriptor) -> None:
+        """Index `descriptor` as the tool `doc`: it keeps its id, each of its entries is changed
+        where it is."""
+        counts, length, named = document_terms(descriptor)
+        norm = K1 * (1.0 - B + B * length / PIVOT)
         for term in self._terms[doc]:
             if term not in counts:
                 self._delete(term, doc)
@@ -486,14 +494,14 @@ class ToolIndex:
         return self._diverse(pool, {t: (_idf(n, df) * w, e) for df, t, e, w in found}, limit)
 
     def _admitted(self, admit: Callable[[str, ToolDescriptor], bool]) -> Callable[[int], bool]:
-        descriptors = self._descriptors
+        names, descriptors = self._names, self._descriptors
         asked: dict[int, bool] = {}  # a view's filter is asked once per tool and query
 
         def keep(doc: int) -> bool:
             answer = asked.get(doc)
             if answer is None:
-                d = descriptors[doc]
-                answer = asked[doc] = d is not None and admit(d.name, d)
+                name, d = names[doc], descriptors[doc]  # its name, whatever a view shows it as
+                answer = asked[doc] = name is not None and d is not None and admit(name, d)
             return answer
 
         return keep
@@ -592,7 +600,7 @@ class _ShownIndex(ToolIndex):
         self.shown = shown
         self._lock = base._lock
         self._followed = -1
-        self._shown = {}
+        self._overlays = {}
         self.version = 0
 
     def follow(self) -> None:
@@ -609,7 +617,7 @@ class _ShownIndex(ToolIndex):
         for name, descriptor in self.shown.items():
             doc = base._ids.get(name)
             if doc is not None and base._descriptors[doc] is not descriptor:
-                self._add(descriptor)  # a tool it holds: replaced in place (copies of its postings)
+                self._replace(doc, descriptor)  # by the name it holds (whatever the one it shows)
         self._followed = base.version
 
     def _writable(self, term: str) -> _Postings:
