@@ -452,6 +452,7 @@ class ToolIndex:
             for bucket in buckets[:-1]:
                 _add_to(scores, bucket)
         keep = None if admit is None else self._admitted(admit)
+        admitted = False  # the scores hold only tools `keep` admits
         if common:
             # Past the rare terms: a term only adds to the best candidates found so far (a
             # tool that has only common words of the query is not among the best).
@@ -461,6 +462,7 @@ class ToolIndex:
                 # rarest terms are read in full for its tools (up to VIEW_POSTINGS entries):
                 # a view's tool that holds only words the hidden tools hold too is found.
                 scores = dict(_top(scores, REFINE, keep))
+                admitted = True
                 budget = VIEW_POSTINGS
                 while common and len(scores) < REFINE and common[0][0] <= budget:
                     df, _term, entry, weight = common.pop(0)
@@ -485,7 +487,7 @@ class ToolIndex:
                     at = bisect_left(ids, doc)
                     if at < df and ids[at] == doc:
                         scores[doc] += idf * weights[at]
-        pool = [doc for doc, _ in _top(scores, max(limit, POOL), keep)]
+        pool = [doc for doc, _ in _top(scores, max(limit, POOL), None if admitted else keep)]
         if asks:
             seen = set(pool)
             for bucket in buckets[:-1]:
@@ -659,6 +661,8 @@ def _top(
 ) -> list[tuple[int, float]]:
     """The `k` best (id, score) of `scores`, best first (ties: the lower id), of those `keep` admits."""
     wanted = k if keep is None else k * 4
+    admitted: list[tuple[int, float]] = []
+    asked = 0
     while True:
         some = _at_least(scores, wanted)
         pairs = zip(some.values(), map(neg, some), strict=True)  # no Python call per entry
@@ -667,10 +671,12 @@ def _top(
         )
         if keep is None:
             return [(-negative, score) for score, negative in best]
-        # A view's filter is a call per candidate: ask it of the best first, widening as needed.
-        admitted = [(-negative, score) for score, negative in best if keep(-negative)]
-        if len(admitted) >= k or len(best) < wanted:
-            return list(islice(admitted, k))
+        # A view's filter is a call per candidate: ask it of the best first, widening as needed
+        # (the best of a wider round begin with those of the last: each is asked once).
+        admitted += [(-negative, score) for score, negative in islice(best, asked, None) if keep(-negative)]
+        asked = len(best)
+        if len(admitted) >= k or asked < wanted:
+            return admitted[:k]
         wanted *= 4
 
 
