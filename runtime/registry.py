@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .exceptions import ToolDefinitionError
@@ -31,7 +31,7 @@ class ToolRegistry:
             does not fit every provider.
     """
 
-    __slots__ = ("_by_name", "_index", "_index_version", "_schemas", "_within")
+    __slots__ = ("_by_name", "_index", "_index_version", "_schemas", "_shown", "_within")
 
     def __init__(self, tools: Iterable[ToolLike] = ()) -> None:
         by_name: dict[str, AnyTool] = {}
@@ -44,6 +44,7 @@ class ToolRegistry:
         self._index: ToolIndex | None = None
         self._index_version = -1
         self._within: ToolRegistry | None = None
+        self._shown: Mapping[str, ToolDescriptor] | None = None
 
     @classmethod
     def _trusted(
@@ -53,6 +54,7 @@ class ToolRegistry:
         previous: ToolRegistry | None = None,
         changed: Iterable[str] = (),
         within: ToolRegistry | None = None,
+        shown: Mapping[str, ToolDescriptor] | None = None,
     ) -> ToolRegistry:
         """A registry of `by_name` as it is (names already checked): the internal port of the
         engine, which publishes one after every change.
@@ -64,13 +66,20 @@ class ToolRegistry:
             changed: the names added, replaced or removed since `previous`.
             within: a registry this one is a subset of (a view's tools): its search is
                 `within`'s index, keeping the tools this one holds.
+            shown: with `within`, what a view shows of some of them (its `prepare`): its search
+                ranks them by these descriptors, not their own, and returns these.
         """
         registry = cls.__new__(cls)
         registry._by_name = by_name
         registry._schemas = {}
         registry._index = None
         registry._index_version = -1
+        if within is not None and within._within is not None:  # a subset of a subset: of the base
+            if within._shown:
+                shown = {**within._shown, **(shown or {})}
+            within = within._within
         registry._within = within
+        registry._shown = shown if within is not None and shown else None
         if previous is not None:
             index = previous._live_index()
             if index is not None:
@@ -238,16 +247,21 @@ class ToolRegistry:
         if self._within is not None:
             base, mine = self._within, self._by_name
             return base._search(
-                query, limit, lambda name, _: name in mine and mine[name] is base._by_name.get(name)
+                query,
+                limit,
+                lambda name, _: name in mine and mine[name] is base._by_name.get(name),
+                self._shown,
             )
         return self._search(query, limit, None)
 
-    def _search(self, query: str, limit: int, admit: Any) -> list[ToolDescriptor]:
+    def _search(
+        self, query: str, limit: int, admit: Any, shown: Mapping[str, ToolDescriptor] | None = None
+    ) -> list[ToolDescriptor]:
         index = self._live_index()
         if index is None:
             index = ToolIndex(t.descriptor for t in self._by_name.values())
             self._index, self._index_version = index, index.version
-        return index.search(query, limit=limit, admit=admit)
+        return index.search(query, limit=limit, admit=admit, shown=shown)
 
     def _live_index(self) -> ToolIndex | None:
         """This registry's index, if it has one that no later registry has moved on."""

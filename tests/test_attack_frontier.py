@@ -65,12 +65,6 @@ def _redescribed(view: Any, descriptor: ToolDescriptor) -> ToolDescriptor | None
     return descriptor
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: Calls.search (engine/_runtime.py) ranks with the runtime's index, built from "
-    "the tools' own descriptors, then swaps in the view's; a word the view's `prepare` took out of "
-    "a description still finds the tool, so a principal can probe the hidden text word by word",
-)
 async def test_a_views_search_does_not_find_a_tool_by_words_its_prepare_took_out() -> None:
     search = ToolSearch(threshold=0)
     async with open_runtime([lookup, search.tool()], tracing=False) as rt:
@@ -93,12 +87,6 @@ def _long_request_tools() -> tuple[list[JsonSchemaTool], JsonSchemaTool, str]:
     return hidden, visible, " ".join(words) + " target"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: ToolIndex._rank (search/_index.py) cuts the candidates to the REFINE best of "
-    "the whole index before the view's `admit` is asked; when a long query's rarest terms belong to "
-    "tools the view hides, its own matching tool is cut and the view's search answers []",
-)
 async def test_a_scoped_views_search_finds_what_a_registry_of_its_own_tools_finds() -> None:
     hidden, visible, query = _long_request_tools()
     alone = [d.name for d in ToolRegistry([visible]).search(query)]
@@ -108,12 +96,6 @@ async def test_a_scoped_views_search_finds_what_a_registry_of_its_own_tools_find
             assert [d.name for d in view.search(query)] == alone
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: integrations/_search.py Finder.find searches the whole registry for at most "
-    "_OVERFETCH (200) results and drops the hidden ones afterwards; past 200 hidden tools that "
-    "outrank it, the one tool the adapter shows is never found",
-)
 def test_the_integrations_search_finds_a_shown_tool_behind_many_hidden_ones() -> None:
     from runtime.integrations import langchain
 
@@ -129,12 +111,6 @@ def test_the_integrations_search_finds_a_shown_tool_behind_many_hidden_ones() ->
     assert "city_forecast" in str(answer)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: search/_text.py keeps every word it stems in the module-wide _STEMS cache "
-    "(cleared only at 200,000 words), and an ASCII word is not cut (the 256-character cut of _RUN "
-    "is only on the non-ASCII path): each distinct 8 KB query leaves ~9 KB behind, ~1.8 GB at the cap",
-)
 async def test_distinct_huge_queries_leave_little_memory_behind() -> None:
     async with open_runtime([lookup], tracing=False) as rt:
         rt.search("warm up the index")

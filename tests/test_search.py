@@ -174,6 +174,26 @@ def test_any_text_is_a_query_and_gets_a_list(text: str) -> None:
         assert names(found)[0] == "get_current_weather"
 
 
+@pytest.mark.parametrize("word", ["a" * 8000, "A" * 8000, "7" * 8000, "é" * 8000, "Ab" * 4000])
+def test_no_term_is_longer_than_a_word_can_be_in_any_script(word: str) -> None:
+    from runtime.search._text import WORD_CHARS, terms
+
+    found = terms(word)
+    assert found
+    assert max(map(len, found)) <= WORD_CHARS
+
+
+def test_the_stems_kept_are_bounded_whatever_the_queries() -> None:
+    from runtime.search import _text
+
+    registry = ToolRegistry(TOOLS)
+    for i in range(3 * _text._STEMMED_WORDS // 64):  # 64 new words a query, each kept at most once
+        registry.search(" ".join(f"w{i}x{j}ord" for j in range(64)))
+        registry.search(f"{i}" + "x" * 5000)
+    assert len(_text._STEMS) <= _text._STEMMED_WORDS
+    assert max(map(len, _text._STEMS)) <= _text._STEMMED_CHARS
+
+
 def test_a_query_that_is_not_text_gets_an_empty_list() -> None:
     index = ToolIndex(t.descriptor for t in TOOLS)
     assert index.search(None) == []  # type: ignore[arg-type]
@@ -257,6 +277,60 @@ def test_a_subset_registry_searches_its_base_and_returns_only_what_it_holds() ->
 
 def registry_with_search(search: ToolSearch) -> ToolRegistry:
     return ToolRegistry([*TOOLS, search.tool()])
+
+
+WORDS = [f"{c}{c}word" for c in "abcdefghijklmnop"]
+QUERY = " ".join(WORDS) + " target"
+
+
+def _outranked(hidden: int) -> list[ToolDescriptor]:
+    """`hidden` tools that match the sixteen rarest words of `QUERY`, and `shown`, which
+    matches only its first word and its last, held by the hidden tools too."""
+    tools = [ToolDescriptor(name=f"hidden_{i}", description=QUERY) for i in range(hidden)]
+    return [*tools, ToolDescriptor(name="shown", description=f"{WORDS[0]} target")]
+
+
+def _cut(per_word: int) -> list[ToolDescriptor]:
+    """`per_word` tools for each word of `QUERY` (and its last), and `shown`, which holds one
+    of them in a long description: it is among the candidates of the rarest terms, below
+    every hidden one."""
+    tools = [
+        ToolDescriptor(name=f"hidden_{w}_{i}", description=f"{word} target")
+        for w, word in enumerate(WORDS)
+        for i in range(per_word)
+    ]
+    filler = " ".join(f"filler{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(60))
+    return [*tools, ToolDescriptor(name="shown", description=f"{WORDS[0]} target {filler}")]
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [_outranked(10), _outranked(200), _outranked(2_000), _cut(10), _cut(50)],
+    ids=[
+        "only-its-common-words-10",
+        "only-its-common-words-200",
+        "only-its-common-words-2000",
+        "cut-160",
+        "cut-800",
+    ],
+)
+def test_a_views_own_tool_is_found_however_many_hidden_tools_outrank_it(tools: list[ToolDescriptor]) -> None:
+    index = ToolIndex(tools)
+    assert "shown" not in names(index.search(QUERY, limit=5))  # outranked in the whole index
+    assert names(index.search(QUERY, admit=lambda name, _: name == "shown")) == ["shown"]
+    assert names(index.search("target", admit=lambda name, _: name == "shown")) == ["shown"]
+
+
+def test_a_views_filter_is_asked_once_per_tool_and_query() -> None:
+    tools, query = _outranked(500), QUERY
+    asked: list[str] = []
+
+    def admit(name: str, _: ToolDescriptor) -> bool:
+        asked.append(name)
+        return name == "shown"
+
+    ToolIndex(tools).search(query, admit=admit)
+    assert len(asked) == len(set(asked))
 
 
 def test_anthropic_client_form_is_accepted_by_the_sdk_types() -> None:
@@ -644,3 +718,75 @@ async def test_a_runtime_and_its_views_search_the_live_registry_as_tools_come_an
             assert [d.name for d in view.search("flight to Rome", limit=1)] == ["book_flight"]
         await rt.unregister("convert_currency")
         assert "convert_currency" not in [d.name for d in rt.search("convert currency", limit=5)]
+
+
+# -- a view searches what it shows ----------------------------------------------------
+
+
+def _weather_as_forecast(view: Any, descriptor: ToolDescriptor) -> ToolDescriptor | None:
+    """A `prepare`: `get_current_weather` told as a forecast (its own words taken out)."""
+    if descriptor.name == "get_current_weather":
+        return msgspec.structs.replace(descriptor, description="Tomorrow's forecast for a place.")
+    return descriptor
+
+
+def test_an_index_ranks_what_a_view_shows_and_keeps_its_own_words() -> None:
+    index = ToolIndex(t.descriptor for t in TOOLS)
+    shown = {"get_current_weather": _weather_as_forecast(None, get_current_weather.descriptor)}
+    assert shown["get_current_weather"] is not None
+    assert "get_current_weather" not in names(index.search("temperature wind rain", shown=shown))
+    assert names(index.search("tomorrow's forecast", shown=shown)) == ["get_current_weather"]
+    assert index.search("forecast", shown=shown)[0] is shown["get_current_weather"]  # as it shows it
+    # The index itself is untouched: the tool's own words find it, the view's do not.
+    assert names(index.search("temperature wind rain"))[0] == "get_current_weather"
+    assert "get_current_weather" not in names(index.search("tomorrow's forecast"))
+    # The view follows the index as it changes.
+    index.add(ToolDescriptor(name="forecast_tomorrow", description="Tomorrow's forecast for a place."))
+    assert set(names(index.search("tomorrow's forecast", shown=shown))) == {
+        "get_current_weather",
+        "forecast_tomorrow",
+    }
+    index.remove("get_current_weather")
+    assert names(index.search("tomorrow's forecast", shown=shown)) == ["forecast_tomorrow"]
+    assert names(index.search("temperature wind rain", shown=shown)) == []
+
+
+def test_a_tool_a_view_shows_under_another_name_is_still_that_tool_to_the_index() -> None:
+    index = ToolIndex(t.descriptor for t in TOOLS)
+    shown = {"add": ToolDescriptor(name="sum_numbers", description="Sum two numbers.")}
+    found = index.search("sum numbers", shown=shown, admit=lambda name, _: name == "add")
+    assert found == [shown["add"]]
+    assert len(index) == len(TOOLS)
+    assert "sum_numbers" not in index
+    assert names(index.search("add two integers", limit=1)) == ["add"]
+
+
+async def test_a_views_search_ranks_the_tools_as_its_prepare_describes_them() -> None:
+    async with open_runtime(TOOLS, tracing=False) as rt:
+        with rt.scoped(principal="guest", prepare=_weather_as_forecast) as view:
+            assert "get_current_weather" not in names(view.search("temperature wind rain"))
+            (found,) = view.search("tomorrow's forecast", limit=1)
+            assert found.description == "Tomorrow's forecast for a place."
+            with view.scoped(exclude=["add"]) as narrower:  # a view of the view shows it the same
+                assert "get_current_weather" not in names(narrower.search("temperature wind rain"))
+                assert names(narrower.search("tomorrow's forecast", limit=1)) == ["get_current_weather"]
+            await rt.register(tool(name="open_ticket")(_ticket))
+            assert names(view.search("tomorrow's forecast", limit=1)) == ["get_current_weather"]
+            assert names(view.search("open a ticket", limit=1)) == ["open_ticket"]
+        assert names(rt.search("temperature wind rain", limit=1)) == ["get_current_weather"]
+
+
+def _ticket(title: str) -> str:
+    """Open a support ticket."""
+    return title
+
+
+def test_the_integrations_search_ranks_the_tools_as_a_view_describes_them() -> None:
+    from runtime.embed import RuntimeThread
+    from runtime.integrations.langchain import tools as langchain_tools
+
+    with RuntimeThread(TOOLS, tracing=False) as rt, rt.scoped(prepare=_weather_as_forecast) as view:
+        offered = langchain_tools(view, search=ToolSearch(threshold=0))
+        (search_tool,) = [t for t in offered if t.name == "search_tools"]
+        assert "get_current_weather" not in str(search_tool.invoke({"query": "temperature wind rain"}))
+        assert "get_current_weather" in str(search_tool.invoke({"query": "tomorrow's forecast"}))

@@ -116,6 +116,7 @@ class Calls:
         self._routing = routing
         self._scope = scope
         self._closed = False
+        self._searched: tuple[int, ToolRegistry] | None = None  # (routing version, what `search` reads)
         if scope is not None and scope.view is None:
             scope.view = self  # what its `prepare` is given: the view its caller holds
 
@@ -150,13 +151,30 @@ class Calls:
 
     def search(self, query: str, *, limit: int = 5) -> list[ToolDescriptor]:
         """The tools it sees that best match `query`, best first (`ToolRegistry.search` over
-        the runtime's index, kept current as tools come and go), as it describes them."""
-        found = self.registry.search(query, limit=limit)
-        scope = self._scope
-        if scope is None or scope.prepare is None:
-            return found
-        shown = {d.name: d for d in self.descriptors()}
-        return [shown.get(d.name, d) for d in found]
+        the runtime's index, kept current as tools come and go), ranked by what it tells its
+        model of them and as it describes them: a word a view's `prepare` took out of a
+        description does not find the tool, one it put in does."""
+        if self._scope is None:
+            return self._routing.registry.search(query, limit=limit)
+        return self._searchable().search(query, limit=limit)
+
+    def _searchable(self) -> ToolRegistry:
+        """The tools it sees, searched as it describes them (worked out once per registry version)."""
+        version = self._routing.version
+        searched = self._searched
+        if searched is not None and searched[0] == version:
+            return searched[1]
+        visible = self.registry
+        shown = {
+            d.name: d
+            for d in self.descriptors()
+            if (t := visible.get_or_none(d.name)) is not None and d is not t.descriptor
+        }
+        if shown:  # re-described: searched through the runtime's index with what it shows in their place
+            base = self._routing.registry
+            visible = ToolRegistry._trusted({t.name: t for t in visible}, within=base, shown=shown)
+        self._searched = (version, visible)
+        return visible
 
     # -- calling -----------------------------------------------------------------------
 

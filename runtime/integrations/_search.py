@@ -23,18 +23,17 @@ from ._caller import Caller, Selection
 
 __all__ = ["Finder"]
 
-_OVERFETCH = 200  # the most results asked of the index to make up for the tools a selection hides
-
 
 class Finder:
     """A runtime's tool search for one adapter: its `ToolSearch`, its caller and its selection."""
 
-    __slots__ = ("caller", "search", "selection")
+    __slots__ = ("_findable", "caller", "search", "selection")
 
     def __init__(self, caller: Caller, search: ToolSearch, selection: Selection) -> None:
         self.caller = caller
         self.search = search
         self.selection = selection
+        self._findable: tuple[ToolRegistry, ToolRegistry] | None = None  # (registry, what it finds there)
 
     def deferred(self, registry: ToolRegistry) -> list[str] | None:
         """The visible tools found only by searching, or None when there are no more of them
@@ -49,17 +48,34 @@ class Finder:
 
     def find(self, query: str, among: Collection[str] | None = None) -> FoundTools:
         """The best `search.limit` tools for `query` the agent may see (and are `among` these)."""
-        search = self.search
-        registry = self.caller.registry
-        hidden = 0 if self.selection.unrestricted else len(registry) - len(self.selection.visible(registry))
-        skip = sum(1 for n in registry.names() if search.is_always(n)) + 1
-        found = []
-        for d in registry.search(query, limit=min(search.limit + skip + hidden, _OVERFETCH)):
-            if d.name == search.name or search.is_always(d.name) or not self.selection.shows(d.name):
-                continue
-            if among is None or d.name in among:
-                found.append(d)
-        return FoundTools(query=query, tools=tuple(found[: search.limit]))
+        findable = self._findable_in(self.caller.registry)
+        if among is not None:
+            findable = ToolRegistry._trusted(
+                {t.name: t for t in findable if t.name in among}, within=findable
+            )
+        return FoundTools(query=query, tools=tuple(findable.search(query, limit=self.search.limit)))
+
+    def _findable_in(self, registry: ToolRegistry) -> ToolRegistry:
+        """The tools of `registry` a search may find (shown, neither always loaded nor the search
+        tool), searched through `registry`'s own index: the index keeps them before it cuts its
+        candidates, however many hidden tools outrank them, and ranks them as the caller (a
+        scoped view) describes them (worked out once per registry)."""
+        cached = self._findable
+        if cached is not None and cached[0] is registry:
+            return cached[1]
+        search, selection = self.search, self.selection
+        kept = {
+            t.name: t
+            for t in registry
+            if selection.shows(t.name) and t.name != search.name and not search.is_always(t.name)
+        }
+        described = getattr(self.caller, "descriptors", None)  # a view's: what its model is told
+        shown = None
+        if described is not None:
+            shown = {d.name: d for d in described() if d.name in kept and d is not kept[d.name].descriptor}
+        findable = ToolRegistry._trusted(kept, within=registry, shown=shown)
+        self._findable = (registry, findable)
+        return findable
 
     def answer(self, call: ToolCall) -> ToolResult:
         """A call of the search tool, answered here: the tools found, or INVALID_ARGUMENTS."""

@@ -20,7 +20,15 @@ terms are read rarest first; past the rarest few (`FULL_TERMS` terms, `FULL_POST
 entries), a common term only adds to the best candidates found so far (a tool matching
 nothing but common words cannot be among the best), which keeps a query over hundreds of
 thousands of tools within milliseconds. A message that asks for several things in several
-sentences has each sentence's own best tools considered too (see `ToolIndex._rank`).
+sentences has each sentence's own best tools considered too (see `ToolIndex._rank`). A view's
+search (`admit`) keeps its own tools before any cut: tools it does not see take no room among
+the best, and when the rarest terms find few of its tools, the next terms are read in full for
+them (within `VIEW_POSTINGS` entries).
+
+A view that re-describes tools (a `prepare`) searches the index as it shows them (`shown`): a
+copy-on-write overlay of the index in which those tools' entries are made from the descriptors
+it shows, so a word it took out of a description finds nothing, and one it added is found. The
+overlay copies only the postings of those tools' terms, and follows the index as it changes.
 
 Everything here is guarded by one lock: a registry may be searched from several threads
 (`RuntimeThread`) while the runtime's thread updates it.
@@ -34,9 +42,11 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from itertools import compress, islice, pairwise
 from operator import neg
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -70,7 +80,9 @@ ASK_POOL = 3  # ...and, for a message of several asks, each ask's own best
 FULL_TERMS = 16  # the rarest terms of a query whose every posting is read...
 FULL_POSTINGS = 8_000  # ...as long as they hold no more postings than this in all;
 REFINE = 128  # the other terms only add to this many best candidates so far
+VIEW_POSTINGS = 64_000  # a view reads the next terms in full for its tools up to this many entries
 ASK_TERMS = 3  # an ask's rarest terms read in full, even past `FULL_TERMS`
+SHOWN_KEPT = 16  # the views' overlays an index keeps (each holds only its re-described tools' postings)
 
 
 class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -216,6 +228,7 @@ class ToolIndex:
         "_lock",
         "_name_terms",
         "_names",
+        "_overlays",
         "_postings",
         "_terms",
         "version",
@@ -223,7 +236,7 @@ class ToolIndex:
 
     def __init__(self, descriptors: Iterable[ToolDescriptor] = ()) -> None:
         self._lock = threading.Lock()
-        self._postings: dict[str, _Postings] = {}
+        self._postings: MutableMapping[str, _Postings] = {}
         self._ids: dict[str, int] = {}  # name -> id of its document
         self._names: list[str | None] = []  # id -> name, None once removed
         self._descriptors: list[ToolDescriptor | None] = []
@@ -231,6 +244,7 @@ class ToolIndex:
         self._name_terms: list[tuple[str, ...]] = []  # id -> the terms of its name
         self._count = 0
         self.version = 0  # counts the changes: who shares the index can tell it moved on
+        self._overlays: dict[int, _ShownIndex] = {}  # of the views searched lately, by id(shown)
         for descriptor in descriptors:
             self._add(descriptor)
 
@@ -271,13 +285,22 @@ class ToolIndex:
             )
 
     def search(
-        self, query: str, *, limit: int = 5, admit: Callable[[str, ToolDescriptor], bool] | None = None
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        admit: Callable[[str, ToolDescriptor], bool] | None = None,
+        shown: Mapping[str, ToolDescriptor] | None = None,
     ) -> list[ToolDescriptor]:
         """The descriptors of the tools that best match `query`, best first, at most `limit`.
 
         Args:
-            admit: only tools for which `admit(name, descriptor)` is true are returned (a view's
-                tools); scores are those of the whole index.
+            admit: only tools for which `admit(name, descriptor)` is true are candidates (a
+                view's tools: admitted before the best are cut, so hidden tools that outrank
+                them take no room); scores are those of the whole index.
+            shown: the descriptors a view shows in place of the indexed ones of those names
+                (its `prepare`'s): ranked by what they say, and returned. Keep the same mapping
+                while the view is the same: the overlay made for it is kept for the next search.
         """
         if limit <= 0 or not isinstance(query, str):
             return []
@@ -285,40 +308,57 @@ class ToolIndex:
         if not parsed.weights:
             return []
         with self._lock:
-            ranked = self._rank(parsed, limit, admit)
-            return [d for _, i in ranked if (d := self._descriptors[i]) is not None]
+            index = self._shown_as(shown) if shown else self
+            ranked = index._rank(parsed, limit, admit)
+            return [d for _, i in ranked if (d := index._descriptors[i]) is not None]
 
     # -- inside the lock -------------------------------------------------------------
 
+    def _shown_as(self, shown: Mapping[str, ToolDescriptor]) -> ToolIndex:
+        """This index as a view shows it (its overlay, made again if the index moved on)."""
+        overlays = self._overlays
+        overlay = overlays.get(id(shown))
+        if overlay is None or overlay.shown is not shown:
+            if len(overlays) >= SHOWN_KEPT:
+                del overlays[next(iter(overlays))]  # the oldest
+            overlay = overlays[id(shown)] = _ShownIndex(self, shown)
+        overlay.follow()
+        return overlay
+
     def _add(self, descriptor: ToolDescriptor) -> None:
+        doc = self._ids.get(descriptor.name)
+        if doc is not None:
+            self._replace(doc, descriptor)
+            return
+        # A new tool: its id is the largest, its entries go last.
         counts, length, named = document_terms(descriptor)
         norm = K1 * (1.0 - B + B * length / PIVOT)
+        doc = len(self._names)
+        self._ids[descriptor.name] = doc
+        self._names.append(descriptor.name)
+        self._descriptors.append(descriptor)
+        self._terms.append(tuple(counts))
+        self._name_terms.append(named)
+        self._count += 1
         postings = self._postings
-        doc = self._ids.get(descriptor.name)
-        if doc is None:  # a new tool: its id is the largest, its entries go last
-            doc = len(self._names)
-            self._ids[descriptor.name] = doc
-            self._names.append(descriptor.name)
-            self._descriptors.append(descriptor)
-            self._terms.append(tuple(counts))
-            self._name_terms.append(named)
-            self._count += 1
-            for term, tf in counts.items():
-                entry = postings.get(term)
-                if entry is None:
-                    entry = postings[term] = _Postings()
-                entry.ids.append(doc)
-                entry.weights.append((K1 + 1.0) * tf / (tf + norm))
-            return
-        # A replaced tool keeps its id: each of its entries is changed where it is.
+        for term, tf in counts.items():
+            entry = postings.get(term)
+            if entry is None:
+                entry = postings[term] = _Postings()
+            entry.ids.append(doc)
+            entry.weights.append((K1 + 1.0) * tf / (tf + norm))
+
+    def _replace(self, doc: int, descriptor: ToolDescriptor) -> None:
+        """Index `descriptor` as the tool `doc`: it keeps its id, each of its entries is changed
+        where it is."""
+        counts, length, named = document_terms(descriptor)
+        norm = K1 * (1.0 - B + B * length / PIVOT)
         for term in self._terms[doc]:
             if term not in counts:
                 self._delete(term, doc)
         for term, tf in counts.items():
             weight = (K1 + 1.0) * tf / (tf + norm)
-            entry = postings.get(term)
-            if entry is None:
-                entry = postings[term] = _Postings()
+            entry = self._writable(term)
             ids = entry.ids
             at = bisect_left(ids, doc)
             if at < len(ids) and ids[at] == doc:
@@ -342,13 +382,23 @@ class ToolIndex:
         self._count -= 1
         return True
 
+    def _writable(self, term: str) -> _Postings:
+        """The postings of `term`, to change (made if it has none)."""
+        entry = self._postings.get(term)
+        if entry is None:
+            entry = self._postings[term] = _Postings()
+        return entry
+
     def _delete(self, term: str, doc: int) -> None:
-        entry = self._postings[term]
+        entry = self._writable(term)
         at = bisect_left(entry.ids, doc)
         del entry.ids[at]
         del entry.weights[at]
         if not entry.ids:
-            del self._postings[term]
+            self._forget(term)
+
+    def _forget(self, term: str) -> None:
+        del self._postings[term]
 
     def _rank(
         self, query: Query, limit: int, admit: Callable[[str, ToolDescriptor], bool] | None
@@ -367,7 +417,7 @@ class ToolIndex:
         found: list[tuple[int, str, _Postings, float]] = []
         for term, weight in query.weights.items():
             entry = self._postings.get(term)
-            if entry is not None:
+            if entry is not None and entry.ids:  # (a view's overlay keeps a term it emptied, empty)
                 found.append((len(entry.ids), term, entry, weight))
         if not found:
             return []
@@ -401,9 +451,28 @@ class ToolIndex:
             scores = dict(scores)
             for bucket in buckets[:-1]:
                 _add_to(scores, bucket)
+        keep = None if admit is None else self._admitted(admit)
+        admitted = False  # the scores hold only tools `keep` admits
         if common:
             # Past the rare terms: a term only adds to the best candidates found so far (a
             # tool that has only common words of the query is not among the best).
+            if keep is not None:
+                # A view's candidates are its own tools, before the cut (hidden tools that
+                # outrank them take no room); while it has fewer than REFINE of them, the next
+                # rarest terms are read in full for its tools (up to VIEW_POSTINGS entries):
+                # a view's tool that holds only words the hidden tools hold too is found.
+                scores = dict(_top(scores, REFINE, keep))
+                admitted = True
+                budget = VIEW_POSTINGS
+                while common and len(scores) < REFINE and common[0][0] <= budget:
+                    df, _term, entry, weight = common.pop(0)
+                    budget -= df
+                    idf = _idf(n, df) * weight
+                    for doc, w in zip(entry.ids, entry.weights, strict=True):
+                        if doc in scores:
+                            scores[doc] += idf * w
+                        elif keep(doc):
+                            scores[doc] = idf * w
             if len(scores) > REFINE:
                 scores = dict(_top(scores, REFINE))
             for df, _term, entry, weight in common:
@@ -418,8 +487,7 @@ class ToolIndex:
                     at = bisect_left(ids, doc)
                     if at < df and ids[at] == doc:
                         scores[doc] += idf * weights[at]
-        keep = None if admit is None else self._admitted(admit)
-        pool = [doc for doc, _ in _top(scores, max(limit, POOL), keep)]
+        pool = [doc for doc, _ in _top(scores, max(limit, POOL), None if admitted else keep)]
         if asks:
             seen = set(pool)
             for bucket in buckets[:-1]:
@@ -428,11 +496,15 @@ class ToolIndex:
         return self._diverse(pool, {t: (_idf(n, df) * w, e) for df, t, e, w in found}, limit)
 
     def _admitted(self, admit: Callable[[str, ToolDescriptor], bool]) -> Callable[[int], bool]:
-        descriptors = self._descriptors
+        names, descriptors = self._names, self._descriptors
+        asked: dict[int, bool] = {}  # a view's filter is asked once per tool and query
 
         def keep(doc: int) -> bool:
-            d = descriptors[doc]
-            return d is not None and admit(d.name, d)
+            answer = asked.get(doc)
+            if answer is None:
+                name, d = names[doc], descriptors[doc]  # its name, whatever a view shows it as
+                answer = asked[doc] = name is not None and d is not None and admit(name, d)
+            return answer
 
         return keep
 
@@ -495,6 +567,74 @@ class ToolIndex:
         return [(value, pool[i]) for value, i in picked]
 
 
+T = TypeVar("T")
+
+
+class _Patched(Generic[T]):
+    """A list read through a few changed items (an overlay's view of its index's lists)."""
+
+    __slots__ = ("base", "changed")
+
+    def __init__(self, base: list[T]) -> None:
+        self.base = base
+        self.changed: dict[int, T] = {}
+
+    def __getitem__(self, i: int) -> T:
+        changed = self.changed
+        return changed[i] if i in changed else self.base[i]
+
+    def __setitem__(self, i: int, value: T) -> None:
+        self.changed[i] = value
+
+
+class _ShownIndex(ToolIndex):
+    """An index as a view shows it: the tools of `shown` indexed by what it shows of them.
+
+    Copy on write: the postings of their terms (old and new) are copies, the rest is the
+    index's own; a term they no longer hold keeps an empty entry (which hides the index's). It
+    shares its index's lock, and is made again by `follow` whenever the index has changed.
+    """
+
+    __slots__ = ("_base", "_followed", "_owned", "shown")
+
+    def __init__(self, base: ToolIndex, shown: Mapping[str, ToolDescriptor]) -> None:
+        self._base = base
+        self.shown = shown
+        self._lock = base._lock
+        self._followed = -1
+        self._overlays = {}
+        self.version = 0
+
+    def follow(self) -> None:
+        """Catch up with the index (inside its lock)."""
+        base = self._base
+        if self._followed == base.version:
+            return
+        self._owned: dict[str, _Postings] = {}
+        self._postings = ChainMap(self._owned, base._postings)
+        self._ids, self._names, self._count = base._ids, base._names, base._count
+        self._descriptors = _Patched(base._descriptors)  # type: ignore[assignment]  # read and set by index
+        self._terms = _Patched(base._terms)  # type: ignore[assignment]
+        self._name_terms = _Patched(base._name_terms)  # type: ignore[assignment]
+        for name, descriptor in self.shown.items():
+            doc = base._ids.get(name)
+            if doc is not None and base._descriptors[doc] is not descriptor:
+                self._replace(doc, descriptor)  # by the name it holds (whatever the one it shows)
+        self._followed = base.version
+
+    def _writable(self, term: str) -> _Postings:
+        entry = self._owned.get(term)
+        if entry is None:
+            entry = self._owned[term] = _Postings()
+            found = self._base._postings.get(term)
+            if found is not None:
+                entry.ids, entry.weights = found.ids[:], found.weights[:]
+        return entry
+
+    def _forget(self, term: str) -> None:
+        pass  # its empty entry hides the index's
+
+
 def _add_to(scores: dict[int, float], more: dict[int, float]) -> None:
     """Add `more` to `scores`: the ids in both are summed in Python, the others are inserted by
     `dict.update` in C (most of a term's tools are new to the scores of the others)."""
@@ -521,6 +661,8 @@ def _top(
 ) -> list[tuple[int, float]]:
     """The `k` best (id, score) of `scores`, best first (ties: the lower id), of those `keep` admits."""
     wanted = k if keep is None else k * 4
+    admitted: list[tuple[int, float]] = []
+    asked = 0
     while True:
         some = _at_least(scores, wanted)
         pairs = zip(some.values(), map(neg, some), strict=True)  # no Python call per entry
@@ -529,10 +671,12 @@ def _top(
         )
         if keep is None:
             return [(-negative, score) for score, negative in best]
-        # A view's filter is a call per candidate: ask it of the best first, widening as needed.
-        admitted = [(-negative, score) for score, negative in best if keep(-negative)]
-        if len(admitted) >= k or len(best) < wanted:
-            return list(islice(admitted, k))
+        # A view's filter is a call per candidate: ask it of the best first, widening as needed
+        # (the best of a wider round begin with those of the last: each is asked once).
+        admitted += [(-negative, score) for score, negative in islice(best, asked, None) if keep(-negative)]
+        asked = len(best)
+        if len(admitted) >= k or asked < wanted:
+            return admitted[:k]
         wanted *= 4
 
 

@@ -20,7 +20,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-__all__ = ["STOP_WORDS", "sentences", "stem", "terms"]
+__all__ = ["STOP_WORDS", "WORD_CHARS", "sentences", "stem", "terms"]
 
 # The marks that belong to letters (Thai and Indic vowel signs, combining accents, Hebrew and
 # Arabic points): `re` does not count them as word characters.
@@ -29,9 +29,13 @@ _MARKS = (
     "\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3099\u309a"
 )
 # Letters and digits of any script, with their marks; a run is cut every 256 characters (no word
-# is longer, and a query of 8 KB of Chinese is then read only as far as its first terms).
-_RUN = re.compile(rf"(?:[^\W_]|[{_MARKS}]){{1,256}}")
-_ASCII_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")  # camelCase, HTTPServer, x86
+# is longer, and a query of 8 KB of Chinese is then read only as far as its first terms). ASCII
+# words are cut the same way: no term is longer than `WORD_CHARS`.
+WORD_CHARS = 256
+_RUN = re.compile(rf"(?:[^\W_]|[{_MARKS}]){{1,{WORD_CHARS}}}")
+_ASCII_PART = re.compile(  # camelCase, HTTPServer, x86
+    rf"[A-Z]{{1,{WORD_CHARS}}}(?![a-z])|[A-Z]?[a-z]{{1,{WORD_CHARS - 1}}}|[0-9]{{1,{WORD_CHARS}}}"
+)
 _SCRIPT_PART = re.compile(rf"\d+|(?:[^\W\d_]|[{_MARKS}])+")  # digits, or the rest
 
 # Ranges of the scripts written without spaces between words: CJK ideographs (and their
@@ -264,15 +268,24 @@ def _words(text: str) -> Iterator[str]:
             yield from _script_terms(part)
 
 
+# The stems of the words met (a word is stemmed once, not once per tool or query that holds it).
+# Bounded, as queries are anyone's text: only words of at most `_STEMMED_CHARS` characters are
+# kept (real words are shorter; a longer one costs a stem each time, which is cheap), and at
+# most `_STEMMED_WORDS` of them (a catalog of 2,400 tools has ~5,000): past that, it starts again.
+# At most ~4 MB whoever writes the queries.
 _STEMS: dict[str, str] = {}
+_STEMMED_CHARS = 32
+_STEMMED_WORDS = 16_384
 
 
 def _stem(word: str) -> str:
     found = _STEMS.get(word)
     if found is None:
-        if len(_STEMS) >= 200_000:  # so many words are seen only under attack: start again
-            _STEMS.clear()
-        found = _STEMS[word] = stem(word) if word.isascii() and word.isalpha() else word
+        found = stem(word) if word.isascii() and word.isalpha() else word
+        if len(word) <= _STEMMED_CHARS:
+            if len(_STEMS) >= _STEMMED_WORDS:  # so many words are seen only under attack: start again
+                _STEMS.clear()
+            _STEMS[word] = found
     return found
 
 
