@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -142,6 +143,30 @@ async def test_programs_see_the_principal_and_view_of_the_code_call() -> None:
             )
     assert value(mine) == "bob"
     assert value(hidden).startswith("Error: no tool named 'whoami'")  # hidden from the view: as if absent
+
+
+async def test_the_stubs_are_made_from_what_the_views_prepare_shows() -> None:
+    run_code = code_mode()
+
+    def public(view: Any, descriptor: Any) -> Any:
+        if descriptor.name == "whoami":
+            return None  # hidden from this view
+        if descriptor.name == "add":
+            return msgspec.structs.replace(descriptor, description="Sum of two numbers (v2).")
+        return descriptor
+
+    async with open_runtime([add, whoami, run_code], tracing=False) as rt:
+        with rt.scoped(principal="eve", prepare=public) as view:
+            (shown,) = [s for s in run_code.schemas(view, "anthropic") if s["name"] == "run_code"]
+            stubs = shown["description"]
+            assert "Sum of two numbers (v2)." in stubs
+            assert "Add two integers." not in stubs
+            assert "whoami" not in stubs
+            (add_schema,) = [s for s in run_code.schemas(view, "anthropic") if s["name"] == "add"]
+            assert add_schema["description"] == "Sum of two numbers (v2)."
+            result = await view.call(run("await add(a=2, b=3)"))
+        assert value(result) == 5
+        assert "Add two integers." in run_code.describe(rt).description  # the runtime's own view
 
 
 # -- every call through the runtime ------------------------------------------------------
