@@ -156,12 +156,6 @@ async def test_distinct_huge_queries_leave_little_memory_behind() -> None:
 # -- code mode -------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: CodeTool._entry (code/_tool.py) renders the stubs from each tool's own "
-    "descriptor (_with_result reads tool.descriptor), not from the view's: what a view's `prepare` "
-    "hid or re-described is shown again, word for word, in run_code's description",
-)
 async def test_code_mode_stubs_describe_the_tools_as_the_views_prepare_does() -> None:
     run_code = code_mode()
 
