@@ -172,12 +172,6 @@ async def test_code_mode_stubs_describe_the_tools_as_the_views_prepare_does() ->
             assert SECRET_WORDS not in code_schema["description"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: code/_stubs.py writes parameter names as they are (`from: str`, "
-    "`to-addr: str`), which is no Python: a model that writes what the stub shows gets a "
-    "SyntaxError (only tool names get an identifier form)",
-)
 async def test_code_mode_stubs_are_python_when_parameter_names_are_not_identifiers() -> None:
     schema = {
         "type": "object",

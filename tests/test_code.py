@@ -8,6 +8,7 @@ tools are exact virtual seconds whatever the machine's load.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any, Protocol
 
@@ -34,6 +35,7 @@ from runtime import (
     tool,
 )
 from runtime.code import RAISED, CodeTool, ProgramResult, code_mode
+from runtime.mcp import JsonSchemaTool
 from runtime.tracing import Tracing
 
 
@@ -167,6 +169,75 @@ async def test_the_stubs_are_made_from_what_the_views_prepare_shows() -> None:
             result = await view.call(run("await add(a=2, b=3)"))
         assert value(result) == 5
         assert "Add two integers." in run_code.describe(rt).description  # the runtime's own view
+
+
+MAIL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "from": {"type": "string", "description": "The sender."},
+        "to-addr": {"type": "string"},
+        "to_addr": {"type": "string"},
+        "type": {"type": "string"},
+        "headers": {
+            "type": "object",
+            "properties": {"reply-to": {"type": "string"}, "class": {"type": "string"}},
+            "required": ["reply-to"],
+        },
+    },
+    "required": ["from", "to-addr"],
+}
+
+
+def _mail_tool(got: list[dict[str, Any]]) -> JsonSchemaTool:
+    async def send(arguments: dict[str, Any], ctx: Any) -> str:
+        got.append(arguments)
+        return "sent"
+
+    return JsonSchemaTool("send-mail", "Send a mail.", MAIL_SCHEMA, send)
+
+
+def _stubs(description: str) -> str:
+    return description.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_parameters_that_are_not_python_names_get_a_keyword_and_arrive_under_their_own() -> None:
+    got: list[dict[str, Any]] = []
+    run_code = code_mode()
+    async with open_runtime([_mail_tool(got), run_code], tracing=False) as rt:
+        stubs = _stubs(run_code.describe(rt).description)
+        ast.parse(stubs)  # what the model reads is Python
+        # `to_addr` is a parameter's own name: `to-addr` takes the next form; `type` (a soft
+        # keyword) is a Python name as it is; an object's keys are the dict's, kept as they are.
+        assert (
+            "async def send_mail(*, from_: str, to_addr_: str, to_addr: str = ..., type: str = ...," in stubs
+        )
+        assert "from_: The sender. (the parameter 'from')" in stubs
+        assert '"reply-to": str,' in stubs
+        result = await rt.call(
+            run(
+                'await send_mail(from_="ann", to_addr_="bob", to_addr="cc", type="memo", '
+                'headers={"reply-to": "ann", "class": "x"})'
+            )
+        )
+        assert value(result) == "sent"
+        assert got == [
+            {
+                "from": "ann",
+                "to-addr": "bob",
+                "to_addr": "cc",
+                "type": "memo",
+                "headers": {"reply-to": "ann", "class": "x"},
+            }
+        ]
+        both = await rt.call(
+            run(
+                'try:\n    await send_mail(from_="a", to_addr_="b", **{"from": "c"})\nexcept TypeError as e:\n    r = str(e)\nr'
+            )
+        )
+        assert value(both) == "send_mail() got multiple values for argument 'from'"
+        own = await rt.call(run('await send_mail(**{"from": "a", "to-addr": "b"})'))  # its own names work too
+        assert value(own) == "sent"
+        assert got[-1] == {"from": "a", "to-addr": "b"}
 
 
 # -- every call through the runtime ------------------------------------------------------

@@ -18,6 +18,9 @@ which names the code call), policies, budgets, spans. A failure
 comes back into the program as an exception whose message is the text the model would have read
 (`ToolFailure.content`), of the builtin type its kind maps to (`RAISED`).
 
+A parameter whose name is no Python name (`from`, `to-addr`) is passed by the keyword its stub
+shows (`from_`, `to_addr`: `Stubs.arguments`) and sent under its own name.
+
 A call the program started and never awaited still runs to its end before the program's result
 (it is never cut off half-way by the program ending); a program that fails, is cancelled or runs
 out of time cancels the calls still running (each is answered CANCELLED) and kills its worker.
@@ -88,6 +91,7 @@ class Program:
     """One run of one program for one code call (made per call by the code tool)."""
 
     __slots__ = (
+        "_arguments",
         "_calls",
         "_code_tools",
         "_ctx",
@@ -111,10 +115,13 @@ class Program:
         code_tools: frozenset[str],
         limits: Any,
         counters: Any,
+        arguments: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self._ctx = ctx
         self._view = view
         self._names = names  # the program's names of the view's tools -> their tool names
+        # tool name -> {the program's keyword -> the parameter's name}, where they differ
+        self._arguments: Mapping[str, Mapping[str, str]] = arguments or {}
         self._visible = frozenset(names.values())
         self._code_tools = code_tools
         self._limits = limits
@@ -261,8 +268,18 @@ class Program:
                 f"{shown}() takes keyword arguments only (the tools' parameters have names), "
                 f"got {len(snapshot.args)} positional",
             )
+        kwargs = snapshot.kwargs
+        renamed = self._arguments.get(name) if visible else None
+        if renamed:
+            sent: dict[str, Any] = {}
+            for keyword, given in kwargs.items():
+                parameter = renamed.get(keyword, keyword)
+                if parameter in sent:
+                    return _raise("TypeError", f"{shown}() got multiple values for argument {keyword!r}")
+                sent[parameter] = given
+            kwargs = sent
         try:
-            arguments = _arguments.encode(snapshot.kwargs).decode()
+            arguments = _arguments.encode(kwargs).decode()
         except (TypeError, ValueError) as exc:
             if visible:
                 return _raise("TypeError", f"{shown}(): the arguments are not JSON values: {exc}")

@@ -157,7 +157,13 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
             raise ToolUnavailable(f"{self.name} runs programs only as a tool of a running runtime")
         stubs = self._stubs_of(view)
         program = Program(
-            ctx, view, stubs.by_python_name, self._code_tool_names(view), self.limits, self._counters
+            ctx,
+            view,
+            stubs.by_python_name,
+            self._code_tool_names(view),
+            self.limits,
+            self._counters,
+            stubs.arguments,
         )
         return await program.run(pool, args.code)
 
