@@ -201,12 +201,6 @@ async def fetch_page(page: int) -> int:
     return page
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: code/_program.py starts each of a program's calls as its own view.call; "
-    "Budget(per_batch=N) bounds only call_many/as_completed, so one program (one model turn) runs "
-    "its whole gather at once: code mode is a way around the per-turn budget",
-)
 async def test_a_programs_gather_is_bounded_by_the_per_batch_budget() -> None:
     run_code = code_mode()
     program = "import asyncio\nawait asyncio.gather(*[fetch_page(page=p) for p in range(6)])"

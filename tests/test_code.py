@@ -394,6 +394,33 @@ async def test_a_budget_counts_the_calls_a_program_makes(program_clock: ProgramC
     assert stats.failures == {FailureKind.OVERLOADED.value: 3}
 
 
+async def test_a_programs_calls_are_one_batch_whose_calls_past_per_batch_wait_their_turn(
+    program_clock: ProgramClock,
+) -> None:
+    run_code = code_mode(timeout=10.0)
+    program_clock.watch(run_code)
+    gather = "import asyncio\nawait asyncio.gather(*[slow(x=i, seconds=1) for i in range(5)])"
+    async with open_runtime([slow, run_code], budget=Budget(per_batch=2), tracing=False) as rt:
+        start = trio.current_time()
+        waves = await rt.call(run(gather))
+        took = trio.current_time() - start
+        # Two turns (two code calls) are two batches: each has its own two places.
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(2):
+                nursery.start_soon(rt.call, run(gather, f"turn-{i}"))
+        both = trio.current_time() - start
+        # Waiting for a place counts against the program's deadline: past it, the code call is TIMEOUT.
+        late = await rt.call(run(gather), timeout=2.5)
+        stats = rt.statistics().tools["slow"]
+    assert value(waves) == [0, 1, 2, 3, 4]  # none refused: past per_batch they waited
+    assert took == pytest.approx(3.0)  # two at once: 2 + 2 + 1
+    assert both == pytest.approx(3.0)
+    assert isinstance(late, ToolFailure)
+    assert late.kind is FailureKind.TIMEOUT
+    assert stats.failures.get(FailureKind.OVERLOADED.value, 0) == 0
+
+
 async def test_a_gather_of_five_slow_calls_takes_one_calls_time(program_clock: ProgramClock) -> None:
     run_code = code_mode()
     program_clock.watch(run_code)

@@ -14,8 +14,10 @@
 Every call is a call like any other: the code call's view (principal, visible tools), its
 deadline, its metadata (less the runtime's own keys, the trace headers, since the calls' spans
 are children of the code call's span, the current one here, and the caller's idempotency key,
-which names the code call), policies, budgets, spans. A failure
-comes back into the program as an exception whose message is the text the model would have read
+which names the code call), policies, budgets, spans. The program is one model turn, so its
+calls are one batch (`one_batch`): `Budget(per_batch=N)` lets N of them run at once and the
+others wait their turn within the deadline, as a `call_many`'s do. A failure comes back into
+the program as an exception whose message is the text the model would have read
 (`ToolFailure.content`), of the builtin type its kind maps to (`RAISED`).
 
 A parameter whose name is no Python name (`from`, `to-addr`) is passed by the keyword its stub
@@ -37,6 +39,7 @@ import msgspec
 import pydantic_monty as monty
 import trio
 
+from ..engine.lowlevel import one_batch
 from ..exceptions import ToolRejected
 from ..features import CALL_ID_KEY, PRINCIPAL_KEY, TOOL_NAME_KEY
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
@@ -118,7 +121,7 @@ class Program:
         arguments: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self._ctx = ctx
-        self._view = view
+        self._view = one_batch(view)  # the program is one model turn: its calls are one batch
         self._names = names  # the program's names of the view's tools -> their tool names
         # tool name -> {the program's keyword -> the parameter's name}, where they differ
         self._arguments: Mapping[str, Mapping[str, str]] = arguments or {}
