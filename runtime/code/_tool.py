@@ -43,6 +43,8 @@ __all__ = ["CodeArgs", "CodeStatistics", "CodeTool"]
 _descriptor_codec = msgspec.msgpack.Encoder(enc_hook=repr)  # a key of descriptors' content
 _Described = tuple[ToolDescriptor, Stubs]
 """The code tool's descriptor for a view, and the stubs in it."""
+_Pinned = tuple[ToolRegistry, list[ToolDescriptor]]
+"""What an entry cached by identity holds, so that the ids in its key stay theirs."""
 
 _ABOUT = """Run a short Python program that calls the tools below, and get back its value and what it printed.
 
@@ -102,7 +104,7 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
         self._pool_lock = threading.Lock()
         self._counters = CodeStatistics()
         self._described: dict[bytes, _Described] = {}
-        self._by_identity: dict[tuple[int, ...], tuple[list[tuple[ToolDescriptor, Any]], _Described]] = {}
+        self._by_identity: dict[tuple[int, ...], tuple[_Pinned, _Described]] = {}
         self._describing: set[int] = set()
         self._described_lock = threading.Lock()
 
@@ -223,18 +225,21 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
     def _entry(self, view: Any) -> _Described:
         """The descriptor and stubs for the tools `view` holds now, as `view` describes them (its
         `descriptors()`: what a view's `prepare` hid is not there, what it re-described is
-        shown as re-described). Cached by those descriptors: first by the objects themselves (a
-        view keeps its descriptors while its tools stay; the entry holds them and their tools,
-        so their ids stay theirs), then by their content (a new view of the same tools,
-        described the same)."""
+        shown as re-described). Cached by those descriptors: first by the objects themselves and
+        the registry's snapshot (a view keeps its descriptors while its tools stay; the entry
+        holds them, so their ids stay theirs), then by their content (a new view of the same
+        tools, described the same)."""
         registry = _registry_of(view)
-        pairs = [(d, registry.get_or_none(d.name)) for d in _descriptors_of(view)]
-        pairs = [(d, t) for d, t in pairs if not isinstance(t, CodeTool)]
-        same = tuple(id(x) for pair in pairs for x in pair)
+        descriptors = _descriptors_of(view)
+        same = (id(registry), *map(id, descriptors))  # a registry is immutable: its tools stay
         known = self._by_identity.get(same)
         if known is not None:
             return known[1]
-        shown = [_with_result(d, t) for d, t in pairs]
+        shown = []
+        for d in descriptors:
+            t = registry.get_or_none(d.name)
+            if not isinstance(t, CodeTool):
+                shown.append(_with_result(d, t))
         content = _descriptor_codec.encode(shown)
         entry = self._described.get(content)
         if entry is None:
@@ -245,7 +250,7 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
             if len(self._by_identity) >= 256:
                 self._by_identity.clear()
             self._described[content] = entry
-            self._by_identity[same] = (pairs, entry)
+            self._by_identity[same] = ((registry, descriptors), entry)
         return entry
 
     def _render(self, shown: list[ToolDescriptor]) -> _Described:
