@@ -9,6 +9,7 @@ tools are exact virtual seconds whatever the machine's load.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from typing import Any, Protocol
 
@@ -16,6 +17,8 @@ import msgspec
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,6 +31,7 @@ from runtime import (
     Policy,
     ToolCall,
     ToolFailure,
+    ToolRegistry,
     ToolSuccess,
     ToolUnavailable,
     fail,
@@ -238,6 +242,35 @@ async def test_parameters_that_are_not_python_names_get_a_keyword_and_arrive_und
         own = await rt.call(run('await send_mail(**{"from": "a", "to-addr": "b"})'))  # its own names work too
         assert value(own) == "sent"
         assert got[-1] == {"from": "a", "to-addr": "b"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=6, unique=True))
+def test_the_stubs_are_python_whatever_the_parameters_are_called(names: list[str]) -> None:
+    schema = {"type": "object", "properties": {n: {"type": "string"} for n in names}, "required": names[:1]}
+    inner = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
+    schema["properties"]["a nested object"] = inner  # its keys: a TypedDict's, as they are
+    run_code = code_mode()
+    registry = ToolRegistry([JsonSchemaTool("f", "F.", schema, _ok), run_code])
+    stubs = _stubs(run_code.describe(registry).description)
+    module = ast.parse(stubs)
+    (function,) = [n for n in module.body if isinstance(n, ast.AsyncFunctionDef)]
+    keywords = [a.arg for a in function.args.kwonlyargs]
+    assert len(set(keywords)) == len(names) + 1  # one keyword a parameter, none shared
+    # A parameter called by a Python name keeps it (a soft keyword is one); the others get forms.
+    assert {n for n in names if n.isascii() and n.isidentifier() and not keyword.iskeyword(n)} <= set(
+        keywords
+    )
+    (typed,) = [n for n in module.body if isinstance(n, ast.Assign | ast.ClassDef)]
+    if isinstance(typed, ast.Assign):  # the functional form: the keys as they are
+        assert isinstance(typed.value, ast.Call)
+        assert [ast.literal_eval(k) for k in typed.value.args[1].keys] == names  # type: ignore[attr-defined]
+    else:
+        assert [f.target.id for f in typed.body if isinstance(f, ast.AnnAssign)] == names  # type: ignore[attr-defined]
+
+
+async def _ok(arguments: dict[str, Any], ctx: Any) -> str:
+    return "ok"
 
 
 # -- every call through the runtime ------------------------------------------------------
