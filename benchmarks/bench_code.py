@@ -7,6 +7,9 @@ measured in the same run.
   and their thread hops.
 - a call in a `gather` of 50: a program that gathers 50 calls, less an empty program's time,
   per call. Floor: `rt.call_many` of the same 50 calls, per call.
+- a call in a gather of 50 under `Budget(per_batch=8)`: the same program on a runtime with that
+  budget (a program's calls are one batch: 8 run at once, the others wait their turn), less an
+  empty program's time, per call. Floor: `rt.call_many` of the same 50 calls on that runtime.
 - a run's start: `rt.call` of `run_code` with the program `1`. Floor: the sandbox's own run of
   it, as directly as its API allows: a session checked out of a warm pool of its own,
   `feed_run("1")`, given back, in one worker thread (one hop).
@@ -22,7 +25,7 @@ import time
 import pydantic_monty as monty
 import trio
 
-from runtime import ToolCall, open_runtime, tool
+from runtime import Budget, ToolCall, open_runtime, tool
 from runtime.code import code_mode
 
 from ._harness import Report, Row
@@ -132,6 +135,28 @@ def main(quick: bool = False) -> Report:
                     floor * 1e6,
                     None,
                     f"{subject * 1000:.2f} ms for the program `1`; the sandbox alone {floor * 1000:.2f} ms",
+                )
+            )
+
+        async with open_runtime([add, run_code], budget=Budget(per_batch=8), tracing=False) as rt:
+            for _ in range(3):
+                await _seconds(rt, gathered)
+            per_batched, floors_batched = [], []
+            for _ in range(repeats):
+                start = statistics.median([await _seconds(rt, empty) for _ in range(rounds)])
+                per_batched.append((await _seconds(rt, gathered) - start) / 50)
+                floors_batched.append(await _many(rt, 50) / 50)
+            subject, floor = statistics.median(per_batched), statistics.median(floors_batched)
+            report.add(
+                Row(
+                    "code: a gather of 50, per_batch=8",
+                    "run_code",
+                    "call_many",
+                    subject * 1e6,
+                    floor * 1e6,
+                    None,
+                    f"{subject * 1e6:.0f} us a call of a 50-call gather, 8 at once; "
+                    f"{floor * 1e6:.1f} us in call_many under the same budget",
                 )
             )
 

@@ -400,7 +400,9 @@ def write() -> Path:
             "rt.call / call_many: the same calls made directly. feed_run: the sandbox's own run of the "
             "program `1` (a session of a warm pool checked out, fed, given back, in one worker thread). "
             "A call from a program costs two sandbox turns (the call's stop, then its future's), each a "
-            "round trip to the worker process through a kept thread.",
+            "round trip to the worker process through a kept thread. per_batch=8: the gather on a "
+            "runtime with `Budget(per_batch=8)`, where a program's calls are one batch (8 at once, the "
+            "others wait their turn), against `call_many` under the same budget.",
             "",
         ]
     search = _load("search")

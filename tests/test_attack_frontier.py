@@ -132,12 +132,6 @@ async def test_distinct_huge_queries_leave_little_memory_behind() -> None:
 # -- code mode -------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: CodeTool._entry (code/_tool.py) renders the stubs from each tool's own "
-    "descriptor (_with_result reads tool.descriptor), not from the view's: what a view's `prepare` "
-    "hid or re-described is shown again, word for word, in run_code's description",
-)
 async def test_code_mode_stubs_describe_the_tools_as_the_views_prepare_does() -> None:
     run_code = code_mode()
 
@@ -154,12 +148,6 @@ async def test_code_mode_stubs_describe_the_tools_as_the_views_prepare_does() ->
             assert SECRET_WORDS not in code_schema["description"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: code/_stubs.py writes parameter names as they are (`from: str`, "
-    "`to-addr: str`), which is no Python: a model that writes what the stub shows gets a "
-    "SyntaxError (only tool names get an identifier form)",
-)
 async def test_code_mode_stubs_are_python_when_parameter_names_are_not_identifiers() -> None:
     schema = {
         "type": "object",
@@ -189,12 +177,6 @@ async def fetch_page(page: int) -> int:
     return page
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: code/_program.py starts each of a program's calls as its own view.call; "
-    "Budget(per_batch=N) bounds only call_many/as_completed, so one program (one model turn) runs "
-    "its whole gather at once: code mode is a way around the per-turn budget",
-)
 async def test_a_programs_gather_is_bounded_by_the_per_batch_budget() -> None:
     run_code = code_mode()
     program = "import asyncio\nawait asyncio.gather(*[fetch_page(page=p) for p in range(6)])"

@@ -8,12 +8,17 @@ tools are exact virtual seconds whatever the machine's load.
 
 from __future__ import annotations
 
+import ast
+import keyword
 import re
 from typing import Any, Protocol
 
+import msgspec
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -26,6 +31,7 @@ from runtime import (
     Policy,
     ToolCall,
     ToolFailure,
+    ToolRegistry,
     ToolSuccess,
     ToolUnavailable,
     fail,
@@ -33,6 +39,7 @@ from runtime import (
     tool,
 )
 from runtime.code import RAISED, CodeTool, ProgramResult, code_mode
+from runtime.mcp import JsonSchemaTool
 from runtime.tracing import Tracing
 
 
@@ -142,6 +149,128 @@ async def test_programs_see_the_principal_and_view_of_the_code_call() -> None:
             )
     assert value(mine) == "bob"
     assert value(hidden).startswith("Error: no tool named 'whoami'")  # hidden from the view: as if absent
+
+
+async def test_the_stubs_are_made_from_what_the_views_prepare_shows() -> None:
+    run_code = code_mode()
+
+    def public(view: Any, descriptor: Any) -> Any:
+        if descriptor.name == "whoami":
+            return None  # hidden from this view
+        if descriptor.name == "add":
+            return msgspec.structs.replace(descriptor, description="Sum of two numbers (v2).")
+        return descriptor
+
+    async with open_runtime([add, whoami, run_code], tracing=False) as rt:
+        with rt.scoped(principal="eve", prepare=public) as view:
+            (shown,) = [s for s in run_code.schemas(view, "anthropic") if s["name"] == "run_code"]
+            stubs = shown["description"]
+            assert "Sum of two numbers (v2)." in stubs
+            assert "Add two integers." not in stubs
+            assert "whoami" not in stubs
+            (add_schema,) = [s for s in run_code.schemas(view, "anthropic") if s["name"] == "add"]
+            assert add_schema["description"] == "Sum of two numbers (v2)."
+            result = await view.call(run("await add(a=2, b=3)"))
+        assert value(result) == 5
+        assert "Add two integers." in run_code.describe(rt).description  # the runtime's own view
+
+
+MAIL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "from": {"type": "string", "description": "The sender."},
+        "to-addr": {"type": "string"},
+        "to_addr": {"type": "string"},
+        "type": {"type": "string"},
+        "headers": {
+            "type": "object",
+            "properties": {"reply-to": {"type": "string"}, "class": {"type": "string"}},
+            "required": ["reply-to"],
+        },
+    },
+    "required": ["from", "to-addr"],
+}
+
+
+def _mail_tool(got: list[dict[str, Any]]) -> JsonSchemaTool:
+    async def send(arguments: dict[str, Any], ctx: Any) -> str:
+        got.append(arguments)
+        return "sent"
+
+    return JsonSchemaTool("send-mail", "Send a mail.", MAIL_SCHEMA, send)
+
+
+def _stubs(description: str) -> str:
+    return description.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_parameters_that_are_not_python_names_get_a_keyword_and_arrive_under_their_own() -> None:
+    got: list[dict[str, Any]] = []
+    run_code = code_mode()
+    async with open_runtime([_mail_tool(got), run_code], tracing=False) as rt:
+        stubs = _stubs(run_code.describe(rt).description)
+        ast.parse(stubs)  # what the model reads is Python
+        # `to_addr` is a parameter's own name: `to-addr` takes the next form; `type` (a soft
+        # keyword) is a Python name as it is; an object's keys are the dict's, kept as they are.
+        assert (
+            "async def send_mail(*, from_: str, to_addr_: str, to_addr: str = ..., type: str = ...," in stubs
+        )
+        assert "from_: The sender. (the parameter 'from')" in stubs
+        assert '"reply-to": str,' in stubs
+        result = await rt.call(
+            run(
+                'await send_mail(from_="ann", to_addr_="bob", to_addr="cc", type="memo", '
+                'headers={"reply-to": "ann", "class": "x"})'
+            )
+        )
+        assert value(result) == "sent"
+        assert got == [
+            {
+                "from": "ann",
+                "to-addr": "bob",
+                "to_addr": "cc",
+                "type": "memo",
+                "headers": {"reply-to": "ann", "class": "x"},
+            }
+        ]
+        both = await rt.call(
+            run(
+                'try:\n    await send_mail(from_="a", to_addr_="b", **{"from": "c"})\nexcept TypeError as e:\n    r = str(e)\nr'
+            )
+        )
+        assert value(both) == "send_mail() got multiple values for argument 'from'"
+        own = await rt.call(run('await send_mail(**{"from": "a", "to-addr": "b"})'))  # its own names work too
+        assert value(own) == "sent"
+        assert got[-1] == {"from": "a", "to-addr": "b"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=6, unique=True))
+def test_the_stubs_are_python_whatever_the_parameters_are_called(names: list[str]) -> None:
+    schema = {"type": "object", "properties": {n: {"type": "string"} for n in names}, "required": names[:1]}
+    inner = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
+    schema["properties"]["a nested object"] = inner  # its keys: a TypedDict's, as they are
+    run_code = code_mode()
+    registry = ToolRegistry([JsonSchemaTool("f", "F.", schema, _ok), run_code])
+    stubs = _stubs(run_code.describe(registry).description)
+    module = ast.parse(stubs)
+    (function,) = [n for n in module.body if isinstance(n, ast.AsyncFunctionDef)]
+    keywords = [a.arg for a in function.args.kwonlyargs]
+    assert len(set(keywords)) == len(names) + 1  # one keyword a parameter, none shared
+    # A parameter called by a Python name keeps it (a soft keyword is one); the others get forms.
+    assert {n for n in names if n.isascii() and n.isidentifier() and not keyword.iskeyword(n)} <= set(
+        keywords
+    )
+    (typed,) = [n for n in module.body if isinstance(n, ast.Assign | ast.ClassDef)]
+    if isinstance(typed, ast.Assign):  # the functional form: the keys as they are
+        assert isinstance(typed.value, ast.Call)
+        assert [ast.literal_eval(k) for k in typed.value.args[1].keys] == names  # type: ignore[attr-defined]
+    else:
+        assert [f.target.id for f in typed.body if isinstance(f, ast.AnnAssign)] == names  # type: ignore[attr-defined]
+
+
+async def _ok(arguments: dict[str, Any], ctx: Any) -> str:
+    return "ok"
 
 
 # -- every call through the runtime ------------------------------------------------------
@@ -296,6 +425,33 @@ async def test_a_budget_counts_the_calls_a_program_makes(program_clock: ProgramC
     assert all(a.startswith("Error: ") and "alice" in a for a in refused)
     assert stats.succeeded == 2
     assert stats.failures == {FailureKind.OVERLOADED.value: 3}
+
+
+async def test_a_programs_calls_are_one_batch_whose_calls_past_per_batch_wait_their_turn(
+    program_clock: ProgramClock,
+) -> None:
+    run_code = code_mode(timeout=10.0)
+    program_clock.watch(run_code)
+    gather = "import asyncio\nawait asyncio.gather(*[slow(x=i, seconds=1) for i in range(5)])"
+    async with open_runtime([slow, run_code], budget=Budget(per_batch=2), tracing=False) as rt:
+        start = trio.current_time()
+        waves = await rt.call(run(gather))
+        took = trio.current_time() - start
+        # Two turns (two code calls) are two batches: each has its own two places.
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(2):
+                nursery.start_soon(rt.call, run(gather, f"turn-{i}"))
+        both = trio.current_time() - start
+        # Waiting for a place counts against the program's deadline: past it, the code call is TIMEOUT.
+        late = await rt.call(run(gather), timeout=2.5)
+        stats = rt.statistics().tools["slow"]
+    assert value(waves) == [0, 1, 2, 3, 4]  # none refused: past per_batch they waited
+    assert took == pytest.approx(3.0)  # two at once: 2 + 2 + 1
+    assert both == pytest.approx(3.0)
+    assert isinstance(late, ToolFailure)
+    assert late.kind is FailureKind.TIMEOUT
+    assert stats.failures.get(FailureKind.OVERLOADED.value, 0) == 0
 
 
 async def test_a_gather_of_five_slow_calls_takes_one_calls_time(program_clock: ProgramClock) -> None:

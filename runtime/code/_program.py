@@ -14,9 +14,14 @@
 Every call is a call like any other: the code call's view (principal, visible tools), its
 deadline, its metadata (less the runtime's own keys, the trace headers, since the calls' spans
 are children of the code call's span, the current one here, and the caller's idempotency key,
-which names the code call), policies, budgets, spans. A failure
-comes back into the program as an exception whose message is the text the model would have read
+which names the code call), policies, budgets, spans. The program is one model turn, so its
+calls are one batch (`one_batch`): `Budget(per_batch=N)` lets N of them run at once and the
+others wait their turn within the deadline, as a `call_many`'s do. A failure comes back into
+the program as an exception whose message is the text the model would have read
 (`ToolFailure.content`), of the builtin type its kind maps to (`RAISED`).
+
+A parameter whose name is no Python name (`from`, `to-addr`) is passed by the keyword its stub
+shows (`from_`, `to_addr`: `Stubs.arguments`) and sent under its own name.
 
 A call the program started and never awaited still runs to its end before the program's result
 (it is never cut off half-way by the program ending); a program that fails, is cancelled or runs
@@ -34,6 +39,7 @@ import msgspec
 import pydantic_monty as monty
 import trio
 
+from ..engine.lowlevel import one_batch
 from ..exceptions import ToolRejected
 from ..features import CALL_ID_KEY, PRINCIPAL_KEY, TOOL_NAME_KEY
 from ..messages import FailureKind, ToolCall, ToolFailure, ToolPending, ToolResult
@@ -92,6 +98,7 @@ class Program:
     """One run of one program for one code call (made per call by the code tool)."""
 
     __slots__ = (
+        "_arguments",
         "_calls",
         "_code_tools",
         "_ctx",
@@ -115,10 +122,13 @@ class Program:
         code_tools: frozenset[str],
         limits: Any,
         counters: Any,
+        arguments: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self._ctx = ctx
-        self._view = view
+        self._view = one_batch(view)  # the program is one model turn: its calls are one batch
         self._names = names  # the program's names of the view's tools -> their tool names
+        # tool name -> {the program's keyword -> the parameter's name}, where they differ
+        self._arguments: Mapping[str, Mapping[str, str]] = arguments or {}
         self._visible = frozenset(names.values())
         self._code_tools = code_tools
         self._limits = limits
@@ -265,8 +275,18 @@ class Program:
                 f"{shown}() takes keyword arguments only (the tools' parameters have names), "
                 f"got {len(snapshot.args)} positional",
             )
+        kwargs = snapshot.kwargs
+        renamed = self._arguments.get(name) if visible else None
+        if renamed:
+            sent: dict[str, Any] = {}
+            for keyword, given in kwargs.items():
+                parameter = renamed.get(keyword, keyword)
+                if parameter in sent:
+                    return _raise("TypeError", f"{shown}() got multiple values for argument {keyword!r}")
+                sent[parameter] = given
+            kwargs = sent
         try:
-            arguments = _arguments.encode(snapshot.kwargs).decode()
+            arguments = _arguments.encode(kwargs).decode()
         except (TypeError, ValueError) as exc:
             if visible:
                 return _raise("TypeError", f"{shown}(): the arguments are not JSON values: {exc}")

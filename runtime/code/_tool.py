@@ -12,9 +12,10 @@ calls like any other (see `_program`). The tool owns its pool of sandbox workers
 `setup()`, closed by its `teardown()`, shared by the runtimes that run the same tool object.
 
 Its description names the tools a program can call, as typed stubs, for the view it is shown
-through: `describe(view)` (made again whenever the view's tools change), `prepare` (give it to
-`rt.scoped(prepare=...)` and the view's `schemas()` show it), `schemas(view, provider)` for a
-whole runtime.
+through, as that view describes them (its `descriptors()`: a tool its `prepare` hid is not
+there, one it re-described is shown re-described): `describe(view)` (made again whenever the
+view's tools or their descriptions change), `prepare` (give it to `rt.scoped(prepare=...)` and
+the view's `schemas()` show it), `schemas(view, provider)` for a whole runtime.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from ._program import Program, ProgramResult
 from ._stubs import Stubs, render_stubs
 
 __all__ = ["CodeArgs", "CodeStatistics", "CodeTool"]
+
+_descriptor_codec = msgspec.msgpack.Encoder(enc_hook=repr)  # a key of descriptors' content
+_Described = tuple[ToolDescriptor, Stubs]
+"""The code tool's descriptor for a view, and the stubs in it."""
+_Pinned = tuple[ToolRegistry, list[ToolDescriptor]]
+"""What an entry cached by identity holds, so that the ids in its key stay theirs."""
 
 _ABOUT = """Run a short Python program that calls the tools below, and get back its value and what it printed.
 
@@ -96,7 +103,8 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
         self._users = 0
         self._pool_lock = threading.Lock()
         self._counters = CodeStatistics()
-        self._described: dict[tuple[Any, ...], tuple[ToolDescriptor, Stubs]] = {}
+        self._described: dict[bytes, _Described] = {}
+        self._by_identity: dict[tuple[int, ...], tuple[_Pinned, _Described]] = {}
         self._describing: set[int] = set()
         self._described_lock = threading.Lock()
 
@@ -151,7 +159,13 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
             raise ToolUnavailable(f"{self.name} runs programs only as a tool of a running runtime")
         stubs = self._stubs_of(view)
         program = Program(
-            ctx, view, stubs.by_python_name, self._code_tool_names(view), self.limits, self._counters
+            ctx,
+            view,
+            stubs.by_python_name,
+            self._code_tool_names(view),
+            self.limits,
+            self._counters,
+            stubs.arguments,
         )
         return await program.run(pool, args.code)
 
@@ -200,35 +214,55 @@ class CodeTool(ToolBase[CodeArgs, ProgramResult], dynamic=True):
     ) -> list[dict[str, Any]]:
         """`view.schemas(provider)` with this tool described for `view` (for a runtime or a
         view made without `prepare=self.prepare`)."""
-        registry = _registry_of(view)
         return [
-            render_tool(self.describe(view) if t.name == self.name else t.descriptor, provider, strict=strict)
-            for t in registry
+            render_tool(self.describe(view) if d.name == self.name else d, provider, strict=strict)
+            for d in _descriptors_of(view)
         ]
 
     def _stubs_of(self, view: Any) -> Stubs:
         return self._entry(view)[1]
 
-    def _entry(self, view: Any) -> tuple[ToolDescriptor, Stubs]:
-        """The descriptor and stubs for the tools `view` holds now (cached by those tools)."""
-        tools = tuple(t for t in _registry_of(view) if not isinstance(t, CodeTool))
-        cached = self._described.get(tools)
-        if cached is not None:
-            return cached
-        stubs = render_stubs(_with_result(t) for t in tools)
-        if tools:
+    def _entry(self, view: Any) -> _Described:
+        """The descriptor and stubs for the tools `view` holds now, as `view` describes them (its
+        `descriptors()`: what a view's `prepare` hid is not there, what it re-described is
+        shown as re-described). Cached by those descriptors: first by the objects themselves and
+        the registry's snapshot (a view keeps its descriptors while its tools stay; the entry
+        holds them, so their ids stay theirs), then by their content (a new view of the same
+        tools, described the same)."""
+        registry = _registry_of(view)
+        descriptors = _descriptors_of(view)
+        same = (id(registry), *map(id, descriptors))  # a registry is immutable: its tools stay
+        known = self._by_identity.get(same)
+        if known is not None:
+            return known[1]
+        shown = []
+        for d in descriptors:
+            t = registry.get_or_none(d.name)
+            if not isinstance(t, CodeTool):
+                shown.append(_with_result(d, t))
+        content = _descriptor_codec.encode(shown)
+        entry = self._described.get(content)
+        if entry is None:
+            entry = self._render(shown)
+        with self._described_lock:
+            if len(self._described) >= 256:  # views come and go: keep it bounded
+                self._described.clear()
+            if len(self._by_identity) >= 256:
+                self._by_identity.clear()
+            self._described[content] = entry
+            self._by_identity[same] = ((registry, descriptors), entry)
+        return entry
+
+    def _render(self, shown: list[ToolDescriptor]) -> _Described:
+        stubs = render_stubs(shown)
+        if shown:
             text = (
                 f"{self._about}\n\nThe tools (a program calls them; they are not called directly):"
                 f"\n\n```python\n{stubs.text}\n```"
             )
         else:
             text = f"{self._about}\n\n(No tools are available to programs now.)"
-        entry = (msgspec.structs.replace(self.descriptor, description=text), stubs)
-        with self._described_lock:
-            if len(self._described) >= 256:  # views come and go: keep it bounded
-                self._described.clear()
-            self._described[tools] = entry
-        return entry
+        return msgspec.structs.replace(self.descriptor, description=text), stubs
 
     def _code_tool_names(self, view: Any) -> frozenset[str]:
         return frozenset(t.name for t in _registry_of(view) if isinstance(t, CodeTool)) | {self.name}
@@ -240,10 +274,16 @@ def _registry_of(view: Any) -> ToolRegistry:
     return registry
 
 
-def _with_result(tool: Any) -> ToolDescriptor:
+def _descriptors_of(view: Any) -> list[ToolDescriptor]:
+    """What a runtime, a view or a registry tells its model of each tool it holds (a view's:
+    after its `prepare`)."""
+    descriptors: list[ToolDescriptor] = view.descriptors()
+    return descriptors
+
+
+def _with_result(descriptor: ToolDescriptor, tool: Any) -> ToolDescriptor:
     """A tool's descriptor, with its result type when the descriptor leaves it out (`str`)."""
-    descriptor: ToolDescriptor = tool.descriptor
-    if descriptor.output is None and tool.result_type is str:
+    if descriptor.output is None and tool is not None and getattr(tool, "result_type", None) is str:
         return msgspec.structs.replace(descriptor, output=String())
     return descriptor
 

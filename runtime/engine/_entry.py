@@ -249,7 +249,20 @@ class Entry:
             gate = self._settings.resilience.gates_for(principal)  # type: ignore[union-attr]  # budgets have one
             if gate is not None:
                 c.gates = (gate,)
+        if scope is not None and scope.batch and self._batch_gates and c.state is QUEUED:
+            self._gate_scope(c, scope)
         return c
+
+    def _gate_scope(self, c: Call[ToolPlan], scope: Scope) -> None:
+        """A view whose calls are one batch (`Scope.batch`): each call takes a place in the
+        batch's one `Budget(per_batch=N)` gate, as a `call_many`'s calls do (`gate_batch`)."""
+        gate = scope.gate
+        if gate is None:
+            budget = self._settings.options.budget
+            assert budget is not None  # `_batch_gates`: a per_batch budget
+            assert budget.per_batch is not None
+            gate = scope.gate = Gate(budget.per_batch, self.readmit)
+        c.gates = (gate,) if c.gates is None else (gate, *c.gates)
 
     def context(
         self,

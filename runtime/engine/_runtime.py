@@ -48,7 +48,16 @@ from ._scope import Prepare, Scope
 from ._stats import RuntimeStatistics
 from ._supervisor import RegistryActor, Supervisor
 
-__all__ = ["CallSettings", "Calls", "Driver", "Runtime", "ScopedRuntime", "new_invoke_id", "routing_of"]
+__all__ = [
+    "CallSettings",
+    "Calls",
+    "Driver",
+    "Runtime",
+    "ScopedRuntime",
+    "new_invoke_id",
+    "one_batch",
+    "routing_of",
+]
 
 R = TypeVar("R")
 
@@ -59,6 +68,14 @@ def routing_of(surface: Calls) -> RegistryActor:
     """The registry actor a surface reads (for an embedding that puts a surface of its own on
     the same runtime)."""
     return surface._routing
+
+
+def one_batch(surface: Calls) -> ScopedRuntime:
+    """A view of `surface` (same principal, same tools, as it describes them) whose calls count as
+    one batch however each is made: `Budget(per_batch=N)` lets N of them run at once and the
+    others wait their turn within their deadlines, as a `call_many`'s calls do. For callers
+    that make one model turn's calls one by one (code mode's program)."""
+    return ScopedRuntime(surface._driver, surface._routing, Scope(parent=surface._scope, batch=True))
 
 
 def new_invoke_id() -> str:

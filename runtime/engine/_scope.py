@@ -36,13 +36,17 @@ class Scope:
         parent: the scope of the view this one narrows (`view.scoped(...)`): this one sees only
             what its parent sees, as its parent describes it, and runs for its parent's
             principal unless it names its own.
+        batch: its calls count as one batch, however each is made (`Budget(per_batch=N)`
+            bounds them together, as one `call_many`'s: code mode's program, one model turn).
     """
 
     __slots__ = (
         "_descriptors",
         "_registry",
         "_version",
+        "batch",
         "exclude",
+        "gate",
         "only",
         "parent",
         "plain",
@@ -61,6 +65,7 @@ class Scope:
         tags: Iterable[str] | None = None,
         prepare: Prepare | None = None,
         parent: Scope | None = None,
+        batch: bool = False,
     ) -> None:
         if principal is not None and not isinstance(principal, str):
             raise TypeError(f"a principal is a string id, not {type(principal).__name__}")
@@ -75,6 +80,9 @@ class Scope:
         self.plain = only is None and not self.exclude and tags is None and prepare is None
         """It narrows nothing (a principal alone): it sees what its parent (or the runtime) sees."""
         self.view: Any = None  # what `prepare` is given
+        self.batch = batch
+        self.gate: Any = None
+        """Its batch's place in `Budget(per_batch=N)` (a `Gate`, made by the entry on its first call)."""
         self._version = -1
         self._registry = ToolRegistry()
         self._descriptors: dict[str, ToolDescriptor] = {}

@@ -19,6 +19,7 @@ from ._runtime import Driver as Driver
 from ._runtime import Runtime as Runtime
 from ._runtime import ScopedRuntime as ScopedRuntime
 from ._runtime import new_invoke_id as new_invoke_id
+from ._runtime import one_batch as one_batch
 from ._runtime import routing_of as routing_of
 from ._scope import Prepare as Prepare
 from ._scope import Scope as Scope
@@ -36,6 +37,7 @@ __all__ = [
     "Scope",
     "ScopedRuntime",
     "new_invoke_id",
+    "one_batch",
     "open_engine",
     "routing_of",
     "settings_keywords",
