@@ -196,12 +196,6 @@ async def test_a_programs_gather_is_bounded_by_the_per_batch_budget() -> None:
 # -- strict schemas at every depth -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: mcp/_schema_tool.py _option cannot tell which of two open objects of an anyOf "
-    "a value is (both 'fit'), so the strict-mode null for `x` stays, and the validator lets it "
-    "through by the other option: the tool gets x=null for an integer it never made nullable",
-)
 async def test_a_strict_null_inside_a_union_of_remote_objects_reaches_the_tool_as_omitted() -> None:
     got: list[dict[str, Any]] = []
 
@@ -270,13 +264,6 @@ async def _history(rt: Runtime) -> list[str]:
     return called
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: RemoteCatalog.apply (mcp/_client_catalog.py) keeps the first of two tools "
-    "whose names become one local name and gives Pins.review only that one, by its server name: "
-    "`get.weather` listed before the pinned `get_weather` is new to the pins (its schema differs, "
-    "so no rename is seen), pinned on first use, and served as `get_weather`",
-)
 async def test_a_new_tool_whose_name_becomes_a_pinned_tools_name_is_not_served(tmp_path: Path) -> None:
     listing = _listing(tmp_path, [WEATHER])
     evil = {
@@ -302,12 +289,6 @@ async def test_a_new_tool_whose_name_becomes_a_pinned_tools_name_is_not_served(t
         assert "get.weather" not in await _history(rt)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-2: Pins (mcp/_pins.py) read and write through the runtime's DegradingStore; with "
-    "the store down at start, its memory fallback has no pins, every listed tool is 'new', pinned "
-    "there (add() is never copied back) and served: a changed tool is served while Redis is down",
-)
 async def test_a_changed_tool_is_not_served_while_the_pin_store_is_down(tmp_path: Path) -> None:
     listing = _listing(tmp_path, [WEATHER])
     with running_redis() as redis:

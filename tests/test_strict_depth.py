@@ -26,6 +26,7 @@ from openai.types.responses import FunctionToolParam
 
 from runtime import ToolCall, ToolRegistry, open_runtime, tool
 from runtime import mcp as rmcp
+from runtime.exceptions import InvalidArguments
 from runtime.mcp import JsonSchemaTool
 from runtime.schema import render_tool
 
@@ -303,3 +304,63 @@ async def test_an_mcp_tool_is_rendered_strict_at_every_depth_and_its_server_neve
             result = await rt.call(ToolCall(id="c1", name="nest", arguments=json.dumps(REMOTE_NULL)))
     assert result.ok, result.content
     assert result.value == {"tool": "nest", "arguments": REMOTE_SENT}
+
+
+# -- a union whose options a value fits alike: no branch is guessed ---------------------------
+
+
+def _union_tool(*options: dict[str, Any]) -> JsonSchemaTool:
+    schema = {"type": "object", "properties": {"p": {"anyOf": list(options)}}, "required": ["p"]}
+    return JsonSchemaTool("pick", "Pick.", schema, _echo)
+
+
+async def _echo(arguments: dict[str, Any], ctx: Any) -> str:
+    return json.dumps(arguments)
+
+
+X_INT = {"type": "object", "properties": {"x": {"type": "integer"}}}
+Y_INT = {"type": "object", "properties": {"y": {"type": "integer"}}}
+
+
+def test_a_strict_null_is_dropped_where_two_open_options_fit_and_only_one_names_it() -> None:
+    assert _union_tool(X_INT, Y_INT).decode_args('{"p": {"x": null}}') == {"p": {}}
+    assert _union_tool(Y_INT, X_INT).decode_args('{"p": {"x": null}}') == {"p": {}}  # order is no matter
+
+
+def test_a_null_stays_where_any_fitting_option_lets_the_property_be_null() -> None:
+    nullable = {"type": "object", "properties": {"x": {"type": ["integer", "null"]}}}
+    assert _union_tool(X_INT, nullable).decode_args('{"p": {"x": null}}') == {"p": {"x": None}}
+
+
+def test_a_null_stays_where_every_option_naming_the_property_requires_it() -> None:
+    one = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    other = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {}}, "required": ["x"]}
+    with pytest.raises(InvalidArguments, match=r"is not valid under any of the given schemas - at `\$\.p`"):
+        _union_tool(one, other).decode_args('{"p": {"x": null}}')  # a null, not "not sent": refused
+
+
+def test_options_that_fit_alike_are_read_together_one_level_further_down() -> None:
+    deep_a = {
+        "type": "object",
+        "properties": {"q": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+    }
+    deep_b = {
+        "type": "object",
+        "properties": {"q": {"type": "object", "properties": {"b": {"type": "string"}}}},
+    }
+    tool = _union_tool(deep_a, deep_b)
+    assert tool.decode_args('{"p": {"q": {"a": null, "b": null}}}') == {"p": {"q": {}}}
+    assert tool.decode_args('{"p": {"q": {"a": 1, "b": null}}}') == {"p": {"q": {"a": 1}}}
+
+
+def test_a_tag_still_picks_the_one_option_a_value_is() -> None:
+    cat = {"type": "object", "properties": {"kind": {"const": "cat"}, "x": {"type": "integer"}}}
+    dog = {"type": "object", "properties": {"kind": {"const": "dog"}, "x": {"type": ["integer", "null"]}}}
+    tool = _union_tool(cat, dog)
+    assert tool.decode_args('{"p": {"kind": "cat", "x": null}}') == {"p": {"kind": "cat"}}
+    assert tool.decode_args('{"p": {"kind": "dog", "x": null}}') == {"p": {"kind": "dog", "x": None}}
+
+
+def test_arrays_of_two_kinds_of_open_object_drop_the_strict_nulls_of_their_items() -> None:
+    tool = _union_tool({"type": "array", "items": X_INT}, {"type": "array", "items": Y_INT})
+    assert tool.decode_args('{"p": [{"x": null}, {"y": 2, "x": null}]}') == {"p": [{}, {"y": 2}]}

@@ -23,6 +23,8 @@ Life of a connection (each turn of the loop is one session with the server)::
 - Tools are listed when the connection opens and when the server says they changed, never
   per call. A name another tool already has is not taken over: that tool is skipped and logged.
 - A cancelled call cancels its MCP request (the SDK sends `notifications/cancelled`).
+- Tools not served because their pins could not be read (the store is down, `_pins`) are
+  reviewed again from the last listing, with the spec's backoff, until the store answers.
 - Progress notifications reach the caller as a local tool's `ctx.report_progress` would
   (a `tool.progress` event on the call's span, the caller's `reporting(on_progress=...)`);
   the server's log messages go to the `runtime.mcp` logger.
@@ -268,8 +270,18 @@ class RemoteServer:
                         len(self.catalog.tools),
                     )
                     self._started()
+                    recheck = spec.backoff  # tools whose pins cannot be read yet: asked again
                     while True:
-                        await link.wake.wait()
+                        if self.catalog.unchecked:
+                            with trio.move_on_after(recheck):
+                                await link.wake.wait()
+                            if not link.wake.is_set():
+                                await self.catalog.recheck(registrar)
+                                recheck = min(spec.max_backoff, recheck * 2)
+                                continue
+                        else:
+                            recheck = spec.backoff
+                            await link.wake.wait()
                         link.wake = trio.Event()
                         if link.lost is not None:
                             break

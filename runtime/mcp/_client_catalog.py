@@ -6,7 +6,9 @@ its bounds (`max_tools`, `MAX_DESCRIPTION_CHARS`, `MAX_SCHEMA_BYTES`) and makes 
 registry match it, changing only what changed. A name another tool already has is not
 taken over: that tool is skipped and logged. Each listed tool is compared with its pin first
 (`runtime.mcp._pins`): one whose change is not accepted is registered as a `HeldTool` (listed as
-pinned, its calls REJECTED) instead of the changed definition.
+pinned, its calls REJECTED) instead of the changed definition. Tools of the server that are
+called by one name here are all given to the pins, which say which one (if any) is served under
+it; a tool whose pin cannot be read (the store is down) is not registered until `recheck` can.
 """
 
 from __future__ import annotations
@@ -83,13 +85,23 @@ class RemoteCatalog:
         self._caller = caller
         self._skipped: set[str] = set()  # names already logged as clashing
         self._pins: Pins | None = None
+        self._listing: list[types.Tool] = []  # the last listing applied (`recheck`)
 
     async def _review(
-        self, registrar: ToolRegistrar, wanted: dict[str, tuple[types.Tool, dict[str, Any]]]
-    ) -> dict[str, ToolChange]:
-        """The listed tools whose change from their pin is not accepted (none when pinning is off)."""
+        self, registrar: ToolRegistrar, listed: dict[str, list[tuple[types.Tool, dict[str, Any]]]]
+    ) -> tuple[dict[str, tuple[types.Tool, dict[str, Any]]], dict[str, ToolChange]]:
+        """Which listed tool is served under each local name, and the changes not accepted (those
+        tools are held). With pinning off, the first of tools that clash is served, and none held."""
         if not getattr(self.spec, "pin", True):
-            return {}
+            for name, group in listed.items():
+                if len(group) > 1:
+                    log.warning(
+                        "MCP server %r: tools %s are all called %r here; the first is kept",
+                        self.name,
+                        ", ".join(repr(remote.name) for remote, _ in group),
+                        name,
+                    )
+            return {name: group[0] for name, group in listed.items()}, {}
         pins = self._pins
         if pins is None:
             store = getattr(registrar, "store", None)
@@ -97,14 +109,33 @@ class RemoteCatalog:
                 store if store is not None else MemoryStore(),
                 self.name,
                 getattr(self.spec, "on_tool_change", None),
+                lambda remote: local_name(remote, self.spec.prefix),
             )
-        local = {remote.name: name for name, (remote, _) in wanted.items()}
-        held = await pins.review({remote.name: entry for remote, entry in wanted.values()})
-        return {local[remote]: change for remote, change in held.items()}
+        served = await pins.review(
+            {name: [(remote.name, entry) for remote, entry in group] for name, group in listed.items()}
+        )
+        wanted: dict[str, tuple[types.Tool, dict[str, Any]]] = {}
+        held: dict[str, ToolChange] = {}
+        for name, (remote_name, change) in served.items():
+            wanted[name] = next(c for c in listed[name] if c[0].name == remote_name)
+            if change is not None:
+                held[name] = change
+        return wanted, held
+
+    @property
+    def unchecked(self) -> bool:
+        """Whether some listed tools are not served because their pins could not be read (the
+        store is down): `recheck` asks again."""
+        return bool(self._pins is not None and self._pins.unchecked)
+
+    async def recheck(self, registrar: ToolRegistrar) -> None:
+        """Review the last listing again (its tools whose pins could not be read may be served now)."""
+        await self.apply(registrar, self._listing)
 
     async def apply(self, registrar: ToolRegistrar, listing: list[types.Tool]) -> None:
         """Make the registered tools match `listing`: remove, replace and add only what changed."""
-        wanted: dict[str, tuple[types.Tool, dict[str, Any]]] = {}
+        self._listing = listing
+        listed: dict[str, list[tuple[types.Tool, dict[str, Any]]]] = {}
         listing = self._bounded(listing)
         for remote in listing:
             name = local_name(remote.name, self.spec.prefix)
@@ -113,18 +144,9 @@ class RemoteCatalog:
                     "MCP server %r: tool %r is skipped: no usable name is left", self.name, remote.name
                 )
                 continue
-            if name in wanted:
-                log.warning(
-                    "MCP server %r: tools %r and %r are both called %r here; the first is kept",
-                    self.name,
-                    wanted[name][0].name,
-                    remote.name,
-                    name,
-                )
-                continue
             entry = remote.model_dump(mode="json", by_alias=True, exclude_none=True)
-            wanted[name] = (remote, {k: entry[k] for k in _FINGERPRINT if k in entry})
-        held = await self._review(registrar, wanted)
+            listed.setdefault(name, []).append((remote, {k: entry[k] for k in _FINGERPRINT if k in entry}))
+        wanted, held = await self._review(registrar, listed)
         removed = [n for n in self.tools if n not in wanted]
         fresh: dict[str, tuple[McpTool | HeldTool, dict[str, Any]]] = {}
         for name, (remote, entry) in wanted.items():

@@ -139,8 +139,9 @@ def _drop_null_defaults(schema: Any, value: dict[str, Any]) -> dict[str, Any]:
     OpenAI strict mode makes every property required, so the model sends null for each one it
     leaves out, at every depth (the strict schema offers that null: `runtime.schema._openai`).
     Properties are found where the schema puts them: `properties` (and `allOf` parts), `$ref`,
-    array `items` and `prefixItems`, `additionalProperties`, and the one option of an `anyOf` /
-    `oneOf` the value fits.
+    array `items` and `prefixItems`, `additionalProperties`, and the options of an `anyOf` /
+    `oneOf` the value fits (`_option`). Whatever is dropped, the result is then checked against
+    the schema as given.
     """
     if not _has_null(value):
         return value
@@ -192,7 +193,13 @@ def _object_parts(schema: Mapping[str, Any], root: Any) -> tuple[dict[str, Any],
 
 
 def _option(schema: Mapping[str, Any], value: Any, root: Any) -> Any:
-    """The one option of the schema's `anyOf` / `oneOf` that `value` (a dict or a list) fits, or None."""
+    """What of the schema's `anyOf` / `oneOf` applies to `value` (a dict or a list): the one
+    option it fits, or, when several fit, their union (`_union`), or None.
+
+    No branch is guessed: two open objects that both fit `{"x": null}` (one names `x`, the
+    other does not) are read together, so the null strict mode added for the first one's
+    optional `x` is dropped by what that one says of `x`.
+    """
     options = [
         _resolved(o, root)
         for key in ("anyOf", "oneOf")
@@ -203,11 +210,46 @@ def _option(schema: Mapping[str, Any], value: Any, root: Any) -> Any:
         return None
     if isinstance(value, list):
         arrays = [o for o in options if _kind(o) == "array"]
+        if len(arrays) > 1 and all(
+            isinstance(o.get("items"), Mapping) and "prefixItems" not in o for o in arrays
+        ):
+            return {"type": "array", "items": {"anyOf": [o["items"] for o in arrays]}}
         return arrays[0] if len(arrays) == 1 else None
     objects = [o for o in options if _kind(o) == "object"]
     if len(objects) > 1:
         objects = [o for o in objects if _fits(o, value, root)]
+    if len(objects) > 1:
+        return _union(objects, root)
     return objects[0] if len(objects) == 1 else None
+
+
+def _union(objects: list[Mapping[str, Any]], root: Any) -> dict[str, Any]:
+    """Object schemas that a value fits alike, read as one: a property is what the options that
+    name it say (`anyOf` when several do), required where every one of them requires it.
+
+    So a null is dropped (`_without_nulls`) only for a property some fitting option leaves
+    optional and none lets be null: the null strict mode added for "not sent". An option that
+    does not name the property says nothing of it (an open object takes any value there, and
+    takes the value without it alike).
+    """
+    named: dict[str, list[Any]] = {}
+    requiring: dict[str, int] = {}
+    extras: list[Any] = []
+    for option in objects:
+        properties, required, extra = _object_parts(option, root)
+        for key, sub in properties.items():
+            named.setdefault(key, []).append(_resolved(sub, root))
+            requiring[key] = requiring.get(key, 0) + (key in required)
+        if extra is not None:
+            extras.append(extra)
+    merged: dict[str, Any] = {
+        "type": "object",
+        "properties": {k: subs[0] if len(subs) == 1 else {"anyOf": subs} for k, subs in named.items()},
+        "required": [k for k, subs in named.items() if requiring[k] == len(subs)],
+    }
+    if extras:
+        merged["additionalProperties"] = extras[0] if len(extras) == 1 else {"anyOf": extras}
+    return merged
 
 
 def _kind(schema: Mapping[str, Any]) -> str | None:
