@@ -57,6 +57,9 @@ class ServedTool:
         given = getattr(tool, "json_schema", None)
         if isinstance(given, dict):  # a schema that came as JSON Schema is served as it was given
             listed["inputSchema"] = given
+        support = tool.options.task_support  # MCP Tasks (SEP-2663): see _server_tasks
+        if support != "forbidden":
+            listed["execution"] = {"taskSupport": support}
         output = output_document(descriptor)
         self.wrap = output is not None and output[1]
         self.structured = "outputSchema" in listed
