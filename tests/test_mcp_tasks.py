@@ -118,10 +118,12 @@ async def test_a_call_becomes_a_task_that_works_then_completes_with_its_result_i
         assert created["resultType"] == "task"
         assert created["status"] == "working"
         assert {"result", "error", "inputRequests", "task", "ttl", "pollInterval"}.isdisjoint(created)
-        assert isinstance(created["ttlMs"], int) and isinstance(created["pollIntervalMs"], int)
+        assert isinstance(created["ttlMs"], int)
+        assert isinstance(created["pollIntervalMs"], int)
         task_id = created["taskId"]
         working = await rpc(url, "tasks/get", {"taskId": task_id})  # at once: it is journaled
-        assert working["status"] == "working" and "result" not in working
+        assert working["status"] == "working"
+        assert "result" not in working
         done = await until(url, task_id, "completed", "failed", "cancelled")
     assert done["status"] == "completed"
     assert done["resultType"] == "complete"
@@ -198,7 +200,7 @@ async def test_an_unknown_id_and_another_principals_id_get_the_same_answer(url: 
                 with pytest.raises(RpcError) as refused:
                     await rpc(url, method, {"taskId": asked}, token=who)
                 answers.append((refused.value.code, refused.value.message.replace(repr(asked), "ID")))
-        assert {a for a in answers} == {(-32602, "no task ID")}
+        assert set(answers) == {(-32602, "no task ID")}
         # bob's cancel changed nothing: alice's task still works
         assert (await rpc(url, "tasks/get", {"taskId": task_id}))["status"] == "working"
         await rpc(url, "tasks/cancel", {"taskId": task_id})
@@ -207,7 +209,8 @@ async def test_an_unknown_id_and_another_principals_id_get_the_same_answer(url: 
 async def test_without_the_extension_tasks_are_refused_and_calls_run_plain(url: str) -> None:
     with trio.fail_after(LIMIT):
         plain = await rpc(url, "tools/call", {"name": "report", "arguments": {"seconds": 0}}, tasks=False)
-        assert plain.get("resultType") == "complete" and "taskId" not in plain
+        assert plain.get("resultType") == "complete"
+        assert "taskId" not in plain
         with pytest.raises(RpcError) as required:
             await rpc(
                 url, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "x"}}, tasks=False

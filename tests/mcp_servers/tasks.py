@@ -41,10 +41,12 @@ def pay(amount: int) -> str:
 
 
 async def main() -> None:
-    async with open_runtime([report, confirm_delete, pay], tracing=False) as rt:
-        async with trio.open_nursery() as nursery:
-            host, port = await nursery.start(functools.partial(serve_http, rt, port=0, tokens=TOKENS))
-            print(f"http://{host}:{port}/mcp", flush=True)
+    async with (
+        open_runtime([report, confirm_delete, pay], tracing=False) as rt,
+        trio.open_nursery() as nursery,
+    ):
+        host, port = await nursery.start(functools.partial(serve_http, rt, port=0, tokens=TOKENS))
+        print(f"http://{host}:{port}/mcp", flush=True)
 
 
 trio.run(main)
