@@ -129,7 +129,10 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
     raise SystemExit(f"the conformance server did not start (exit status {process.returncode})")
 
 
-def run_server(node_bin: Path) -> tuple[bool, list[str]]:
+def run_server(node_bin: Path, listed: dict[str, list[str]]) -> tuple[bool, list[str]]:
+    # Extensions (the tasks suite) are not on the spec timeline: `--spec-version` leaves them out,
+    # so each is run on its own, once, at the latest revision (as the client's are).
+    extensions = [name for name, versions in listed.items() if not set(versions) & set(REVISIONS)]
     process, url = start_server()
     ok = True
     passed: list[str] = []
@@ -158,6 +161,30 @@ def run_server(node_bin: Path) -> tuple[bool, list[str]]:
             if out.returncode != 0:
                 ok = False
                 print(out.stdout[-6000:], out.stderr[-3000:], sep="\n")
+        revision = REVISIONS[-1]
+        folder = RESULTS / f"server-extensions-{revision}"
+        for name in extensions:
+            out = suite(
+                node_bin,
+                "server",
+                "--url",
+                url,
+                "--scenario",
+                name,
+                "--spec-version",
+                revision,
+                "--force",
+                "--expected-failures",
+                str(BASELINE),
+                "-o",
+                str(folder),
+            )
+            if out.returncode != 0:
+                ok = False
+                print(f"server {name} @ {revision}: FAILED", flush=True)
+                print(out.stdout[-6000:], out.stderr[-3000:], sep="\n")
+        passed += [f"server {v}" for v in verdicts(folder, "server-", revision, NOT_CLAIMED["server"])]
+        print(f"server extension scenarios @ {revision}: {'ok' if ok else 'FAILED'}", flush=True)
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -241,7 +268,7 @@ def main() -> int:
     ok = True
     passed: list[str] = []
     if args.only in (None, "server"):
-        server_ok, server_passed = run_server(args.node_bin)
+        server_ok, server_passed = run_server(args.node_bin, listed["server"])
         ok &= server_ok
         passed += server_passed
     if args.only in (None, "client"):

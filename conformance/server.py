@@ -197,3 +197,8 @@ registry = ToolRegistry(
 from conformance.server_asking import ASKING  # noqa: E402
 
 registry = registry | ASKING
+
+# The MCP Tasks fixtures (issue 43): calls that become tasks (detached calls).
+from conformance.server_tasks import TASKS  # noqa: E402
+
+registry = registry | TASKS

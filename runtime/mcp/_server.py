@@ -69,14 +69,29 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..engine import READ_TOOLS, Runtime
-from ..exceptions import ArtifactMissing, RuntimeClosed
-from ..messages import ResourceLinkPart, ToolCall, ToolResult, ToolSuccess
+from ..exceptions import ArtifactMissing, CallNotFound, RuntimeClosed, ToolOverloaded
+from ..messages import ResourceLinkPart, ToolCall, ToolPending, ToolResult, ToolSuccess
 from ..schema import ToolDescriptor, render_tool
 from ..search import FoundTools, ToolSearch, found_text
+from ..stores import StoreError
 from ..tools import LOG_LEVELS, CallContext, asking, reporting
 from ._asking import ServedAsker
 from ._server_catalog import Catalog, error_result, plain_result
 from ._server_reads import ReadBudget
+from ._server_tasks import (
+    TASKS,
+    TaskIdParams,
+    TaskUpdateParams,
+    check_name_header,
+    created,
+    declared,
+    detailed,
+    lookup_failed,
+    missing_tasks,
+    not_found,
+    quietly_refused,
+    responses,
+)
 
 __all__ = [
     "DEFAULT_MAX_READ_BYTES",
@@ -188,7 +203,8 @@ class ServedRuntime:
                 instructions=instructions,
                 get_tool_input_schema=self._catalog.input_schema,
                 on_list_tools=self._list_tools,
-                on_call_tool=self._call_tool,
+                # a CreateTaskResult (SEP-2663) is a mapping: the SDK serves extension shapes as given
+                on_call_tool=self._call_tool,  # type: ignore[arg-type]
                 on_subscriptions_listen=self._listen,
                 on_set_logging_level=self._set_level,
                 **resources,
@@ -196,6 +212,11 @@ class ServedRuntime:
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._initialized
         )
+        # MCP Tasks (SEP-2663): a task is a detached call (see _server_tasks).
+        self.server.extensions[TASKS] = {}
+        self.server.add_request_handler("tasks/get", TaskIdParams, self._get_task)
+        self.server.add_request_handler("tasks/update", TaskUpdateParams, self._update_task)
+        self.server.add_request_handler("tasks/cancel", TaskIdParams, self._cancel_task)
         # 2026-07-28 input-required rounds: the requestState a client echoes is sealed and
         # verified by the SDK (AES-GCM under a key of this process, bound to the call, expiring).
         self.server.middleware.append(
@@ -303,7 +324,7 @@ class ServedRuntime:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         view = self._view()
         if self._search is not None and params.name == self._search.name and self._offers_search(view):
             return await self._run_search(ctx, params, view)
@@ -324,6 +345,12 @@ class ServedRuntime:
             arguments=params.arguments or {},
         )
         session = ctx.session
+        tasks = declared(session, params.meta)  # the client takes tasks (SEP-2663)
+        support = served.tool.options.task_support if served is not None else "forbidden"
+        if support == "required" and not tasks:
+            raise missing_tasks(f"tool {params.name!r}")
+        if support != "forbidden" and tasks:
+            return await self._start_task(caller, call, params)
         floor = self._levels.get(_connection_of(session), 0)
 
         async def on_progress(
@@ -370,10 +397,80 @@ class ServedRuntime:
             return questions.input_required()
         if questions.modern and not result.ok and questions.missing.model_fields_set:
             raise questions.missing_capability()  # 2026-07-28: -32021, not a tool error
+        if tasks and isinstance(result, ToolPending):  # waiting for an approval: its task
+            try:
+                return created(await caller.detached(result.detached_id).status())
+            except (CallNotFound, StoreError):
+                pass  # forgotten already: the pending text, as to any client
         self._remember(session, result)
         return (
             served.result(result, self._rt.max_result_chars) if served is not None else plain_result(result)
         )
+
+    # -- MCP Tasks (SEP-2663) ------------------------------------------------------------
+
+    async def _start_task(
+        self, caller: Any, call: ToolCall, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | dict[str, Any]:
+        """A call made a task: detached for the request's principal; its CreateTaskResult once
+        it is journaled (a tasks/get right after finds it)."""
+        try:
+            handle = await caller.detach(call, metadata=call_metadata(params.meta))
+            return created(await handle.status())
+        except (ToolOverloaded, StoreError, RuntimeClosed) as exc:
+            return error_result(f"Error: the call could not be started as a task: {exc}")
+
+    def _task_caller(self, ctx: ServerRequestContext[Any], params: TaskIdParams | TaskUpdateParams) -> Any:
+        """The calls surface of the request's principal, once the request may use tasks."""
+        if not declared(ctx.session, params.meta):
+            raise missing_tasks(ctx.method)
+        check_name_header(ctx.request, params.task_id)
+        view = self._view()
+        return self._rt if view is None else view
+
+    async def _task_status(self, caller: Any, task_id: str) -> Any:
+        try:
+            return await caller.detached(task_id).status()
+        except Exception as exc:
+            if lookup_failed(exc):
+                raise not_found(task_id) from None
+            raise
+
+    async def _get_task(self, ctx: ServerRequestContext[Any], params: TaskIdParams) -> dict[str, Any]:
+        caller = self._task_caller(ctx, params)
+        status = await self._task_status(caller, params.task_id)
+        served = self._catalog.get(status.tool)
+
+        def render(result: ToolResult) -> types.CallToolResult:
+            if served is None:
+                return plain_result(result)
+            return served.result(result, self._rt.max_result_chars)
+
+        return detailed(status, render)
+
+    async def _update_task(self, ctx: ServerRequestContext[Any], params: TaskUpdateParams) -> dict[str, Any]:
+        caller = self._task_caller(ctx, params)
+        status = await self._task_status(caller, params.task_id)
+        answer = responses(status, params.input_responses)
+        if answer is not None:
+            try:
+                await caller.detached(params.task_id).answer(answer)
+            except Exception as exc:
+                if lookup_failed(exc):
+                    raise not_found(params.task_id) from None
+                if not quietly_refused(exc):
+                    raise
+        return {}
+
+    async def _cancel_task(self, ctx: ServerRequestContext[Any], params: TaskIdParams) -> dict[str, Any]:
+        caller = self._task_caller(ctx, params)
+        try:
+            await caller.detached(params.task_id).cancel()
+        except Exception as exc:
+            if lookup_failed(exc):
+                raise not_found(params.task_id) from None
+            raise
+        return {}
 
     # -- artifacts as resources --------------------------------------------------------
 

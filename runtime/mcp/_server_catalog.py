@@ -39,6 +39,7 @@ __all__ = ["Catalog", "ServedTool", "error_result", "pending_result", "plain_res
 log = logging.getLogger("runtime.mcp")
 
 _WRAP_KEY = "result"
+_TASKS = "io.modelcontextprotocol/tasks"
 
 
 class ServedTool:
@@ -57,6 +58,10 @@ class ServedTool:
         given = getattr(tool, "json_schema", None)
         if isinstance(given, dict):  # a schema that came as JSON Schema is served as it was given
             listed["inputSchema"] = given
+        support = tool.options.task_support  # MCP Tasks (SEP-2663): see _server_tasks
+        if support != "forbidden":  # 2025-11-25's field; 2026-07-28 lists it in `_meta` (no field)
+            listed["execution"] = {"taskSupport": support}
+            listed["_meta"] = {**(listed.get("_meta") or {}), _TASKS: {"taskSupport": support}}
         output = output_document(descriptor)
         self.wrap = output is not None and output[1]
         self.structured = "outputSchema" in listed

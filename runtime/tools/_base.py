@@ -90,6 +90,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     placement: Any = None
     loop: Loop = "trio"
     requires_approval: Any = False
+    task: Any = False
     strict_result: bool = False
     encoder: Callable[[Any], Any] | None = None
     """Gives a result's objects that msgspec cannot encode a JSON form (a function, or a method:

@@ -20,10 +20,11 @@ from ..exceptions import ToolDefinitionError
 from ._placement import Placement
 from ._resilience import Cache, CircuitBreaker, Dedupe, RateLimit, Retry
 
-__all__ = ["Loop", "OnFull", "ToolOptions", "ToolOptionsKw"]
+__all__ = ["Loop", "OnFull", "TaskSupport", "ToolOptions", "ToolOptionsKw", "task_support"]
 
 OnFull = Literal["wait", "reject"]
 Loop = Literal["trio", "asyncio", "any"]
+TaskSupport = bool | Literal["optional", "required"]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
 if TYPE_CHECKING:
@@ -65,6 +66,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             arguments a predicate `(args) -> bool` picks; the question goes through the same path
             as `ctx.elicit` (the `on_elicit` handler, or the MCP client). Denied: REJECTED with
             the reason, and the tool does not run.
+        task: its calls may run as MCP tasks (SEP-2663, `io.modelcontextprotocol/tasks`): True or
+            "optional" (a served call from a client that declared the tasks extension becomes a
+            detached call, answered at once with its task; other clients are answered as usual),
+            "required" (only as a task: a client without the extension gets -32021), False (never;
+            a `requires_approval` tool is still served as "optional": its call may wait). Long
+            calls (minutes) and calls that wait for people are the ones to mark.
         tags: labels a per-request view selects tools by (`rt.scoped(tags=...)`).
         policies: the tool's own interceptors (`runtime.Policy`), inside the runtime's.
         idempotent: running a call twice does what running it once does (an MCP tool's
@@ -96,6 +103,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     loop: Loop = "trio"
     in_caller: bool = False
     requires_approval: Approval = False
+    task: TaskSupport = False
     tags: frozenset[str] = frozenset()
     policies: tuple[Any, ...] = ()
     idempotent: bool = False
@@ -121,6 +129,11 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError("retry+idempotent")
         if self.cache is not None and not self.read_only:
             raise ValueError("cache+read_only")
+
+    @property
+    def task_support(self) -> Literal["forbidden", "optional", "required"]:
+        """How MCP serves its calls as tasks (`execution.taskSupport`): see `task`."""
+        return task_support(self.task, self.requires_approval)
 
     @property
     def repeatable(self) -> bool:
@@ -169,6 +182,7 @@ _EXPECTED = {
     "placement": "InProcess(), Subprocess(...) or Ray(...) (from runtime.placement)",
     "loop": "'trio', 'asyncio' or 'any'",
     "requires_approval": "True, False or a predicate (args) -> bool",
+    "task": "True, False, 'optional' or 'required'",
     "tags": "a set of strings",
     "policies": "a sequence of runtime.Policy instances",
     "idempotent": "True or False",
@@ -243,6 +257,7 @@ class ToolOptionsKw(TypedDict, total=False):
     loop: Loop
     in_caller: bool
     requires_approval: bool | Callable[[Any], bool]
+    task: TaskSupport
     tags: frozenset[str] | set[str] | list[str] | tuple[str, ...]
     policies: tuple[Any, ...] | list[Any]
     idempotent: bool
@@ -254,3 +269,13 @@ class ToolOptionsKw(TypedDict, total=False):
     breaker: CircuitBreaker | None
     max_result_chars: int | None
     strict_result: bool
+
+
+def task_support(task: Any, requires_approval: Any = False) -> Literal["forbidden", "optional", "required"]:
+    """`execution.taskSupport` of a tool with these options: "required", "optional" (`task` True or
+    "optional", or a tool whose calls may wait for an approval), else "forbidden"."""
+    if task == "required":
+        return "required"
+    if task is True or task == "optional" or requires_approval is not False:
+        return "optional"
+    return "forbidden"

@@ -1,0 +1,257 @@
+"""MCP Tasks served (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a tool call made a
+task is a detached call of the runtime (`Calls.detach`), and the task methods are its handle.
+
+    tools/call      a tool with task support (`execution.taskSupport`: the tool option `task`, or
+                    `requires_approval`), from a request whose client declared the extension
+                    (per request in `_meta` clientCapabilities, 2026-07-28): detached for the
+                    request's principal, answered at once with a flat CreateTaskResult
+                    (`resultType: "task"`, taskId, status, createdAt, lastUpdatedAt, ttlMs,
+                    pollIntervalMs) once the call is journaled. A call that ends pending
+                    (`ToolPending`: an approval no one could give in the request) is its task
+                    in input_required. A "required" tool called by a client without the
+                    extension: -32021 naming it; an "optional" one runs as a plain call.
+    tasks/get       the DetailedTask: status, and inlined the tool's result (completed; a tool
+                    error is completed with `isError`), the error (failed: the runtime could
+                    not run it, JSON-RPC shape), or the questions (input_required: an approval,
+                    the tool's `ctx.elicit` / `sample` / `list_roots`, keyed by the question's
+                    `key`) as `inputRequests`.
+    tasks/update    `inputResponses` answer those questions (`DetachedCall.answer`; an approval's
+                    accept approves it, decline denies it); keys that match no question are
+                    ignored. Acked empty; what follows is seen on the next tasks/get.
+    tasks/cancel    `DetachedCall.cancel` (idempotent: a finished task is acked the same).
+    tasks/list, tasks/result: removed by SEP-2663 (-32601).
+
+Tasks are the principal's: an id that is not the request's principal's (its verified token's)
+is answered as an unknown one (-32602), never "not yours". Anonymous requests share the
+anonymous principal: there, the task id (random, 128 bits) is what lets one read it.
+Everything lives in the runtime's journal, so a task outlives the request, the session, and on
+a shared store (SQLite, Redis) the process. Served at 2026-07-28 only: the handshake era's tasks
+(2025-11-25's core, a different shape) are not served and its calls run as plain calls.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import mcp_types as types
+import pydantic
+from mcp import MCPError
+from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ..engine import DetachedState, DetachedStatus
+from ..exceptions import CallNotFound, CallStateError
+from ..messages import FailureKind, ToolFailure, ToolResult
+from ..tools import Answer, Elicitation, RootsRequest, Sampling
+from ._asking import answer_of, elicit_params, roots_of, sampled_of, sampling_params, with_defaults
+
+__all__ = [
+    "TASKS",
+    "TaskIdParams",
+    "TaskUpdateParams",
+    "created",
+    "declared",
+    "detailed",
+    "input_requests",
+    "missing_tasks",
+    "not_found",
+    "responses",
+]
+
+log = logging.getLogger("runtime.mcp")
+
+TASKS = "io.modelcontextprotocol/tasks"
+CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+HEADER_MISMATCH = -32020
+_PROTOCOL_FAILURES = frozenset({FailureKind.UNAVAILABLE, FailureKind.OVERLOADED, FailureKind.UNKNOWN_TOOL})
+_APPROVAL_KEY = "approval"
+
+
+class TaskIdParams(types.RequestParams):
+    """`tasks/get`, `tasks/cancel`."""
+
+    task_id: str
+
+
+class TaskUpdateParams(types.RequestParams):
+    """`tasks/update`."""
+
+    task_id: str
+    input_responses: dict[str, Any] = pydantic.Field(default_factory=dict)
+
+
+def declared(session: Any, meta: Any) -> bool:
+    """Whether the request's client declared the tasks extension: in the request's `_meta`
+    clientCapabilities (2026-07-28), or in its session's capabilities."""
+    if getattr(session, "protocol_version", None) not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = _meta_value(meta, CLIENT_CAPABILITIES)
+    if isinstance(capabilities, Mapping):
+        extensions = capabilities.get("extensions")
+        if isinstance(extensions, Mapping) and TASKS in extensions:
+            return True
+    own = getattr(session, "client_capabilities", None)
+    extensions = getattr(own, "extensions", None) if own is not None else None
+    return isinstance(extensions, Mapping) and TASKS in extensions
+
+
+def _meta_value(meta: Any, key: str) -> Any:
+    if meta is None:
+        return None
+    if isinstance(meta, Mapping):
+        return meta.get(key)
+    value = getattr(meta, "model_extra", None) or {}
+    if key in value:
+        return value[key]
+    try:
+        return meta.model_dump(by_alias=True).get(key)
+    except Exception:  # pragma: no cover - not a model
+        return None
+
+
+def missing_tasks(what: str) -> MCPError:
+    """-32021 for a client that did not declare the tasks extension `what` needs."""
+    return MCPError(
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message=f"{what} needs the MCP client to declare the {TASKS} extension",
+        data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
+    )
+
+
+def not_found(task_id: str) -> MCPError:
+    """The one answer for an id that is unknown, expired, or another principal's."""
+    return MCPError(code=INVALID_PARAMS, message=f"no task {task_id!r}", data={"taskId": task_id})
+
+
+def check_name_header(request: Any, task_id: str) -> None:
+    """SEP-2663: a tasks/* request's `Mcp-Name` header, when sent, is its taskId (-32020 if not)."""
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return
+    name = headers.get("mcp-name")
+    if name is not None and name.strip() != task_id:
+        raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
+
+
+def _iso(t: float) -> str:
+    return (
+        datetime.datetime.fromtimestamp(t, datetime.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else max(1, round(seconds * 1000))
+
+
+def _fields(status: DetachedStatus) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "taskId": status.id,
+        "status": str(status.state),
+        "createdAt": _iso(status.created_at),
+        "lastUpdatedAt": _iso(status.updated_at),
+        "ttlMs": _ms(status.ttl),
+        "pollIntervalMs": _ms(status.poll_interval),
+    }
+    if status.message:
+        fields["statusMessage"] = status.message
+    return fields
+
+
+def created(status: DetachedStatus) -> dict[str, Any]:
+    """The CreateTaskResult of a call made a task: flat, no result, no questions."""
+    return {"resultType": "task", **_fields(status)}
+
+
+def detailed(status: DetachedStatus, render: Callable[[ToolResult], types.CallToolResult]) -> dict[str, Any]:
+    """The DetailedTask `tasks/get` answers: the task, and its result, error or questions."""
+    task = {"resultType": "complete", **_fields(status)}
+    result = status.result
+    if status.state is DetachedState.INPUT_REQUIRED:
+        asked = input_requests(status)
+        if asked:
+            task["inputRequests"] = asked
+    elif result is not None and status.state is not DetachedState.CANCELLED:
+        if isinstance(result, ToolFailure) and result.kind in _PROTOCOL_FAILURES:
+            task["status"] = "failed"  # the runtime could not run it: a protocol-level error
+            task["error"] = {"code": types.INTERNAL_ERROR, "message": result.content}
+        else:  # a result, or the tool's own error (completed, isError)
+            task["status"] = "completed"
+            task["result"] = render(result).model_dump(by_alias=True, mode="json", exclude_none=True)
+    return task
+
+
+def _key(status: DetachedStatus) -> str | None:
+    question = status.question
+    if question is None:
+        return None
+    if isinstance(question, Elicitation) and question.approval:
+        return _APPROVAL_KEY
+    own = getattr(question, "key", None)
+    if own:
+        return str(own)
+    kind = type(question).__name__.lower()
+    return f"{kind}-{hashlib.sha256(str(status.version).encode() + status.id.encode()).hexdigest()[:12]}"
+
+
+def input_requests(status: DetachedStatus) -> dict[str, Any]:
+    """The questions an input_required task waits on, as SEP-2322 input requests by key."""
+    question, key = status.question, _key(status)
+    if question is None or key is None:
+        return {}
+    request: types.InputRequest
+    if isinstance(question, Elicitation):
+        request = types.ElicitRequest(params=elicit_params(question))
+    elif isinstance(question, Sampling):
+        request = types.CreateMessageRequest(params=sampling_params(question))
+    elif isinstance(question, RootsRequest):
+        request = types.ListRootsRequest()
+    else:  # pragma: no cover - no other kind of question
+        return {}
+    return {key: request.model_dump(by_alias=True, mode="json", exclude_none=True)}
+
+
+def responses(status: DetachedStatus, given: Mapping[str, Any]) -> Any:
+    """The answer `tasks/update` gives the task's question (None: none of `given` is for it).
+
+    Raises:
+        MCPError: INVALID_PARAMS, a response that is not an answer to its question.
+    """
+    key = _key(status)
+    if key is None or key not in given or status.state is not DetachedState.INPUT_REQUIRED:
+        return None
+    response, question = given[key], status.question
+    try:
+        if isinstance(question, Elicitation):
+            answer = answer_of(types.ElicitResult.model_validate(response))
+            if answer.action == "accept" and not question.approval:
+                return Answer(action="accept", content=with_defaults(answer.content or {}, question.schema))
+            return answer
+        if isinstance(question, Sampling):
+            return sampled_of(types.CreateMessageResult.model_validate(response))
+        if isinstance(question, RootsRequest):
+            return roots_of(types.ListRootsResult.model_validate(response))
+    except pydantic.ValidationError as exc:
+        raise MCPError(
+            code=INVALID_PARAMS, message=f"inputResponses[{key!r}] does not answer its request: {exc}"
+        ) from None
+    return None
+
+
+def quietly_refused(exc: Exception) -> bool:
+    """A verb that lost a race (the task moved on): acked, the next tasks/get tells."""
+    return isinstance(exc, CallStateError)
+
+
+def lookup_failed(exc: Exception) -> bool:
+    return isinstance(exc, CallNotFound | ValueError)
+
+
+def dumps(value: Any) -> str:  # pragma: no cover - debugging aid
+    return json.dumps(value, sort_keys=True)

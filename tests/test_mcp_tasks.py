@@ -1,0 +1,226 @@
+"""MCP Tasks served (SEP-2663, `io.modelcontextprotocol/tasks`), against a real server process
+(tests/mcp_servers/tasks.py: `serve_http` with a token per principal) over the stateless
+2026-07-28 wire, as a client of the extension speaks it: every transition and exit of a task
+(a detached call): created, working, completed, cancelled, input_required then answered,
+an approval that becomes a task, an unknown id and another principal's id (the same answer).
+
+The 15-minute tool behind a client that gives up after 60 s is in tests/test_mcp_tasks_clock.py
+(in-process, on virtual time).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = ROOT / "tests" / "mcp_servers" / "tasks.py"
+VERSION = "2026-07-28"
+TASKS = "io.modelcontextprotocol/tasks"
+LIMIT = 60  # seconds a test may take on a loaded machine
+_ids = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("http://"), f"the server did not start: {line!r}"
+        yield line.strip()
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+class RpcError(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message"))
+        self.message = str(error.get("message"))
+        self.code = error.get("code")
+        self.data = error.get("data")
+
+
+async def rpc(
+    url: str, method: str, params: dict[str, Any], *, token: str = "tok-alice", tasks: bool = True
+) -> dict[str, Any]:
+    """One request on the stateless wire: its result, or RpcError."""
+    capabilities: dict[str, Any] = {"elicitation": {}}
+    if tasks:
+        capabilities["extensions"] = {TASKS: {}}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+    }
+    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": {**params, "_meta": meta}}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": method,
+    }
+    name = params.get("name", params.get("taskId"))
+    if name is not None and str(name).isprintable():
+        headers["Mcp-Name"] = str(name)
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(url, json=body, headers=headers)
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        events = [
+            json.loads(line[5:])
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line[5:].strip()
+        ]
+        message = next(e for e in events if e.get("id") == body["id"])
+    else:
+        message = response.json()
+    if "error" in message:
+        raise RpcError(message["error"])
+    result: dict[str, Any] = message["result"]
+    return result
+
+
+async def until(url: str, task_id: str, *states: str, token: str = "tok-alice") -> dict[str, Any]:
+    while True:
+        task = await rpc(url, "tasks/get", {"taskId": task_id}, token=token)
+        if task["status"] in states:
+            return task
+        await trio.sleep(0.05)
+
+
+async def test_a_task_tool_is_listed_with_its_task_support(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        listed = await rpc(url, "tools/list", {})
+    # 2026-07-28's Tool has no `execution`: the extension's entry in the tool's `_meta` says it
+    support = {t["name"]: t["_meta"][TASKS]["taskSupport"] for t in listed["tools"]}
+    assert support == {"report": "optional", "confirm_delete": "required", "pay": "optional"}
+
+
+async def test_a_call_becomes_a_task_that_works_then_completes_with_its_result_inlined(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "report", "arguments": {"seconds": 0.5}})
+        assert created["resultType"] == "task"
+        assert created["status"] == "working"
+        assert {"result", "error", "inputRequests", "task", "ttl", "pollInterval"}.isdisjoint(created)
+        assert isinstance(created["ttlMs"], int)
+        assert isinstance(created["pollIntervalMs"], int)
+        task_id = created["taskId"]
+        working = await rpc(url, "tasks/get", {"taskId": task_id})  # at once: it is journaled
+        assert working["status"] == "working"
+        assert "result" not in working
+        done = await until(url, task_id, "completed", "failed", "cancelled")
+    assert done["status"] == "completed"
+    assert done["resultType"] == "complete"
+    assert done["result"]["content"] == [{"type": "text", "text": "report after 0.5 s"}]
+
+
+async def test_a_cancelled_task_settles_cancelled_and_a_second_cancel_is_the_same_ack(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "report", "arguments": {"seconds": 600}})
+        task_id = created["taskId"]
+        ack = await rpc(url, "tasks/cancel", {"taskId": task_id})
+        assert ack == {"resultType": "complete", "_meta": ack.get("_meta")} or set(ack) <= {
+            "resultType",
+            "_meta",
+        }
+        done = await until(url, task_id, "completed", "failed", "cancelled")
+        assert done["status"] == "cancelled"
+        again = await rpc(url, "tasks/cancel", {"taskId": task_id})  # idempotent
+        assert set(again) <= {"resultType", "_meta"}
+
+
+async def test_a_task_asks_goes_input_required_and_resumes_on_update(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "a.txt"}})
+        task_id = created["taskId"]
+        waiting = await until(url, task_id, "input_required")
+        (key,) = waiting["inputRequests"]
+        assert key == "confirm"
+        assert waiting["inputRequests"][key]["method"] == "elicitation/create"
+        ignored = await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": {"other": {}}})
+        assert set(ignored) <= {"resultType", "_meta"}  # a key for no question: acked, nothing changes
+        assert (await rpc(url, "tasks/get", {"taskId": task_id}))["status"] == "input_required"
+        answer = {"action": "accept", "content": {"confirm": True}}
+        await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": {key: answer}})
+        done = await until(url, task_id, "completed", "failed", "cancelled")
+    assert done["result"]["content"][0]["text"] == "deleted a.txt"
+
+
+async def test_a_call_that_needs_an_approval_is_a_task_waiting_for_it(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "pay", "arguments": {"amount": 5}})
+        task_id = created["taskId"]
+        waiting = await until(url, task_id, "input_required")
+        assert list(waiting["inputRequests"]) == ["approval"]
+        accept = {"action": "accept", "content": {}}
+        await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": {"approval": accept}})
+        done = await until(url, task_id, "completed", "failed", "cancelled")
+    assert done["result"]["content"][0]["text"] == "paid 5"
+
+
+async def test_a_denied_approval_completes_as_the_tools_error(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "pay", "arguments": {"amount": 6}})
+        task_id = created["taskId"]
+        await until(url, task_id, "input_required")
+        decline = {"action": "decline"}
+        await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": {"approval": decline}})
+        done = await until(url, task_id, "completed", "failed", "cancelled")
+    assert done["status"] == "completed"
+    assert done["result"]["isError"] is True
+
+
+async def test_an_unknown_id_and_another_principals_id_get_the_same_answer(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "report", "arguments": {"seconds": 600}})
+        task_id = created["taskId"]
+        answers = []
+        for who, asked in (
+            ("tok-bob", task_id),
+            ("tok-alice", "dc_" + "0" * 32),
+            ("tok-alice", "bad\u0000id"),
+        ):
+            for method in ("tasks/get", "tasks/cancel"):
+                with pytest.raises(RpcError) as refused:
+                    await rpc(url, method, {"taskId": asked}, token=who)
+                answers.append((refused.value.code, refused.value.message.replace(repr(asked), "ID")))
+        assert set(answers) == {(-32602, "no task ID")}
+        # bob's cancel changed nothing: alice's task still works
+        assert (await rpc(url, "tasks/get", {"taskId": task_id}))["status"] == "working"
+        await rpc(url, "tasks/cancel", {"taskId": task_id})
+
+
+async def test_without_the_extension_tasks_are_refused_and_calls_run_plain(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        plain = await rpc(url, "tools/call", {"name": "report", "arguments": {"seconds": 0}}, tasks=False)
+        assert plain.get("resultType") == "complete"
+        assert "taskId" not in plain
+        with pytest.raises(RpcError) as required:
+            await rpc(
+                url, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "x"}}, tasks=False
+            )
+        assert required.value.code == -32021
+        assert required.value.data == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+        with pytest.raises(RpcError) as gated:
+            await rpc(url, "tasks/get", {"taskId": "dc_x"}, tasks=False)
+        assert gated.value.code == -32021
+        for removed in ("tasks/list", "tasks/result"):
+            with pytest.raises(RpcError) as missing:
+                await rpc(url, removed, {"taskId": "dc_x"})
+            assert missing.value.code == -32601
