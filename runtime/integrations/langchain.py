@@ -440,7 +440,7 @@ class RuntimeToolNode(_NodeBase):
         if sent:
             with parent_context(_key(_current_run(config))):
                 served = caller.call_many_blocking(sent, metadata=self._metadata, timeout=self._timeout)
-        return self._shape(calls, merge(served, answered, len(calls)), shape)
+        return self._shape(calls, merge(served, answered, len(calls)), shape, portable=_checkpointed(config))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         calls, shape = self._parse(input)
