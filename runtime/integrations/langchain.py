@@ -19,6 +19,11 @@ carrying the `ToolFailure`) that its `handle_tool_error` turns into that message
 path for a handled tool error; the node builds the message itself. A call of a hidden tool never
 reaches the runtime: it is answered UNKNOWN_TOOL naming only the visible tools.
 
+Deferred calls: in a graph with a checkpointer, the node's deferred calls (`ToolPending`) are one
+LangGraph `interrupt` (LangChain's human-in-the-loop request), and `Command(resume={"decisions":
+[...]})` approves, edits, rejects or supplies each in the journal; the batch runs as a LangGraph
+task, so the node run again to resume does not run its other calls again.
+
 Spans: LangChain traces with callbacks (its run tree), not OpenTelemetry. The runtime's
 `execute_tool` spans are children of the OpenTelemetry context current when the tool or node
 runs; with `OpenTelemetryCallbackHandler` among the run's callbacks, LangChain's runs are mirrored

@@ -20,6 +20,12 @@ Failures become pydantic-ai's two tool-error forms; the tool never raises anythi
 The model should fix its arguments after the first kind; after the second, calling again with
 the same arguments would not help (or must wait), so the model sees the failure and adapts.
 
+Deferred calls (a `ToolPending`: an approval, an outside result) are pydantic-ai's deferred
+tools: `ApprovalRequired` / `CallDeferred` with the pending result as metadata, so the run ends
+with `DeferredToolRequests`. Its `DeferredToolResults` resume them: an approval (edited
+arguments too) runs the journal's call once (`call_tool` with `ctx.tool_call_approved`), and
+the `decisions()` capability takes a `ToolDenied` or an external result to the journal.
+
 Spans: with the agent instrumented (the `Instrumentation` capability, or
 `Agent.instrument_all()`),
 pydantic-ai's `execute_tool {name}` span is the current OpenTelemetry span while `call_tool`
