@@ -428,3 +428,24 @@ def test_a_per_request_answerer_set_in_asyncio_code_reaches_the_tools_question()
             return list(await asyncio.gather(request(approve, "a"), request(refuse, "b")))
 
     assert asyncio.run(main()) == ["a: accept", "b: decline"]
+
+
+def test_a_call_that_needs_approval_is_deferred_from_asyncio_on_a_sqlite_journal(tmp_path: Any) -> None:
+    """The approval's deferral writes the journal (it suspends on a SQLite store): an asyncio
+    caller's call of the tool takes a trio task for it from the first call, as for a cache's."""
+    from runtime import ToolPending
+    from runtime.stores import SQLiteStore
+
+    @tool(requires_approval=True)
+    async def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    async def main() -> None:
+        async with open_asyncio_runtime([pay], tracing=False, store=SQLiteStore(tmp_path / "calls.db")) as rt:
+            pending = await rt.call(ToolCall(id="c1", name="pay", arguments={"amount": 5}))
+            assert isinstance(pending, ToolPending), pending
+            handle = rt.detached(pending.detached_id)
+            await handle.approve()
+            assert (await handle.result()).content == "paid 5"
+
+    asyncio.run(main())

@@ -105,7 +105,7 @@ def test_each_adapter_exports_what_users_need_and_nothing_else() -> None:
             "failure_text",
             "function_tools",
         ],
-        "runtime.integrations.pydantic_ai": ["RETRY_ON", "RuntimeToolset"],
+        "runtime.integrations.pydantic_ai": ["RETRY_ON", "RuntimeDecisions", "RuntimeToolset"],
         "runtime.integrations.langchain": [
             "OpenTelemetryCallbackHandler",
             "RuntimeSearchTool",

@@ -211,6 +211,7 @@ def may_suspend(tool: ToolBase[Any, Any], options: ToolOptions, settings: Settin
     guarded = (
         options.cache is not None
         or options.dedupe is not None
+        or options.requires_approval is not False  # a deferral writes the journal (ApprovalPolicy)
         or options.breaker is not None
         or runtime.breaker is not None
         or limited

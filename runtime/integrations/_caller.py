@@ -14,19 +14,22 @@ its two awaitable call methods, usable from asyncio tasks.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Protocol, Unpack, runtime_checkable
+from typing import Any, Protocol, Unpack, runtime_checkable
 
 from ..embed import RuntimeThread
-from ..engine import CallSettings, Runtime
-from ..exceptions import ToolRuntimeError
-from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult, echo
+from ..engine import CallSettings, DetachedCall, DetachedStatus, Runtime
+from ..exceptions import CallStateError, ToolRuntimeError
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolPending, ToolResult, echo
 from ..registry import ToolRegistry
 
 __all__ = [
     "BlockingCaller",
     "Caller",
+    "Journaled",
     "RuntimeLike",
     "Selection",
     "ToolCallFailed",
@@ -61,6 +64,16 @@ class BlockingCaller(Caller, Protocol):
     def call_many_blocking(
         self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]: ...
+
+
+@runtime_checkable
+class Journaled(Protocol):
+    """A `Caller` whose deferred calls can be resumed: handles on its journal's entries (an
+    `AsyncioRuntime` or a view of one, a `RuntimeThread`'s `aio`)."""
+
+    def detached(self, id: str, *, principal: str | None = None) -> DetachedCall: ...
+
+    async def detached_calls(self, *, principal: str | None = None) -> list[DetachedStatus]: ...
 
 
 RuntimeLike = Caller | RuntimeThread
@@ -113,6 +126,12 @@ class _ThreadCaller:
         self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
         return self._thread.call_many(calls, **settings)
+
+    def detached(self, id: str, *, principal: str | None = None) -> DetachedCall:
+        return self._thread.aio.detached(id, principal=principal)
+
+    async def detached_calls(self, *, principal: str | None = None) -> list[DetachedStatus]:
+        return await self._thread.aio.detached_calls(principal=principal)
 
 
 class Selection:
@@ -218,3 +237,82 @@ _ids = itertools.count(1)
 def new_call_id(prefix: str) -> str:
     """An id for a call the framework gave none."""
     return f"{prefix}-{next(_ids)}"
+
+
+# -- resuming a deferred call through a framework ------------------------------------------
+
+
+def journal_of(caller: Caller) -> Journaled:
+    """The journal side of `caller`, to resume the calls it deferred.
+
+    Raises:
+        TypeError: `caller` has no journal (a `Caller` of its own making without `detached`).
+    """
+    if isinstance(caller, Journaled):
+        return caller
+    raise TypeError(
+        f"resuming a deferred call needs a runtime with `detached` and `detached_calls` (an AsyncioRuntime, "
+        f"a view of one, or a RuntimeThread); got {type(caller).__name__}"
+    )
+
+
+async def find_deferred(caller: Caller, call_id: str, tool: str) -> DetachedCall | None:
+    """The journal's entry for the model's call `call_id` of `tool` (the newest, if the model
+    reused an id), or None: the call was never deferred, or its entry is forgotten.
+
+    For a framework that hands back the model's call id and not our `detached_id` (an
+    approval in a serialized run state, a `DeferredToolResults` without its metadata).
+    """
+    journal = journal_of(caller)
+    found = [s for s in await journal.detached_calls() if s.call_id == call_id and s.tool == tool]
+    if not found:
+        return None
+    newest = max(found, key=lambda s: s.created_at)
+    return journal.detached(newest.id)
+
+
+def arguments_changed(status: DetachedStatus, arguments: str | Mapping[str, Any] | None) -> bool:
+    """Whether `arguments` (edited by whoever approves) differ from the ones the call waits with."""
+    if arguments is None:
+        return False
+    try:
+        given = json.loads(arguments) if isinstance(arguments, str) else arguments
+        return bool(given != json.loads(status.arguments))
+    except ValueError:
+        return True  # not JSON: the runtime's decoding says what is wrong with them
+
+
+async def approved_result(
+    handle: DetachedCall, arguments: str | Mapping[str, Any] | None = None
+) -> ToolResult:
+    """Approve the deferred call (with `arguments` when they were edited) and wait for its one result.
+
+    An approval of a call already approved is the same call (it ran once); of a call that
+    ended otherwise (denied, expired, cancelled) its result is that end.
+
+    Raises:
+        InvalidArguments: edited `arguments` that do not decode (the call stays pending).
+    """
+    status = await handle.status()
+    if status.waiting_for == "approval":
+        # decided elsewhere meanwhile (denied, expired): its end is the answer
+        with contextlib.suppress(CallStateError):
+            await handle.approve(arguments=arguments if arguments_changed(status, arguments) else None)
+    return await handle.result()
+
+
+async def denied(handle: DetachedCall, message: str) -> None:
+    """Deny the deferred call with `message` (what the model reads); a call no longer waiting
+    (decided or expired meanwhile) is left as it is."""
+    with contextlib.suppress(CallStateError):
+        await handle.deny(message)
+
+
+def pending_metadata(pending: ToolPending) -> dict[str, Any]:
+    """What a framework's deferred-call object carries of a `ToolPending` (JSON)."""
+    return {
+        "detached_id": pending.detached_id,
+        "reason": pending.reason,
+        "message": pending.message,
+        "expires_at": pending.expires_at,
+    }

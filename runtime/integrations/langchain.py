@@ -19,6 +19,11 @@ carrying the `ToolFailure`) that its `handle_tool_error` turns into that message
 path for a handled tool error; the node builds the message itself. A call of a hidden tool never
 reaches the runtime: it is answered UNKNOWN_TOOL naming only the visible tools.
 
+Deferred calls: in a graph with a checkpointer, the node's deferred calls (`ToolPending`) are one
+LangGraph `interrupt` (LangChain's human-in-the-loop request), and `Command(resume={"decisions":
+[...]})` approves, edits, rejects or supplies each in the journal; the batch runs as a LangGraph
+task, so the node run again to resume does not run its other calls again.
+
 Spans: LangChain traces with callbacks (its run tree), not OpenTelemetry. The runtime's
 `execute_tool` spans are children of the OpenTelemetry context current when the tool or node
 runs; with `OpenTelemetryCallbackHandler` among the run's callbacks, LangChain's runs are mirrored
@@ -41,10 +46,11 @@ from __future__ import annotations
 
 import contextvars
 import copy
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
+import msgspec
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages import ToolCall as LangChainToolCall
@@ -53,11 +59,23 @@ from langchain_core.tools import BaseTool, ToolException
 from opentelemetry.trace import TracerProvider
 from pydantic import PrivateAttr
 
-from ..messages import ToolCall, ToolFailure, ToolResult
+from ..engine import DetachedCall
+from ..messages import ToolCall, ToolFailure, ToolPending, ToolResult
 from ..registry import ToolRegistry
 from ..schema import render_tool
 from ..search import ToolSearch, found_tools
-from ._caller import BlockingCaller, Caller, RuntimeLike, Selection, caller_of, merge, new_call_id
+from ._caller import (
+    BlockingCaller,
+    Caller,
+    RuntimeLike,
+    Selection,
+    approved_result,
+    caller_of,
+    denied,
+    journal_of,
+    merge,
+    new_call_id,
+)
 from ._mirror import SpanMirror, parent_context
 from ._search import Finder
 
@@ -69,6 +87,29 @@ else:
     except ImportError:  # without it, a plain Runnable: the node needs only langchain-core
         _NodeBase = Runnable
 _LANGGRAPH = _NodeBase.__module__.startswith("langgraph")
+
+_Batch = Callable[[], Awaitable[list[str]]]
+if _LANGGRAPH:
+    from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+    from langgraph.func import task
+    from langgraph.types import interrupt
+
+    async def _run_batch(run: _Batch) -> list[str]:
+        """The node's batch as a LangGraph task: its results (JSON) are in the checkpoint, so a
+        node run again to resume an interrupt gets them back instead of running the calls again."""
+        return await run()
+
+    _as_task: Any = task(name="tool_runtime_batch")  # its overloads are more than mypy can pick from
+    _checkpointed_batch: Callable[[_Batch], Awaitable[list[str]]] = _as_task(_run_batch)
+
+
+def _checkpointed(config: RunnableConfig | None) -> bool:
+    """The node runs in a LangGraph graph with a checkpointer (what `interrupt` needs)."""
+    if not _LANGGRAPH or config is None:
+        return False
+    return config.get("configurable", {}).get(CONFIG_KEY_CHECKPOINTER) is not None
+
+
 __all__ = [
     "OpenTelemetryCallbackHandler",
     "RuntimeSearchTool",
@@ -404,16 +445,59 @@ class RuntimeToolNode(_NodeBase):
         if sent:
             with parent_context(_key(_current_run(config))):
                 served = caller.call_many_blocking(sent, metadata=self._metadata, timeout=self._timeout)
-        return self._shape(calls, merge(served, answered, len(calls)), shape)
+        return self._shape(calls, merge(served, answered, len(calls)), shape, portable=_checkpointed(config))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         calls, shape = self._parse(input)
         sent, answered = self._searched(calls, self._caller.registry)
         served: list[ToolResult] = []
+        checkpointed = _checkpointed(config)
         if sent:
             with parent_context(_key(_current_run(config))):
-                served = await self._caller.call_many(sent, metadata=self._metadata, timeout=self._timeout)
-        return self._shape(calls, merge(served, answered, len(calls)), shape)
+                if checkpointed:
+                    served = await self._replayable(sent)
+                else:
+                    served = await self._caller.call_many(
+                        sent, metadata=self._metadata, timeout=self._timeout
+                    )
+        results = merge(served, answered, len(calls))
+        if checkpointed and any(isinstance(r, ToolPending) for r in results):
+            results = await self._decided(calls, results)
+        return self._shape(calls, results, shape, portable=checkpointed)
+
+    async def _replayable(self, sent: list[ToolCall]) -> list[ToolResult]:
+        """The batch run as a LangGraph task: run once, replayed from the checkpoint when the
+        node runs again to resume (its other calls are not run again)."""
+
+        async def run() -> list[str]:
+            results = await self._caller.call_many(sent, metadata=self._metadata, timeout=self._timeout)
+            return [_RESULT_ENCODER.encode(r).decode() for r in results]
+
+        encoded = await _checkpointed_batch(run)
+        return [_RESULT_DECODER.decode(r) for r in encoded]
+
+    async def _decided(self, calls: Sequence[ToolCall], results: list[ToolResult]) -> list[ToolResult]:
+        """Interrupt for the batch's deferred calls (one `interrupt`, their requests in the
+        batch's order); resumed, each decision goes to the journal's call and its result takes
+        the pending one's place."""
+        waiting = [(i, r) for i, r in enumerate(results) if isinstance(r, ToolPending)]
+        answer = interrupt(_review(calls, waiting))
+        decisions = answer.get("decisions") if isinstance(answer, Mapping) else answer
+        if (
+            not isinstance(decisions, Sequence)
+            or isinstance(decisions, str)
+            or len(decisions) != len(waiting)
+        ):
+            raise ValueError(
+                f"resume the tool node with {{'decisions': [...]}}, one decision per action request "
+                f"({len(waiting)}), in their order; got {answer!r}"
+            )
+        journal = journal_of(self._caller)
+        decided = list(results)
+        for (i, pending), decision in zip(waiting, decisions, strict=True):
+            assert isinstance(pending, ToolPending)
+            decided[i] = await _decide(journal.detached(pending.detached_id), pending, decision)
+        return decided
 
     def _parse(self, input: Any) -> tuple[list[ToolCall], Literal["list", "dict"]]:
         """The runtime calls for `input`'s tool calls, and the output's shape (as ToolNode does)."""
@@ -440,19 +524,96 @@ class RuntimeToolNode(_NodeBase):
         return [_runtime_call(c) for c in last.tool_calls], shape
 
     def _shape(
-        self, calls: Sequence[ToolCall], results: Sequence[ToolResult], shape: Literal["list", "dict"]
+        self,
+        calls: Sequence[ToolCall],
+        results: Sequence[ToolResult],
+        shape: Literal["list", "dict"],
+        *,
+        portable: bool = False,
     ) -> Any:
+        # A checkpointer stores the messages with its own serializer, which knows no msgspec
+        # struct: there the artifact is the result's JSON form (a dict, "type" its kind).
         messages: list[BaseMessage] = [
             ToolMessage(
                 content=result.content,
                 tool_call_id=call.id,
                 name=call.name,
                 status="error" if isinstance(result, ToolFailure) else "success",
-                artifact=result,
+                artifact=msgspec.to_builtins(result) if portable else result,
             )
             for call, result in zip(calls, results, strict=True)
         ]
         return messages if shape == "list" else {self._messages_key: messages}
+
+
+_RESULT_ENCODER = msgspec.json.Encoder()
+_RESULT_DECODER = msgspec.json.Decoder(ToolResult)
+
+
+def _review(calls: Sequence[ToolCall], waiting: Sequence[tuple[int, ToolResult]]) -> dict[str, Any]:
+    """The interrupt's value: LangChain's human-in-the-loop request (`action_requests`,
+    `review_configs`), each request with the runtime's `ToolPending` (`id`, `detached_id`,
+    `reason`, `expires_at`)."""
+    requests: list[dict[str, Any]] = []
+    configs: list[dict[str, Any]] = []
+    for i, pending in waiting:
+        assert isinstance(pending, ToolPending)
+        call = calls[i]
+        arguments = (
+            call.arguments if isinstance(call.arguments, Mapping) else msgspec.json.decode(call.arguments)
+        )
+        requests.append(
+            {
+                "name": call.name,
+                "args": dict(arguments),
+                "description": pending.message,
+                "id": call.id,
+                "detached_id": pending.detached_id,
+                "reason": pending.reason,
+                "expires_at": pending.expires_at,
+            }
+        )
+        allowed = ["approve", "edit", "reject"] if pending.reason == "approval" else ["respond", "reject"]
+        configs.append({"action_name": call.name, "allowed_decisions": allowed})
+    return {"action_requests": requests, "review_configs": configs}
+
+
+async def _decide(handle: DetachedCall, pending: ToolPending, decision: Any) -> ToolResult:
+    """One decision of the resume value, taken to the journal's call: its result.
+
+    approve / edit (`edited_action.args`) run an approval's call once; reject denies it (its
+    `message` is what the model reads); respond (`result`) supplies an outside result, reject an
+    outside error.
+    """
+    kind = decision.get("type") if isinstance(decision, Mapping) else None
+    if pending.reason == "approval" and kind == "approve":
+        return await approved_result(handle)
+    if pending.reason == "approval" and kind == "edit":
+        edited = decision.get("edited_action")
+        arguments = edited.get("args") if isinstance(edited, Mapping) else None
+        if not isinstance(arguments, Mapping):
+            raise ValueError(f"an edit decision needs edited_action.args (an object); got {decision!r}")
+        return await approved_result(handle, arguments)
+    message = decision.get("message") if isinstance(decision, Mapping) else None
+    if kind == "reject":
+        text = message if isinstance(message, str) and message else "The call was rejected."
+        if pending.reason == "approval":
+            await denied(handle, text)
+        else:
+            await handle.supply(error=text)
+        return await handle.result()
+    if (
+        pending.reason == "outside"
+        and kind == "respond"
+        and isinstance(decision, Mapping)
+        and "result" in decision
+    ):
+        await handle.supply(decision["result"])
+        return await handle.result()
+    allowed = "approve, edit, reject" if pending.reason == "approval" else "respond (with result), reject"
+    raise ValueError(
+        f"a decision for {pending.tool!r} ({pending.reason}) is one of: {allowed}; got {decision!r}"
+    )
 
 
 def _runtime_call(tool_call: Mapping[str, Any]) -> ToolCall:

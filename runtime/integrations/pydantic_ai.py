@@ -20,6 +20,12 @@ Failures become pydantic-ai's two tool-error forms; the tool never raises anythi
 The model should fix its arguments after the first kind; after the second, calling again with
 the same arguments would not help (or must wait), so the model sees the failure and adapts.
 
+Deferred calls (a `ToolPending`: an approval, an outside result) are pydantic-ai's deferred
+tools: `ApprovalRequired` / `CallDeferred` with the pending result as metadata, so the run ends
+with `DeferredToolRequests`. Its `DeferredToolResults` resume them: an approval (edited
+arguments too) runs the journal's call once (`call_tool` with `ctx.tool_call_approved`), and
+the `decisions()` capability takes a `ToolDenied` or an external result to the journal.
+
 Spans: with the agent instrumented (the `Instrumentation` capability, or
 `Agent.instrument_all()`),
 pydantic-ai's `execute_tool {name}` span is the current OpenTelemetry span while `call_tool`
@@ -44,19 +50,41 @@ import copy
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from pydantic_ai import ModelRetry, RunContext, ToolFailed
+from pydantic_ai import (
+    ApprovalRequired,
+    CallDeferred,
+    CallToolsNode,
+    ModelRetry,
+    RunContext,
+    ToolDenied,
+    ToolFailed,
+    ToolReturn,
+)
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities import ToolSearch as PydanticToolSearch
+from pydantic_ai.capabilities.abstract import AgentNode
 from pydantic_ai.tools import AgentDepsT, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from ..messages import FailureKind, ToolCall, ToolFailure
+from ..engine import DetachedCall
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolPending, ToolResult
 from ..registry import ToolRegistry
 from ..search import ToolSearch
-from ._caller import RuntimeLike, Selection, caller_of, new_call_id
+from ._caller import (
+    RuntimeLike,
+    Selection,
+    approved_result,
+    caller_of,
+    denied,
+    find_deferred,
+    journal_of,
+    new_call_id,
+    pending_metadata,
+)
 from ._search import Finder
 
-__all__ = ["RETRY_ON", "RuntimeToolset"]
+__all__ = ["RETRY_ON", "RuntimeDecisions", "RuntimeToolset"]
 
 RETRY_ON: frozenset[FailureKind] = frozenset(
     {FailureKind.INVALID_ARGUMENTS, FailureKind.REJECTED, FailureKind.UNKNOWN_TOOL}
@@ -169,18 +197,115 @@ class RuntimeToolset(AbstractToolset[AgentDepsT]):
             for name, definition in self._definitions().items()
         }
 
+    def decisions(self) -> RuntimeDecisions[AgentDepsT]:
+        """The capability that takes a resumed run's `DeferredToolResults` to the runtime's
+        journal: a `ToolDenied` denies the deferred call (with its message), an external
+        result is supplied to it (checked against the tool's result type). Approvals need no
+        capability: pydantic-ai calls the tool again, and the toolset approves the call.
+
+            agent = Agent(model, toolsets=[toolset], capabilities=[toolset.decisions()],
+                          output_type=[str, DeferredToolRequests])
+        """
+        return RuntimeDecisions(self)
+
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
     ) -> Any:
-        """Run the call through the runtime: its content, or `ModelRetry` / `ToolFailed`."""
+        """Run the call through the runtime: its content, or `ModelRetry` / `ToolFailed`; a
+        deferred call raises `ApprovalRequired` / `CallDeferred` (its `ToolPending` as metadata),
+        and once approved (`ctx.tool_call_approved`) runs as that approval of it, exactly once."""
         call = ToolCall(id=ctx.tool_call_id or new_call_id("pydantic-ai"), name=name, arguments=tool_args)
         registry = self._caller.registry
-        if self._selection.sends(name, registry):
-            result = await self._caller.call(call, metadata=self._metadata, timeout=self._timeout)
-        else:  # pydantic-ai calls only listed tools, but a hidden one must never reach the runtime
+        result: ToolResult | None = None
+        if not self._selection.sends(name, registry):
+            # pydantic-ai calls only listed tools, but a hidden one must never reach the runtime
             result = self._selection.hidden(call, registry)
+        elif ctx.tool_call_approved:
+            handle = await self._deferred(ctx, name)
+            if handle is not None:  # else approved by pydantic-ai's own means: not ours to journal
+                result = await approved_result(handle, tool_args)
+        if result is None:
+            result = await self._caller.call(call, metadata=self._metadata, timeout=self._timeout)
+        return self._content(result)
+
+    def _content(self, result: ToolResult) -> Any:
+        if isinstance(result, ToolPending):
+            if result.reason == "approval":
+                raise ApprovalRequired(pending_metadata(result))
+            raise CallDeferred(pending_metadata(result))
         if isinstance(result, ToolFailure):
             if result.kind in self._retry_on:
                 raise ModelRetry(result.message)
             raise ToolFailed(result.message)
         return result.content
+
+    def _shows(self, name: str) -> bool:
+        return self._selection.sends(name, self._caller.registry)
+
+    async def _deferred(self, ctx: RunContext[AgentDepsT], name: str) -> DetachedCall | None:
+        """The journal's entry of the deferred call `ctx` resumes: by the `detached_id` of its
+        metadata when the application passed it back, else by the model's call id."""
+        metadata = ctx.tool_call_metadata
+        if isinstance(metadata, Mapping) and isinstance(metadata.get("detached_id"), str):
+            return journal_of(self._caller).detached(metadata["detached_id"])
+        if ctx.tool_call_id is None:
+            return None
+        return await find_deferred(self._caller, ctx.tool_call_id, name)
+
+
+class RuntimeDecisions(AbstractCapability[AgentDepsT]):
+    """Takes the application's decisions on a `RuntimeToolset`'s deferred calls to the runtime's
+    journal when a run resumes (made by `RuntimeToolset.decisions()`).
+
+    pydantic-ai answers a denied or externally-run call itself, without calling the toolset:
+    before it does, this capability denies the journal's entry (`ToolDenied`'s message is what
+    the model reads) or supplies the external result to it (a `ToolReturn` value is checked
+    against the tool's declared result type, and the model reads it as the tool's own result;
+    `ToolFailed` / `ModelRetry` end it with an ERROR of that message). A value of the wrong
+    type raises `ResultTypeError` out of the run, the call still pending.
+    """
+
+    def __init__(self, toolset: RuntimeToolset[AgentDepsT]) -> None:
+        self._toolset = toolset
+
+    async def before_node_run(
+        self, ctx: RunContext[AgentDepsT], *, node: AgentNode[AgentDepsT]
+    ) -> AgentNode[AgentDepsT]:
+        if not isinstance(node, CallToolsNode) or not node.tool_call_results:
+            return node
+        results = node.tool_call_results
+        metadata = node.tool_call_metadata or {}
+        toolset = self._toolset
+        for part in node.model_response.tool_calls:
+            decision = results.get(part.tool_call_id)
+            if decision is None or decision == "skip" or not toolset._shows(part.tool_name):
+                continue
+            if isinstance(decision, ToolDenied | ToolReturn | ToolFailed | ModelRetry):
+                handle = await self._handle(
+                    part.tool_call_id, part.tool_name, metadata.get(part.tool_call_id)
+                )
+                if handle is None:
+                    continue
+                if isinstance(decision, ToolDenied):
+                    await denied(handle, decision.message)
+                    continue
+                status = await handle.status()
+                if status.waiting_for != "outside":
+                    continue
+                if isinstance(decision, ToolReturn):
+                    await handle.supply(decision.return_value)
+                    supplied = await handle.result()
+                    results[part.tool_call_id] = (
+                        ToolFailed(supplied.message)
+                        if isinstance(supplied, ToolFailure)
+                        else ToolReturn(supplied.content)
+                    )
+                else:
+                    await handle.supply(error=decision.message)
+        return node
+
+    async def _handle(self, call_id: str, tool: str, metadata: Any) -> DetachedCall | None:
+        caller = self._toolset._caller
+        if isinstance(metadata, Mapping) and isinstance(metadata.get("detached_id"), str):
+            return journal_of(caller).detached(metadata["detached_id"])
+        return await find_deferred(caller, call_id, tool)
