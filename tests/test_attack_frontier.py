@@ -3,13 +3,10 @@ make them (attack-2): tool search (issue 44), code mode (issue 45), strict schem
 depth and MCP tool pinning (issue 46).
 
 Each test names one promise of the issues or the docs (docs/how-to/tool-search.md,
-code-mode.md, mcp-client.md, define-tools.md) that a hostile try broke on main. Each is marked
-`xfail(strict=True)`: the suite stays green while the break stands, and a fix turns the test
-into a failure of its mark (XPASS), to be removed with the fix. Real components only: real MCP
-server processes (tests/mcp_servers/mutable.py), a real redis-server (tests/redis_server.py),
+code-mode.md, mcp-client.md, define-tools.md) that a hostile try broke (attack-2); each failed on
+the code it was written against and passes since its fix. Real components only: real MCP server
+processes (tests/mcp_servers/mutable.py), a real redis-server (tests/redis_server.py),
 pydantic-monty's real sandbox, the real OpenTelemetry SDK.
-
-Written from the promises and the code, not from these capabilities' own tests.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 import trio
 from redis_server import running_redis
 
