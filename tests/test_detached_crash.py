@@ -165,8 +165,9 @@ class Harness:
     async def drive(self, calls: list[Tracked]) -> None:
         """Restart, and bring each call to its end (restarting again if a server dies)."""
         for _attempt in range(6):
-            server = await self.restart()
             try:
+                server = await self.restart()  # it may die before it is ready: recovering, a
+                # call it takes over reaches its tool's kill point
                 for tracked in calls:
                     if tracked.final is None:
                         tracked.final = await self.settle(server, tracked)
