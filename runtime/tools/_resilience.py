@@ -262,8 +262,9 @@ class Budget(_Value, frozen=True):
     """Caps on what callers may run at once: the runtime's answer to a turn of 800 calls.
 
     Attributes:
-        per_batch: calls of one `call_many` / `as_completed` running at once (the others wait
-            their turn; a batch is one model turn).
+        per_batch: calls of one batch running at once (the others wait their turn): a
+            `call_many` / `as_completed`, or one code-mode program's calls (a batch is one
+            model turn).
         per_principal: calls of one principal running at once, over every tool.
         rate: calls per second of one principal (shared by processes on a `RedisStore`).
         wait: over `per_principal` a call waits for room (within its deadline) instead of
