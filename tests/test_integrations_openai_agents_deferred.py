@@ -142,3 +142,22 @@ def test_an_approval_resumes_after_the_runtime_restarted_on_its_sqlite_journal(t
     assert RAN == {"note hi": 1}
     asyncio.run(after(saved))
     assert RAN == {"note hi": 1, "pay 900 Bob": 1}
+
+
+def test_always_approve_approves_the_tools_later_calls_in_the_runtime_too() -> None:
+    async def main() -> None:
+        async with open_asyncio_runtime(TOOLS, tracing=False) as rt:
+            later = [function_call("pay", {"amount": 50, "to": "Ann"}, call_id="p2")]
+            model = ScriptedModel([pay_and_note(), later, [assistant_message("done")]])
+            agent = agent_of(rt, model)
+            first = await Runner.run(agent, "pay Bob and note it")
+            state = first.to_state()
+            state.approve(first.interruptions[0], always_approve=True)
+            done = await Runner.run(agent, state)
+            assert done.interruptions == []
+            assert done.final_output == "done"
+            assert outputs(model, 2)["p2"] == "paid 50 EUR to Ann"
+            assert await rt.pending() == []
+
+    asyncio.run(main())
+    assert RAN == {"note hi": 1, "pay 900 Bob": 1, "pay 50 Ann": 1}
