@@ -29,14 +29,32 @@ the list's: make one list per conversation (`Agent.clone(tools=function_tools(..
 SDK's hosted `ToolSearchTool` is OpenAI's server-side search; this one is the runtime's, on any
 model the SDK drives.
 
+Approvals: a call the runtime defers for approval (`ToolPending`, reason "approval": a
+`requires_approval` tool, or a policy's `request.defer`) is the SDK's own approval interruption
+(`result.interruptions`), resumed through the SDK's own API (`state.approve(item)` /
+`state.reject(item, rejection_message=...)`, `RunState.to_json()` / `from_json` across a
+restart on the runtime's SQLite or Redis journal). For the tools that may be deferred, the
+tool's `needs_approval` runs the call through the runtime: a deferral answers True (the SDK
+interrupts the run), any other result is kept and is what `on_invoke_tool` returns. An approved
+call's `on_invoke_tool` approves the journal's entry (found by the model's call id, so after a
+restart too) and waits for its one result: it runs exactly once, however many times the state
+is resumed; a sibling call of the same turn ran in the first run and the SDK does not run it
+again. A rejection never calls tool code in the SDK: the tools' `is_enabled` (asked at each
+turn) denies the journal's entries the run state rejects, with the rejection message. A call
+whose result comes from outside (reason "outside") has no counterpart in the SDK: the model
+reads its pending text and the application supplies the result to the journal.
+
 `runtime` is an `AsyncioRuntime` (on the agent's event loop), a `RuntimeThread`, or any
 `Caller` (see `runtime.integrations`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
+import json
+import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
@@ -45,10 +63,22 @@ from agents.tool_context import ToolContext
 from agents.tracing import Span, SpanError, Trace, TracingProcessor, get_current_span
 from opentelemetry.trace import TracerProvider
 
-from ..messages import ToolCall, ToolFailure
+from ..messages import ToolCall, ToolFailure, ToolPending, ToolResult
+from ..registry import ToolRegistry
 from ..schema import render_tool
 from ..search import ToolSearch, found_tools
-from ._caller import Caller, RuntimeLike, Selection, ToolCallFailed, caller_of, new_call_id
+from ._caller import (
+    Caller,
+    Journaled,
+    RuntimeLike,
+    Selection,
+    ToolCallFailed,
+    approved_result,
+    caller_of,
+    denied,
+    find_deferred,
+    new_call_id,
+)
 from ._mirror import SpanMirror, attributes_of, parent_context
 from ._search import Finder
 
@@ -73,6 +103,7 @@ def function_tools(
     timeout: float | None = None,
     failure_error_function: FailureErrorFunction = failure_text,
     search: ToolSearch | None = None,
+    approvals: bool | None = None,
 ) -> list[FunctionTool]:
     """The runtime's tools (those it has now) as `FunctionTool`s that call it.
 
@@ -87,6 +118,11 @@ def function_tools(
             `ToolCallFailed`; by default the failure's own text.
         search: past `search.threshold` tools, offer a search tool and `search.always`; the
             tools found are enabled from the next turn on.
+        approvals: which tools' deferred calls are the SDK's approval interruptions: None
+            (default) the `requires_approval` tools, True every tool (a policy defers any
+            call), False none (a deferred call's pending text is the tool's output). For
+            these tools the call runs when the SDK asks `needs_approval`, so before the SDK's
+            tool input guardrails and `on_tool_start` hooks.
 
     Raises:
         ValueError: `only` names a tool the runtime does not have.
@@ -100,30 +136,140 @@ def function_tools(
     finder = None if search is None else Finder(caller, search, selection)
     deferred = frozenset(finder.deferred(registry) or ()) if finder is not None else frozenset()
     found: set[str] = set()  # what this list's searches found
+    asked = {
+        name for name in visible.names() if approvals or (approvals is None and _may_ask(registry, name))
+    }
+    book = _Approvals(caller, asked)
     tools: list[FunctionTool] = []
     if finder is not None and deferred:
         tools.append(_search_tool(finder, found, strict, failure_error_function))
     for schema in visible.schemas("openai", strict=strict):
         function = copy.deepcopy(schema["function"])  # the registry's copy is cached: never handed out
         name = function["name"]
+        approving = book if name in asked else None
         tools.append(
             FunctionTool(
                 name=name,
                 description=function.get("description") or "",
                 params_json_schema=function["parameters"],
-                on_invoke_tool=_invoker(caller, name, metadata, timeout, failure_error_function),
+                on_invoke_tool=_invoker(caller, name, metadata, timeout, failure_error_function, approving),
                 strict_json_schema=bool(function.get("strict", False)),
-                is_enabled=_once_found(name, found) if name in deferred else True,
+                is_enabled=_enabled(name, found if name in deferred else None, approving),
+                needs_approval=False
+                if approving is None
+                else approving.needs_approval(name, metadata, timeout),
             )
         )
     return tools
 
 
-def _once_found(name: str, found: set[str]) -> Callable[[RunContextWrapper[Any], Any], bool]:
-    def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-        return name in found
+def _may_ask(registry: ToolRegistry, name: str) -> bool:
+    options = getattr(registry.get(name), "options", None)
+    return getattr(options, "requires_approval", False) is not False
+
+
+def _enabled(
+    name: str, found: set[str] | None, approving: _Approvals | None
+) -> bool | Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
+    """The tool's `is_enabled`: a searchable tool once found; a tool whose calls may wait for
+    an approval first takes the run state's rejections to the journal."""
+    if found is None and approving is None:
+        return True
+
+    async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        if approving is not None:
+            await approving.reconcile(ctx)
+        return found is None or name in found
 
     return is_enabled
+
+
+class _Approvals:
+    """A tool list's approvals: what `needs_approval` ran, what waits, what the state rejected.
+
+    `ran`: results of calls `needs_approval` ran that did not wait (by tool and call id), for
+    `on_invoke_tool` to return. `waiting`: the journal id of a call that waits for approval
+    (found again by call id after a restart). `seen`: per run context, the rejections already
+    taken to the journal (a turn asks every tool's `is_enabled` at once: one journal scan).
+    """
+
+    def __init__(self, caller: Caller, tools: Collection[str]) -> None:
+        self.caller = caller
+        self.tools = frozenset(tools)
+        self.ran: dict[tuple[str, str], ToolResult] = {}
+        self.waiting: dict[tuple[str, str], str] = {}
+        self.seen: weakref.WeakKeyDictionary[RunContextWrapper[Any], frozenset[str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.lock: asyncio.Lock | None = None
+
+    def needs_approval(
+        self, name: str, metadata: Mapping[str, Any] | None, timeout: float | None
+    ) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]:
+        async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+            call = ToolCall(id=call_id, name=name, arguments=json.dumps(params))
+            span = get_current_span()  # the SDK's `function` span of this call
+            with parent_context(_key(span.span_id) if span is not None else None):
+                result = await self.caller.call(call, metadata=metadata, timeout=timeout)
+            if isinstance(result, ToolPending) and result.reason == "approval":
+                self.waiting[(name, call_id)] = result.detached_id
+                return True
+            self.ran[(name, call_id)] = result
+            return False
+
+        return needs_approval
+
+    async def approved(self, ctx: ToolContext[Any], name: str, call_id: str) -> ToolResult | None:
+        """The result of a call the run state approved that waits in the journal (it runs
+        now, once), or None: not such a call."""
+        journal = self.caller
+        if ctx.is_tool_approved(name, call_id) is not True or not isinstance(journal, Journaled):
+            return None
+        detached_id = self.waiting.pop((name, call_id), None)
+        handle = (
+            journal.detached(detached_id)
+            if detached_id is not None
+            else await find_deferred(self.caller, call_id, name)
+        )
+        return None if handle is None else await approved_result(handle)
+
+    async def reconcile(self, ctx: RunContextWrapper[Any]) -> None:
+        """Deny the journal's waiting calls of this run that its state rejected."""
+        journal = self.caller
+        if not isinstance(journal, Journaled) or not _rejects(ctx):
+            return
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        async with self.lock:
+            mine: Collection[str] | None = getattr(ctx, "_tool_invocations", None)  # this run's calls
+            waiting = [
+                s
+                for s in await journal.detached_calls()
+                if s.waiting_for == "approval"
+                and s.tool in self.tools
+                and (mine is None or s.call_id in mine)
+            ]
+            rejected = frozenset(s.id for s in waiting if ctx.is_tool_approved(s.tool, s.call_id) is False)
+            if rejected <= self.seen.get(ctx, frozenset()):
+                return
+            for s in waiting:
+                if s.id in rejected:
+                    message = ctx.get_rejection_message(s.tool, s.call_id) or _REJECTED
+                    await denied(journal.detached(s.id), message)
+                    self.waiting.pop((s.tool, s.call_id), None)
+            self.seen[ctx] = self.seen.get(ctx, frozenset()) | rejected
+
+
+_REJECTED = "the call was rejected"
+"""The journal's denial message when the run state rejected a call without one."""
+
+
+def _rejects(ctx: RunContextWrapper[Any]) -> bool:
+    """Whether the run state may have rejected a call (cheap: no journal read when it has not)."""
+    approvals = getattr(ctx, "_approvals", None)
+    if not isinstance(approvals, dict):
+        return True  # an SDK that keeps them elsewhere: ask the journal
+    return any(getattr(record, "rejected", True) for record in approvals.values())
 
 
 def _search_tool(
@@ -156,6 +302,7 @@ def _invoker(
     metadata: Mapping[str, Any] | None,
     timeout: float | None,
     failure_error_function: FailureErrorFunction,
+    approving: _Approvals | None = None,
 ) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
         call_id = getattr(ctx, "tool_call_id", None) or new_call_id("agents")
@@ -163,7 +310,20 @@ def _invoker(
         call = ToolCall(id=call_id, name=name, arguments=arguments or "{}")
         span = get_current_span()  # the SDK's `function` span of this call
         with parent_context(_key(span.span_id) if span is not None else None):
-            result = await caller.call(call, metadata=metadata, timeout=timeout)
+            result = None if approving is None else approving.ran.pop((name, call_id), None)
+            if result is None and approving is not None:
+                result = await approving.approved(ctx, name, call_id)
+            if result is None:
+                result = await caller.call(call, metadata=metadata, timeout=timeout)
+            if (
+                approving is not None
+                and isinstance(result, ToolPending)
+                and result.reason == "approval"
+                and ctx.is_tool_approved(name, call_id) is True
+                and isinstance(caller, Journaled)
+            ):
+                # approved before it was asked (`always_approve`): the SDK's approval is the runtime's
+                result = await approved_result(caller.detached(result.detached_id))
         if isinstance(result, ToolFailure):
             return await _failed(ctx, span, result, failure_error_function)
         return result.content
