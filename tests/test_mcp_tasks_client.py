@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,20 @@ async def test_an_optional_task_tool_is_a_task_only_when_detached_here(
     assert detached.content == "report after 0.3 s"
     assert status.state is DetachedState.COMPLETED
     assert sum("became task" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_a_detached_calls_remote_question_waits_in_our_journal_for_its_answer(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        async for rt in _open(url):  # no on_elicit: the detached call's journal holds the question
+            handle = await rt.detach(call("confirm_delete", filename="c.txt"))
+            async with aclosing(handle.watch()) as statuses:
+                async for status in statuses:
+                    if status.state is not DetachedState.WORKING:
+                        break
+            assert status.state is DetachedState.INPUT_REQUIRED
+            assert isinstance(status.question, Elicitation)
+            assert status.question.message == "Delete c.txt?"
+            await handle.answer(Answer.accept({"confirm": True}))
+            result = await handle.result()
+    assert isinstance(result, ToolSuccess), result
+    assert result.content == "deleted c.txt"
