@@ -109,7 +109,13 @@ async def test_a_task_tool_is_listed_with_its_task_support(url: str) -> None:
         listed = await rpc(url, "tools/list", {})
     # 2026-07-28's Tool has no `execution`: the extension's entry in the tool's `_meta` says it
     support = {t["name"]: t["_meta"][TASKS]["taskSupport"] for t in listed["tools"]}
-    assert support == {"report": "optional", "confirm_delete": "required", "pay": "optional"}
+    assert support == {
+        "report": "optional",
+        "confirm_delete": "required",
+        "pay": "optional",
+        "slow_write": "required",
+        "transfer": "required",
+    }
 
 
 async def test_a_call_becomes_a_task_that_works_then_completes_with_its_result_inlined(url: str) -> None:

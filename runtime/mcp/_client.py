@@ -36,6 +36,9 @@ Life of a connection (each turn of the loop is one session with the server)::
   names the handler to give.
 - A server's questions (elicitation, sampling, roots) go to the runtime's handlers saying
   which server asked and, where it can be told, for which of the runtime's calls.
+- A tool the server runs as a task (SEP-2663 `taskSupport` "required", or "optional" for a
+  call detached here) is followed to its end by polling (`_client_tasks`): its questions are
+  asked through the call's own asking flow, and cancelling the call cancels the task.
 - A connection refused at the HTTP level (401, 403 `insufficient_scope`) is reported as
   that, even where the SDK went on to another handshake and reports that one's failure.
 """
@@ -75,6 +78,7 @@ from ..tools.lowlevel import is_cancellation
 from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
 from ._client_pool import Held, SessionPool
+from ._client_tasks import TaskCall, TasksExtension, as_task, declare_per_call, tasking
 from ._client_tool import McpTool
 from ._client_transport import WatchedTransport
 
@@ -234,6 +238,7 @@ class RemoteServer:
             logging_callback=self._server_log,
             log_level="info",  # 2026-07-28: log messages come only to requests that ask for them
             client_info=_CLIENT_INFO,
+            extensions=[TasksExtension()],  # a remote tool's task (SEP-2663), followed to its end
             # a server's elicitation / sampling / roots requests (and 2026-07-28 input-required
             # results, followed for a bounded number of rounds) go to the runtime's handlers
             **client_callbacks(getattr(registrar, "asking", None), server=self.name, who=self.asking_call),
@@ -242,6 +247,7 @@ class RemoteServer:
             async with client, trio.open_nursery() as nursery:
                 watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
                 _read_unstructured(client)
+                declare_per_call(client.session)
                 capabilities = client.server_capabilities
                 # A version adopted without asking (mode="2026-07-28") learned no capabilities:
                 # listening is tried, and a refusal is taken as the answer.
@@ -314,11 +320,13 @@ class RemoteServer:
             message_handler=link.on_message,
             logging_callback=self._server_log,
             client_info=_CLIENT_INFO,
+            extensions=[TasksExtension()],
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client:
                 watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
                 _read_unstructured(client)
+                declare_per_call(client.session)
                 connecting.deadline = math.inf
                 link.client = client
                 try:
@@ -459,6 +467,9 @@ class RemoteServer:
         key = id(serving)  # unique while the call runs: it holds `serving`
         self._in_flight[key] = serving
         token = _serving.set(serving)
+        task_token = tasking.set(
+            TaskCall(self.name, tool.name, ctx) if as_task(tool.remote_task, ctx) else None
+        )
         try:
             # Progress is asked for only when someone hears it (no token, no notifications).
             wanted = _progress_to(ctx) if ctx is not None and ctx.hears_progress else None
@@ -491,6 +502,7 @@ class RemoteServer:
                 f"the connection to MCP server {self.name!r} broke during the call; reconnecting"
             ) from None
         finally:
+            tasking.reset(task_token)
             _serving.reset(token)
             del self._in_flight[key]
 

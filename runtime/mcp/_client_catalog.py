@@ -22,6 +22,7 @@ import msgspec
 
 from ..schema import parse_json_schema
 from ..stores import MemoryStore
+from ._client_tasks import task_support
 from ._client_tool import WRAP_MARKER, Caller, McpTool, local_name
 from ._pins import HeldTool, Pins, ToolChange
 from ._schema_tool import schema_descriptor, schema_validator
@@ -281,6 +282,7 @@ class RemoteCatalog:
             requires_approval=getattr(self.spec, "requires_approval", False),
             idempotent=bool(annotations is not None and annotations.idempotent_hint),
             read_only=bool(annotations is not None and annotations.read_only_hint),
+            remote_task=task_support(remote),
             options=getattr(self.spec, "options", None),
         )
 

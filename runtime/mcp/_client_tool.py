@@ -75,6 +75,8 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         remote_name: the name the server knows it by.
         server: the name of the MCP server it comes from.
         descriptor: its parameters, title, annotations and output type, from the server's listing.
+        remote_task: its task support on the server (SEP-2663 `taskSupport`: "required",
+            "optional", or None): a call sent as a task is followed to its end (`_client_tasks`).
     """
 
     in_caller = True  # its calls await the server (the SDK stops one at once when cancelled)
@@ -97,6 +99,7 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         requires_approval: Any = False,
         idempotent: bool = False,
         read_only: bool = False,
+        remote_task: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
@@ -111,6 +114,7 @@ class McpTool(ToolBase[Any, Any], dynamic=True):
         self.requires_approval = requires_approval
         self.idempotent = idempotent  # the server's idempotentHint: retries and dedupe may act
         self.read_only = read_only  # its readOnlyHint: a Cache may serve its results
+        self.remote_task = remote_task  # its taskSupport there: "required", "optional" or None
         self._caller = caller
         self._wrapped = wrapped
         for option, value in (options or {}).items():  # the spec's, for each of its tools

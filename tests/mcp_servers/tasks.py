@@ -1,16 +1,18 @@
 """`serve_http` of a runtime whose tools may run as MCP tasks (SEP-2663), one bearer token per
 principal (alice, bob). Prints its URL on stdout once it serves; serves until killed.
+Tasks are polled every 0.1 s (`Durable.poll_interval`: the `pollIntervalMs` it tells clients).
 Run: `python tasks.py`.
 """
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import msgspec
 import trio
 
-from runtime import CallContext, open_runtime, tool
+from runtime import CallContext, Durable, open_runtime, tool
 from runtime.mcp import serve_http
 
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
@@ -40,9 +42,28 @@ def pay(amount: int) -> str:
     return f"paid {amount}"
 
 
+@tool(task="required")
+async def slow_write(path: str, seconds: float) -> str:
+    """Write `path` after `seconds` (only ever as a task)."""
+    await trio.Path(path + ".started").write_text("started")
+    await trio.sleep(seconds)
+    await trio.Path(path).write_text("written")
+    return f"wrote {Path(path).name}"
+
+
+@tool(task="required", requires_approval=True)
+def transfer(amount: int) -> str:
+    """Transfer `amount` (a task that waits for an approval first)."""
+    return f"transferred {amount}"
+
+
 async def main() -> None:
     async with (
-        open_runtime([report, confirm_delete, pay], tracing=False) as rt,
+        open_runtime(
+            [report, confirm_delete, pay, slow_write, transfer],
+            tracing=False,
+            durable=Durable(poll_interval=0.1),
+        ) as rt,
         trio.open_nursery() as nursery,
     ):
         host, port = await nursery.start(functools.partial(serve_http, rt, port=0, tokens=TOKENS))

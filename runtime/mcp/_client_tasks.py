@@ -1,0 +1,300 @@
+"""MCP Tasks used as a client (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a remote
+tool call the server makes a task is followed here until it ends, as the one call it is.
+
+    which calls     a remote tool whose listing says `taskSupport` "required" (every call), or
+                    "optional" when the call runs detached here (`rt.detach`, a deferred call
+                    approved): only those `tools/call` requests declare the extension (per request,
+                    in `_meta` clientCapabilities, 2026-07-28); the others stay plain calls.
+    the task        the server answers a CreateTaskResult (`resultType: "task"`); `tasks/get` is
+                    polled at its `pollIntervalMs` (kept within 0.05 s .. 30 s) until the task ends:
+                    completed -> its inlined result (a tool error `isError`, as a plain call);
+                    failed -> the server's error (ERROR); cancelled by the server -> UNAVAILABLE;
+                    forgotten (the server no longer knows the id) -> UNAVAILABLE.
+    questions       input_required: each `inputRequests` entry is asked through the call's own
+                    asking flow (`ctx.elicit` / `ctx.sample` / `ctx.list_roots`: the runtime's
+                    `on_elicit` handler, an `asking(...)` block, a detached call's journal) and
+                    the answers go back in one `tasks/update`. No one to ask: the call fails
+                    as a question no one can answer does (UNAVAILABLE) and the task is cancelled.
+    cancel          our call cancelled (its caller, its deadline, `handle.cancel()`) sends
+                    `tasks/cancel` (shielded, bounded) before the cancellation goes on: the remote
+                    work stops with ours.
+
+The polling is the call's: it is bounded by the call's deadline like any remote call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import mcp_types as types
+import pydantic
+import trio
+from mcp import MCPError
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS
+
+from ..exceptions import CannotAsk, ToolUnavailable
+from ..tools import CallContext
+from ._asking import sampling_of
+
+__all__ = [
+    "TASKS",
+    "TaskCall",
+    "TaskCreated",
+    "TasksExtension",
+    "declare_per_call",
+    "task_support",
+    "tasking",
+]
+
+log = logging.getLogger("runtime.mcp")
+
+TASKS = "io.modelcontextprotocol/tasks"
+MIN_POLL = 0.05  # seconds: a server asking for a tighter poll is polled this often
+MAX_POLL = 30.0  # seconds: nor is a task left unpolled longer, whatever the server says
+DEFAULT_POLL = 1.0  # a server that gives no pollIntervalMs
+CANCEL_TIMEOUT = 5.0  # seconds a `tasks/cancel` may take once our call is cancelled
+_MAX_QUESTION_ROUNDS = 100  # a task that asks without end is given up
+
+
+class TaskCreated(types.Result):
+    """A CreateTaskResult (flat, 2026-07-28): the task a `tools/call` became."""
+
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str = "working"
+    status_message: str | None = None
+    created_at: str | None = None
+    last_updated_at: str | None = None
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class _TaskIdParams(types.RequestParams):
+    task_id: str
+
+
+class _TaskUpdateParams(types.RequestParams):
+    task_id: str
+    input_responses: dict[str, Any]
+
+
+class _GetTask(types.Request[_TaskIdParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    name_param = "taskId"
+
+
+class _CancelTask(types.Request[_TaskIdParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    name_param = "taskId"
+
+
+class _UpdateTask(types.Request[_TaskUpdateParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    name_param = "taskId"
+
+
+class _Raw(pydantic.BaseModel):
+    """A task method's result as the server sent it (read as a dict)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+
+async def _send(session: Any, request: types.Request[Any, Any]) -> dict[str, Any]:
+    reply: _Raw = await session.send_request(request, _Raw)
+    return reply.model_dump()
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """The runtime call a `tools/call` sent as a task belongs to (what the resolver asks with)."""
+
+    server: str
+    tool: str
+    ctx: CallContext | None
+
+
+tasking: ContextVar[TaskCall | None] = ContextVar("runtime_mcp_tasking", default=None)
+"""Set around a `tools/call` that may become a task: the extension is declared for it."""
+
+
+def task_support(remote: types.Tool) -> str | None:
+    """A listed tool's task support: "required", "optional", or None (never a task).
+
+    2026-07-28's Tool has no `execution`: the extension's entry in its `_meta` says it."""
+    meta = remote.meta or {}
+    entry = meta.get(TASKS)
+    support = entry.get("taskSupport") if isinstance(entry, Mapping) else None
+    if support is None and remote.execution is not None:
+        support = getattr(remote.execution, "task_support", None)
+    return support if support in ("required", "optional") else None
+
+
+def as_task(support: str | None, ctx: CallContext | None) -> bool:
+    """Whether a call of a tool with `support` is sent as a task."""
+    if support == "required":
+        return True
+    return support == "optional" and ctx is not None and ctx.detached_id is not None
+
+
+class TasksExtension(ClientExtension):
+    """The tasks extension of one SDK `Client`: its CreateTaskResult, followed to the end."""
+
+    identifier = TASKS
+
+    def claims(self) -> tuple[ResultClaim[Any], ...]:
+        return (ResultClaim(result_type="task", model=TaskCreated, resolve=follow),)
+
+
+def declare_per_call(session: Any) -> None:
+    """Declare the extension only on the `tools/call` requests sent as tasks (`tasking` set).
+
+    The SDK stamps the same clientCapabilities on every request of a session; a server makes
+    a task of every call of an "optional" tool from a client that declares it, which would
+    turn each plain call into a round of polls. Called once the session is connected (its
+    stamp is made at the handshake)."""
+    stamp = session._stamp
+
+    def per_call(data: dict[str, Any], opts: Any) -> None:
+        stamp(data, opts)
+        if data.get("method") != "tools/call" or tasking.get() is not None:
+            return
+        meta = data.get("params", {}).get("_meta")
+        capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+        if not isinstance(capabilities, dict):
+            return
+        extensions = capabilities.get("extensions")
+        if not isinstance(extensions, dict) or TASKS not in extensions:
+            return
+        rest = {k: v for k, v in extensions.items() if k != TASKS}
+        trimmed = {k: v for k, v in capabilities.items() if k != "extensions"}
+        if rest:
+            trimmed["extensions"] = rest
+        assert isinstance(meta, dict)
+        meta[CLIENT_CAPABILITIES_META_KEY] = trimmed
+
+    session._stamp = per_call
+
+
+def _interval(ms: Any) -> float:
+    if not isinstance(ms, int | float) or isinstance(ms, bool) or not math.isfinite(ms):
+        return DEFAULT_POLL
+    return min(MAX_POLL, max(MIN_POLL, ms / 1000))
+
+
+async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolResult:
+    """Follow a task to its end: its result, as the `tools/call` would have answered.
+
+    Raises:
+        MCPError: the task failed (the server's error).
+        ToolUnavailable: the server cancelled or forgot the task.
+        CannotAsk: it asks what no one here can answer (the task is cancelled).
+    """
+    session = claim.session
+    call = tasking.get()
+    task_id = created.task_id
+    where = f"MCP server {call.server!r}" if call is not None else "the MCP server"
+    log.debug("%s: the call became task %s", where, task_id)
+    task: dict[str, Any] = created.model_dump(by_alias=True, mode="json", exclude_none=True)
+    interval = _interval(created.poll_interval_ms)
+    rounds = 0
+    ended = False
+    try:
+        while True:
+            status = task.get("status")
+            if status == "completed":
+                ended = True
+                if "result" not in task:
+                    raise ToolUnavailable(f"{where} completed task {task_id} without a result")
+                return types.CallToolResult.model_validate(task["result"])
+            if status == "failed":
+                ended = True
+                found = task.get("error")
+                error: dict[str, Any] = found if isinstance(found, dict) else {}
+                message = str(error.get("message") or task.get("statusMessage") or "the task failed")
+                code = error.get("code")
+                raise MCPError(code=code if isinstance(code, int) else types.INTERNAL_ERROR, message=message)
+            if status == "cancelled":
+                ended = True
+                said = task.get("statusMessage")
+                raise ToolUnavailable(f"{where} cancelled task {task_id}" + (f" ({said})" if said else ""))
+            asked = task.get("inputRequests")
+            if status == "input_required" and isinstance(asked, dict) and asked:
+                rounds += 1
+                if rounds > _MAX_QUESTION_ROUNDS:
+                    raise ToolUnavailable(
+                        f"{where}: task {task_id} asked more than {_MAX_QUESTION_ROUNDS} times"
+                    )
+                answers = {key: await _answer(call, request) for key, request in asked.items()}
+                await _send(
+                    session, _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers))
+                )
+            else:
+                await trio.sleep(interval)
+            try:
+                task = await _send(session, _GetTask(params=_TaskIdParams(task_id=task_id)))
+            except MCPError as exc:
+                if exc.code == INVALID_PARAMS:  # "no task": expired, or the server restarted
+                    ended = True
+                    raise ToolUnavailable(
+                        f"{where} no longer knows task {task_id} ({exc.error.message}); it may have run"
+                    ) from None
+                raise
+            interval = _interval(task.get("pollIntervalMs", created.poll_interval_ms))
+    finally:
+        if not ended:  # our call ends first (cancelled, a deadline, a question no one answers)
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + CANCEL_TIMEOUT
+                try:
+                    await _send(session, _CancelTask(params=_TaskIdParams(task_id=task_id)))
+                except Exception as exc:  # the connection is gone: the task's ttl ends it
+                    log.info("%s: task %s could not be cancelled: %s", where, task_id, exc)
+                if scope.cancelled_caught:
+                    log.info("%s: task %s: tasks/cancel had no answer in time", where, task_id)
+
+
+async def _answer(call: TaskCall | None, request: Any) -> dict[str, Any]:
+    """The answer to one of a task's input requests, asked through the call's asking flow."""
+    ctx = call.ctx if call is not None else None
+    method = request.get("method") if isinstance(request, dict) else None
+    if ctx is None:
+        raise CannotAsk(f"an MCP task asked ({method}) and there is no call to ask through")
+    params = request.get("params") or {}
+    if method == "elicitation/create":
+        form = types.ElicitRequestFormParams.model_validate(params)
+        schema = form.requested_schema
+        schema_dict = (
+            schema if isinstance(schema, dict) else schema.model_dump(by_alias=True, exclude_none=True)
+        )
+        elicited = await ctx.elicit(form.message, dict(schema_dict))
+        reply: dict[str, Any] = {"action": elicited.action}
+        if elicited.action == "accept":
+            reply["content"] = elicited.value or {}
+        return reply
+    if method == "sampling/createMessage":
+        asked = sampling_of(types.CreateMessageRequestParams.model_validate(params))
+        sampled = await ctx.sample(
+            list(asked.messages),
+            max_tokens=asked.max_tokens,
+            system_prompt=asked.system_prompt,
+            temperature=asked.temperature,
+            stop_sequences=asked.stop_sequences,
+            model_hints=asked.model_hints,
+            include_context=asked.include_context,
+            metadata=asked.metadata,
+        )
+        return types.CreateMessageResult(
+            role=sampled.role,
+            content=types.TextContent(text=sampled.text),
+            model=sampled.model or "unknown",
+            stop_reason=sampled.stop_reason,
+        ).model_dump(by_alias=True, mode="json", exclude_none=True)
+    if method == "roots/list":
+        roots = await ctx.list_roots()
+        return {"roots": [{"uri": r.uri, **({"name": r.name} if r.name else {})} for r in roots]}
+    raise CannotAsk(f"an MCP task asked {method!r}, which this client cannot answer")
