@@ -12,9 +12,6 @@ official SDK client:
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +23,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import INVALID_PARAMS
+from served import served
 
 from runtime import Artifacts, ResourceLinkPart, ResourcePart, ToolCall, ToolSuccess, mcp, open_runtime
 from tests.mcp_servers.artifacts import LIMIT, big_text
@@ -42,20 +40,8 @@ WAIT = 120  # seconds: 50 MB over loopback HTTP, JSON both ways, on a shared mac
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's runtime, in the child too
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("http://"), f"the server did not start: {line!r}"
-        yield line.strip()
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with served(SERVER) as address:
+        yield address
 
 
 @asynccontextmanager

@@ -11,14 +11,13 @@ credential (tests/mcp_servers/principals.py: `serve_http(tokens=..., view_of=...
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from served import served
 
 from runtime import FailureKind, ToolCall, ToolResult, mcp, open_runtime
 
@@ -33,19 +32,8 @@ LIMIT = 30
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("http://"), f"the server did not start: {line!r}"
-        yield line.strip()
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with served(SERVER) as address:
+        yield address
 
 
 def whoami(call_id: str) -> ToolCall:

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from served import served
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "mcp_servers" / "tasks.py"
@@ -33,20 +31,8 @@ _ids = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("http://"), f"the server did not start: {line!r}"
-        yield line.strip()
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with served(SERVER) as address:
+        yield address
 
 
 class RpcError(Exception):

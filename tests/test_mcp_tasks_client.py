@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from pathlib import Path
@@ -21,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+from served import served
 
 from runtime import (
     Answer,
@@ -42,20 +40,8 @@ LIMIT = 60  # seconds a test may take on a loaded machine
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("http://"), f"the server did not start: {line!r}"
-        yield line.strip()
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with served(SERVER) as address:
+        yield address
 
 
 class User:
