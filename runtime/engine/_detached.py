@@ -1179,18 +1179,8 @@ class Book:
                 text = f"running tool {tool!r} was denied: {reason}; it did not run"
                 return self._ended(r, failure_of(r, FailureKind.REJECTED, text), "denied")
 
-            new, changed, _ = await self.journal.change(
-                record.key, change, self.options.ttl, _known(raw, record)
-            )
-            if new is None:
-                raise CallNotFound(detached_id)
-            if changed:
-                await self._after_end(new)
-                return self.status(new)
-            record = new
-        if record.decision == "denied":
-            return self.status(record)  # idempotent
-        raise self._refusal(record, "denied")
+            return await self._decide(detached_id, record, raw, change, "denied", "denied")
+        return self._decided(record, "denied", "denied")
 
     async def expire(self, detached_id: str, principal: str | None) -> DetachedStatus:
         raw, record = await self._read(detached_id, principal)
@@ -1212,18 +1202,34 @@ class Book:
                     return None
                 return self._ended(r, result, "supplied")
 
-            new, changed, _ = await self.journal.change(
-                record.key, change, self.options.ttl, _known(raw, record)
-            )
-            if new is None:
-                raise CallNotFound(detached_id)
-            if changed:
-                await self._after_end(new)
-                return self.status(new)
-            record = new
-        if record.decision == "supplied":
-            return self.status(record)  # idempotent
-        raise self._refusal(record, "given an outside result")
+            return await self._decide(detached_id, record, raw, change, "supplied", "given an outside result")
+        return self._decided(record, "supplied", "given an outside result")
+
+    async def _decide(
+        self,
+        detached_id: str,
+        record: Record,
+        raw: bytes | None,
+        change: Callable[[Record], Record | None],
+        decision: str,
+        refused: str,
+    ) -> DetachedStatus:
+        """End a waiting call by `change` (the application's decision); its status, or what
+        `_decided` says of the record another process changed first."""
+        new, changed, _ = await self.journal.change(record.key, change, self.options.ttl, _known(raw, record))
+        if new is None:
+            raise CallNotFound(detached_id)
+        if changed:
+            await self._after_end(new)
+            return self.status(new)
+        return self._decided(new, decision, refused)
+
+    def _decided(self, record: Record, decision: str, refused: str) -> DetachedStatus:
+        """The status of a call `decision` already ended (the same verb again is idempotent), or
+        CallStateError: it ended otherwise, or does not wait for this."""
+        if record.decision == decision:
+            return self.status(record)
+        raise self._refusal(record, refused)
 
     def _outside_result(self, record: Record, value: Any, error: str | None) -> ToolResult:
         """The result an outside value makes, shaped and checked as the tool's own would be.
