@@ -78,6 +78,9 @@ $(REDIS_STAMP): | $(STAMP)
 # tests/test_docs_site.py opens the built site from disk in a real headless browser: Debian's
 # Chromium, installed where there is none (without one, that test checks the built links only).
 CHROMIUM_STAMP := $(VENV)/.chromium-installed
+# The docs extra (mkdocs): defined before `pytest` names it (a prerequisite is expanded where the
+# rule stands: defined later, it was empty, and a clean clone skipped the docs site's tests).
+DOCS_STAMP := $(VENV)/.docs-installed
 
 $(CHROMIUM_STAMP): | $(STAMP)
 	command -v chromium >/dev/null || (export DEBIAN_FRONTEND=noninteractive; \
@@ -145,7 +148,6 @@ soak: $(STAMP)
 # a broken link or anchor fails it. Its Python blocks run in tests/test_docs_blocks.py. The build
 # reads the sources statically (mkdocstrings' griffe): it needs the `docs` extra's packages only,
 # not the runtime's dependencies nor the dev extra.
-DOCS_STAMP := $(VENV)/.docs-installed
 
 $(DOCS_STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
