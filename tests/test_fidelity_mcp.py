@@ -27,7 +27,10 @@ LIMIT = 30
 
 
 def remote(mode: str = "legacy") -> rmcp.ServerSpec:
-    return rmcp.stdio(sys.executable, [str(SERVERS / "fidelity.py")], mode=mode, name="fidelity")
+    # a loaded machine may take more than the default 10 s to start a Python server process
+    return rmcp.stdio(
+        sys.executable, [str(SERVERS / "fidelity.py")], mode=mode, name="fidelity", connect_timeout=LIMIT - 5
+    )
 
 
 async def test_a_remote_tools_schema_is_the_servers_own_wherever_it_goes() -> None:
