@@ -200,27 +200,10 @@ def tools(
     return made
 
 
-class RuntimeTool(BaseTool):
-    """One runtime tool as a LangChain `BaseTool` (made by `tools()`).
+class _CallIdTool(BaseTool):
+    """A LangChain tool whose runtime call carries the model's tool-call id. The id reaches neither
+    `_run` nor `_arun`: it rides a context variable from `invoke` / `ainvoke` (`_call_id`)."""
 
-    The model's arguments go to the runtime as they are (LangChain does not validate them
-    against a JSON-Schema `args_schema`; the runtime does). Returns `(content, ToolSuccess)`
-    (`response_format="content_and_artifact"`), so a tool call's `ToolMessage` carries the
-    runtime's result as its artifact; a failure raises `RuntimeToolException`, handled into
-    `ToolMessage(status="error")`.
-    """
-
-    _caller: Caller = PrivateAttr()
-    _metadata: Mapping[str, Any] | None = PrivateAttr(default=None)
-    _timeout: float | None = PrivateAttr(default=None)
-
-    def _bind(self, caller: Caller, metadata: Mapping[str, Any] | None, timeout: float | None) -> None:
-        self._caller = caller
-        self._metadata = metadata
-        self._timeout = timeout
-
-    # The call id of a model's tool call reaches neither `_run` nor `_arun`: it rides a context
-    # variable from `invoke` / `ainvoke`, so the runtime's call (and its span) carries the id.
     def invoke(
         self,
         input: str | dict[str, Any] | LangChainToolCall,
@@ -245,10 +228,32 @@ class RuntimeTool(BaseTool):
         finally:
             _TOOL_CALL_ID.reset(token)
 
+    @staticmethod
+    def _call_id() -> str:
+        return _TOOL_CALL_ID.get() or new_call_id("langchain")
+
+
+class RuntimeTool(_CallIdTool):
+    """One runtime tool as a LangChain `BaseTool` (made by `tools()`).
+
+    The model's arguments go to the runtime as they are (LangChain does not validate them
+    against a JSON-Schema `args_schema`; the runtime does). Returns `(content, ToolSuccess)`
+    (`response_format="content_and_artifact"`), so a tool call's `ToolMessage` carries the
+    runtime's result as its artifact; a failure raises `RuntimeToolException`, handled into
+    `ToolMessage(status="error")`.
+    """
+
+    _caller: Caller = PrivateAttr()
+    _metadata: Mapping[str, Any] | None = PrivateAttr(default=None)
+    _timeout: float | None = PrivateAttr(default=None)
+
+    def _bind(self, caller: Caller, metadata: Mapping[str, Any] | None, timeout: float | None) -> None:
+        self._caller = caller
+        self._metadata = metadata
+        self._timeout = timeout
+
     def _call(self, arguments: dict[str, Any]) -> ToolCall:
-        return ToolCall(
-            id=_TOOL_CALL_ID.get() or new_call_id("langchain"), name=self.name, arguments=arguments
-        )
+        return ToolCall(id=self._call_id(), name=self.name, arguments=arguments)
 
     async def _arun(self, *args: Any, **kwargs: Any) -> tuple[str, ToolResult]:
         call = self._call(kwargs)
@@ -265,7 +270,7 @@ class RuntimeTool(BaseTool):
         return _content(result)
 
 
-class RuntimeSearchTool(BaseTool):
+class RuntimeSearchTool(_CallIdTool):
     """The search tool as a LangChain tool (made by `tools(..., search=)`): the runtime's search,
     answered here. Its `ToolMessage.artifact` is the search's `ToolSuccess` (its value a
     `FoundTools`), which is how `loaded` finds what it loaded."""
@@ -286,32 +291,8 @@ class RuntimeSearchTool(BaseTool):
         made._finder = finder
         return made
 
-    def invoke(
-        self,
-        input: str | dict[str, Any] | LangChainToolCall,
-        config: RunnableConfig | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        token = _TOOL_CALL_ID.set(_call_id_of(input))
-        try:
-            return super().invoke(input, config, **kwargs)
-        finally:
-            _TOOL_CALL_ID.reset(token)
-
-    async def ainvoke(
-        self,
-        input: str | dict[str, Any] | LangChainToolCall,
-        config: RunnableConfig | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        token = _TOOL_CALL_ID.set(_call_id_of(input))
-        try:
-            return await super().ainvoke(input, config, **kwargs)
-        finally:
-            _TOOL_CALL_ID.reset(token)
-
     def _run(self, *args: Any, **kwargs: Any) -> tuple[str, ToolResult]:
-        call = ToolCall(id=_TOOL_CALL_ID.get() or new_call_id("langchain"), name=self.name, arguments=kwargs)
+        call = ToolCall(id=self._call_id(), name=self.name, arguments=kwargs)
         return _content(self._finder.answer(call))
 
     async def _arun(self, *args: Any, **kwargs: Any) -> tuple[str, ToolResult]:
