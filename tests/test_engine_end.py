@@ -335,3 +335,30 @@ async def test_a_cancelled_batch_whose_hooks_hang_is_counted_within_one_hook_gra
     assert stats.failures == {"cancelled": 20}
     assert stats.in_flight == 0
     assert "20 cancelled call(s)" in caplog.text
+
+
+class Fallback(Policy):
+    """Answers every failed call with a value of its own (a runtime-wide fallback)."""
+
+    def intercept(self, request: CallRequest) -> Any:
+        result = yield request
+        if isinstance(result, ToolFailure):
+            return request.answer(0)
+        return result
+
+
+async def test_a_call_to_no_tool_keeps_its_answer_when_a_policy_answers_it(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A call that reaches no tool has a plan too (`Nowhere`): a runtime-wide policy that answers
+    # its failure with a value of its own meets no tool to shape that value, so the call keeps its
+    # UNKNOWN_TOOL answer, and nothing in the engine breaks (it was an assertion before).
+    async with open_runtime([plain], policies=[Fallback()]) as rt:
+        typo = await rt.call(call("typo", "plian", {"n": 1}))
+        fell_back = await rt.call(call("err", "plain", {"n": -1}))
+    assert isinstance(typo, ToolFailure)
+    assert typo.kind is FailureKind.UNKNOWN_TOOL
+    assert "plain" in typo.message  # the closest name, as always
+    assert isinstance(fell_back, ToolSuccess)
+    assert fell_back.value == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -236,7 +236,7 @@ class Call(Generic[P]):
         call: the ToolCall (made safe to echo when the model sent odd fields).
         ctx: its CallContext, when something needs one (features, the tool, asking).
         context: a copy of the caller's contextvars; the tool's code runs in it.
-        plan: what serves its tool (None: not routed to any tool).
+        plan: what serves its tool (a call that reaches no tool has one too: `Nowhere`).
         args: the decoded arguments.
         deadline: absolute trio time by which it must end (inf: none); once RUNNING, the
             sooner of the caller's and the tool's own.
@@ -307,7 +307,7 @@ class Call(Generic[P]):
         self,
         call: ToolCall,
         ctx: CallContext | None,
-        plan: P | None,
+        plan: P,
         deadline: float,
         limit: float | None,
         reply: Any = None,
@@ -382,15 +382,14 @@ class Call(Generic[P]):
             return False
         self.state = REPORTED
         plan = self.plan
-        if plan is not None:
-            plan.holding -= 1
-            counters = plan.counters
-            counters.calls += 1
-            result = self.result
-            if type(result) is ToolSuccess:
-                counters.succeeded += 1
-            elif type(result) is ToolFailure:
-                counters.record_failure(result)
+        plan.holding -= 1
+        counters = plan.counters
+        counters.calls += 1
+        result = self.result
+        if type(result) is ToolSuccess:
+            counters.succeeded += 1
+        elif type(result) is ToolFailure:
+            counters.record_failure(result)
         return True
 
     def _held(self) -> tuple[Gate, ...]:
@@ -476,9 +475,8 @@ class Call(Generic[P]):
         if self.handed and not self.interrupted:
             self.handed = False
             self.interrupted = True
-            plan = self.plan
-            if plan is not None:  # an orphan now: counted as abandoned if it runs on past a grace
-                plan.counters.orphans[self] = trio.current_time() + ABANDON_GRACE
+            # an orphan now: counted as abandoned if it runs on past a grace
+            self.plan.counters.orphans[self] = trio.current_time() + ABANDON_GRACE
             executor = self.executor
             assert executor is not None
             executor.cancel(self)
@@ -490,13 +488,12 @@ class Call(Generic[P]):
         plan = self.plan
         if self.handed:  # answered already; the calls its work went on for hear this now
             self.handed = False
-            if plan is not None:
-                plan.counters.orphans[self] = self.settled_at
+            plan.counters.orphans[self] = self.settled_at
             result = failure(self.call, kind, message)
             for gate in self._held():
                 gate.given_up(self, result)
             return
-        if self.fail(kind, message) and plan is not None and self in plan.counters.orphans:
+        if self.fail(kind, message) and self in plan.counters.orphans:
             plan.counters.orphans[self] = self.settled_at  # known to ignore cancellation already
 
     def timeout_message(self) -> str:
@@ -507,14 +504,13 @@ class Call(Generic[P]):
 
     def retried(self, result: ToolFailure) -> bool:
         """Its `Retry` tries this failure again (its kind, or what raised it), and attempts remain."""
-        retry = self.plan.retry if self.plan is not None else None
+        retry = self.plan.retry
         return retry is not None and self.attempt < retry.attempts and retry.retries(result.kind, self.error)
 
     def _again(self, result: ToolFailure) -> bool:
         """RUNNING -> QUEUED for another attempt (`Retry`), if its kind is retried, attempts
         remain and the backoff ends within the caller's deadline. The span hears of each."""
         plan = self.plan
-        assert plan is not None
         retry = plan.retry
         if retry is None or self.cancelled or not self.retried(result):
             return False
@@ -552,7 +548,6 @@ class Call(Generic[P]):
         if self.state is not QUEUED:
             return False
         plan = self.plan
-        assert plan is not None
         breaker = plan.breaker
         if breaker is not None and breaker.state == "open":  # it opened while this call waited
             refused = breaker.refusal(trio.current_time(), self)
@@ -585,7 +580,6 @@ class Call(Generic[P]):
     def returned(self, value: Any) -> None:
         """The tool returned `value`."""
         plan = self.plan
-        assert plan is not None
         result = plan.shape(self, value)
         if result is not None:  # None: its result is being kept whole (`kept` ends it)
             self._end(result)
@@ -597,7 +591,6 @@ class Call(Generic[P]):
     def raised(self, exc: BaseException) -> None:
         """The tool raised `exc` (not a cancellation of this call)."""
         plan = self.plan
-        assert plan is not None
         self.error = exc  # for its Retry's `on` (an exception type, a predicate)
         self._end(plan.failure(self, exc))
 
@@ -608,7 +601,6 @@ class Call(Generic[P]):
     def lost(self) -> None:
         """The executor went away under the call (its tool crashed, shutdown, a dead worker)."""
         plan = self.plan
-        assert plan is not None
         self._end(failure(self.call, FailureKind.UNAVAILABLE, plan.unavailable_message()))
 
     def stop_result(self) -> ToolFailure:
@@ -648,42 +640,38 @@ class Call(Generic[P]):
         state = self.state
         answered = state is DONE or state is REPORTED
         if over:  # 1
-            assert plan is not None
             if not answered:
                 plan.counters.in_flight -= 1
             plan.running.discard(self)
             self.job = None
-        if plan is not None:
-            breaker = plan.breaker
-            if breaker is not None:  # 2
-                if not answered:
-                    if over or state is QUEUED:
-                        breaker.heard(self, result, over)
-                    elif state is RUNNING:  # answered while it runs: its deadline is its outcome
-                        breaker.heard(self, result, _lapsed(result))
-                elif over and not _lapsed(self.result):  # a late end (a lapsed one was heard)
-                    breaker.heard(self, result, True)
-            if (  # 3
-                over
-                and not answered
-                and plan.retry is not None
-                and type(result) is ToolFailure
-                and self._again(result)
-            ):
-                if plan.draining and not plan.running:
-                    plan.drained()
-                return
+        breaker = plan.breaker
+        if breaker is not None:  # 2
+            if not answered:
+                if over or state is QUEUED:
+                    breaker.heard(self, result, over)
+                elif state is RUNNING:  # answered while it runs: its deadline is its outcome
+                    breaker.heard(self, result, _lapsed(result))
+            elif over and not _lapsed(self.result):  # a late end (a lapsed one was heard)
+                breaker.heard(self, result, True)
+        if (  # 3
+            over
+            and not answered
+            and plan.retry is not None
+            and type(result) is ToolFailure
+            and self._again(result)
+        ):
+            if plan.draining and not plan.running:
+                plan.drained()
+            return
         if not answered:  # 4
             if state is RUNNING and not over:
-                assert plan is not None
                 plan.counters.in_flight -= 1
                 self.settled_at = now = trio.current_time()
                 if not self.handed:
                     plan.counters.orphans[self] = now + ABANDON_GRACE
             elif self.queued:
                 self.queued = False
-                if plan is not None:
-                    plan.mailbox.left(self)
+                plan.mailbox.left(self)
             self.state = DONE
             self.result = result
         elif over:
@@ -695,7 +683,6 @@ class Call(Generic[P]):
                 for gate in self._held():
                     gate.answered(self)
         if answered:  # 6 (a late result: `over`, since a settled call is never settled again)
-            assert plan is not None
             self._late(plan, result)
         else:  # 7
             reply = self.reply
@@ -705,7 +692,7 @@ class Call(Generic[P]):
                     _reschedule(reply)
                 else:
                     reply.settled(self)
-        if over and plan is not None and plan.draining and not plan.running:  # 8
+        if over and plan.draining and not plan.running:  # 8
             plan.drained()
 
     def _late(self, plan: Plan, result: ToolResult) -> None:

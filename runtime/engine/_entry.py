@@ -49,7 +49,7 @@ from ..tools import CallContext
 from ..tools.lowlevel import Asker
 from ._actor import Settings
 from ._call import CANCELLED_MESSAGE, DONE, HOOK_GRACE, QUEUED, REPORTED, RUNNING, Call
-from ._plan import ToolPlan, call_chain
+from ._plan import Nowhere, ToolPlan, call_chain
 from ._policies import CallRequest, Policy, after, before, call_of, redacted
 from ._resilience import Gate, Resilience
 from ._scope import Scope
@@ -100,9 +100,7 @@ class _Stream:
         self.send = send
 
     def settled(self, call: Call[ToolPlan]) -> None:
-        plan = call.plan
-        if plan is not None:
-            plan.sinks.pop(call, None)
+        call.plan.sinks.pop(call, None)
         self.send.close()
 
     def expire_at(self, when: float) -> None:
@@ -131,15 +129,14 @@ class Entry:
         self._principal_gates = budget is not None and budget.per_principal is not None
         if settings.resilience is not None:
             settings.resilience.readmit = self.readmit
-        self._unrouted: tuple[Policy, ...] = tuple(
-            p for p in settings.options.policies if type(p).applies is Policy.applies
+        self.nowhere = Nowhere(
+            tuple(p for p in settings.options.policies if type(p).applies is Policy.applies)
         )
-        """What a call that reaches no tool meets (its tool is unknown, or hidden from its view):
+        """The plan of a call that reaches no tool. What it meets (its tool is unknown, or hidden from its view):
         the runtime-wide policies that apply to every tool, so that a redaction holds and an
         audit hears it; one that picks its tools (overrides `applies`) picked none of these. A
         hidden tool's call meets the same as an unknown name's: nothing tells them apart. The
         call keeps its UNKNOWN_TOOL answer."""
-        self._unrouted_suspends = any(p.suspends for p in self._unrouted)
 
     @property
     def direct(self) -> bool:
@@ -149,7 +146,7 @@ class Entry:
         return (
             (pipeline is None or pipeline.hooks_cannot_suspend)
             and not self._routing.suspends
-            and not self._unrouted_suspends
+            and not self.nowhere.suspends
         )
 
     def store_health(self) -> dict[str, Any]:
@@ -223,7 +220,8 @@ class Entry:
         if self.pipeline is not None or (actor is not None and actor.needs_context):
             ctx = self.context(call, actor.tool if actor is not None else None, metadata, principal, scope)
         if actor is None:
-            c: Call[ToolPlan] = Call(call, ctx, None, deadline, limit, reply, index, principal)
+            c: Call[ToolPlan] = Call(call, ctx, self.nowhere, deadline, limit, reply, index, principal)
+            self.nowhere.holding += 1
             if problem is None:
                 self.unknown += 1
                 known = (
@@ -310,7 +308,7 @@ class Entry:
     def context_of(self, c: Call[ToolPlan]) -> CallContext:
         """`c`'s context, made the first time a policy asks for it (`CallRequest.ctx`)."""
         if c.ctx is None:
-            c.ctx = self.context(c.call, c.plan.tool if c.plan is not None else None, c.metadata, c.principal)
+            c.ctx = self.context(c.call, c.plan.tool if c.plan.routed else None, c.metadata, c.principal)
         return c.ctx
 
     def prepare_all(
@@ -357,7 +355,6 @@ class Entry:
         return and its caller awaits `plan.in_caller.run`).
         """
         plan = c.plan
-        assert plan is not None
         gates = c.gates
         if gates is not None:
             while c.passed < len(gates):  # its budgets first: it may wait in one
@@ -373,7 +370,7 @@ class Entry:
         if c.state is not QUEUED:
             return
         if not self.admit(c, host):
-            c.plan.mailbox.wait_room_soon(lambda: self.readmit(c, host))  # type: ignore[union-attr]
+            c.plan.mailbox.wait_room_soon(lambda: self.readmit(c, host))
 
     def gate_batch(self, cs: Sequence[Call[ToolPlan]]) -> None:
         """`Budget(per_batch=N)`: at most N of one batch's calls run at once (the rest wait)."""
@@ -413,8 +410,7 @@ class Entry:
     def starting(self, c: Call[ToolPlan]) -> Flow[None]:
         """Begin's steps after `prepare`, as one flow: the policies' before-halves (a call
         answered already hears them too), then the features' starting hooks."""
-        plan = c.plan
-        policies = plan.policies if plan is not None else self._unrouted
+        policies = c.plan.policies
         if policies:
             self._let_through(c, (yield from before(c, policies, self.context_of, self._chain_of)))
         yield from self._heard_starting(c)
@@ -460,11 +456,8 @@ class Entry:
     def waits(self, c: Call[ToolPlan]) -> bool:
         """Whether `c`'s starting and finishing flows may suspend (a policy of its tool that
         `suspends`, a feature's hook that can): they are awaited then, else driven here."""
-        plan = c.plan
         pipeline = self.pipeline
-        return (plan.suspends if plan is not None else self._unrouted_suspends) or (
-            pipeline is not None and not pipeline.hooks_cannot_suspend
-        )
+        return c.plan.suspends or (pipeline is not None and not pipeline.hooks_cannot_suspend)
 
     async def start(self, c: Call[ToolPlan]) -> None:
         """A trio caller's drive of `c`'s starting flow: awaited if it may suspend, else here."""
@@ -514,7 +507,7 @@ class Entry:
                         f"a policy sent the call to tool {echo(request.tool_name)!r}, which does not exist",
                     )
                     return
-                c.plan.holding -= 1  # type: ignore[union-attr]  # routed
+                c.plan.holding -= 1
                 c.plan = actor.plan
                 actor.plan.holding += 1
                 c.asked = call.name  # its result still answers the call the model made
@@ -526,7 +519,7 @@ class Entry:
                     self.context_of(c)  # the tool it was sent to takes one
             else:
                 c.call = call_of(request)
-            c.plan.decode(c)  # type: ignore[union-attr]  # routed
+            c.plan.decode(c)
         if request._redacted:
             c.shown = ToolCall(
                 id=c.call.id, name=c.call.name, arguments=redacted(c.call.arguments, request._redacted)
@@ -564,8 +557,7 @@ class Entry:
         pipeline = self.pipeline
         suspended = False
         try:
-            plan = c.plan
-            if pipeline is not None or (plan.policies if plan is not None else self._unrouted):
+            if pipeline is not None or c.plan.policies:
                 if self.waits(c):
                     await drive(self.starting(c))
                 else:
@@ -573,7 +565,6 @@ class Entry:
             await _checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             plan = c.plan
             if c.state is QUEUED:
-                assert plan is not None  # routed: only a routed call waits
                 if not (
                     plan.mailbox.admit(c, None)
                     if c.gates is None and plan.in_caller is None
@@ -585,7 +576,7 @@ class Entry:
             if c.state is DONE:
                 if not suspended:  # trio's rule: a schedule point, unless the tool's code gave one
                     await _cancel_shielded_checkpoint()
-            elif c.expires == _INF and c.plan.untimed:  # type: ignore[union-attr]  # no deadline: no scope
+            elif c.expires == _INF and c.plan.untimed:  # no deadline: no scope
                 await c.wait()
             else:
                 await self._wait_timed(c)
@@ -619,13 +610,11 @@ class Entry:
         send, receive = trio.open_memory_channel(buffer)  # not `[str]`: a generic alias costs ~10 us
         c = self.prepare(call, metadata, deadline, timeout, _Stream(send), 0, principal, scope)
         try:
-            plan = c.plan
-            if self.pipeline is not None or (plan.policies if plan is not None else self._unrouted):
+            if self.pipeline is not None or c.plan.policies:
                 await self.start(c)
             await trio.lowlevel.checkpoint_if_cancelled()  # trio's rule; a cancelled caller runs nothing
             plan = c.plan  # a policy may have sent it to another tool
             if c.state is QUEUED:
-                assert plan is not None  # routed: only a routed call waits
                 if plan.streams:
                     plan.sinks[c] = send
                 if not self.admit(c):
@@ -642,7 +631,7 @@ class Entry:
     async def _next_chunk(self, c: Call[ToolPlan], receive: trio.MemoryReceiveChannel[str]) -> str | None:
         """The call's next chunk, or None once it is settled and its chunks are read; its deadline
         lapses meanwhile (as in `_wait_timed`)."""
-        if c.expires == math.inf and c.plan is not None and c.plan.untimed:  # no deadline to keep
+        if c.expires == math.inf and c.plan.untimed:  # no deadline to keep
             try:
                 return await receive.receive()
             except trio.EndOfChannel:
@@ -661,7 +650,7 @@ class Entry:
 
     async def _wait_room(self, c: Call[ToolPlan]) -> None:
         """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
-        mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
+        mailbox = c.plan.mailbox
         with trio.CancelScope(deadline=c.expires) as waiting:
             c.waiter = waiting
             while c.state is QUEUED and not self.admit(c):
@@ -734,14 +723,9 @@ class Entry:
         batch = Batch(deadline)
         cs = self.prepare_all(calls, metadata, deadline, timeout, batch, principal, scope)
         plans = {c.plan for c in cs}  # most batches call a few tools: what each needs, once
-        plans.discard(None)
         if not batch.timed:
-            batch.timed = any(not plan.untimed for plan in plans)  # type: ignore[union-attr]
-        plain = (
-            self.pipeline is None
-            and not any(plan.policies for plan in plans)  # type: ignore[union-attr]
-            and not (self._unrouted and any(c.plan is None for c in cs))
-        )
+            batch.timed = any(not plan.untimed for plan in plans)
+        plain = self.pipeline is None and not any(plan.policies for plan in plans)
         finished = 0
         try:
             if not plain:
@@ -752,8 +736,8 @@ class Entry:
                 for c in cs:
                     if c.state is not QUEUED:
                         continue
-                    if not (c.plan.mailbox.admit(c, None) if c.gates is None else self.admit(c)):  # type: ignore[union-attr]  # QUEUED: routed
-                        mailbox = c.plan.mailbox  # type: ignore[union-attr]  # routed
+                    if not (c.plan.mailbox.admit(c, None) if c.gates is None else self.admit(c)):
+                        mailbox = c.plan.mailbox
                         while c.state is QUEUED and not self.admit(c):
                             await mailbox.wait_room()  # a full mailbox: wait for room (backpressure)
                     admitted += 1
@@ -782,7 +766,7 @@ class Entry:
         together (a policy that asks someone lets them through at once), then the others."""
         begun: set[Call[ToolPlan]] = set()
         if any(plan.suspends for plan in plans):
-            suspending = [c for c in cs if c.plan is not None and c.plan.suspends and c.state is QUEUED]
+            suspending = [c for c in cs if c.plan.suspends and c.state is QUEUED]
             async with trio.open_nursery() as nursery:
                 for c in suspending:
                     nursery.start_soon(self.start, c)
@@ -850,7 +834,6 @@ def _waits_on_itself(c: Call[ToolPlan], capacity: float) -> bool:
     """A call from inside a tool with `max_concurrency` to itself, when every slot is held by
     its own call chain, would wait forever: OVERLOADED instead."""
     plan = c.plan
-    assert plan is not None
     running = call_chain.get()
     if not running or plan.counters not in running:
         return False
@@ -1044,7 +1027,6 @@ class AsyncioDriver:
     async def _wait_room(self, c: Call[ToolPlan], waiter: _Waiter) -> None:
         """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
         plan = c.plan
-        assert plan is not None  # QUEUED: routed
         while c.state is QUEUED and not self._entry.admit(c, host=True):
             room: asyncio.Future[None] = self._loop.create_future()
             withdraw = plan.mailbox.wait_room_soon(functools.partial(_resolve, room))

@@ -43,7 +43,7 @@ from ._outcome import cut_note, describe_error, exception_failure, failure, inpu
 from ._stats import ToolCounters
 from ._threads import KeptThreads
 
-__all__ = ["InContext", "ToolPlan", "call_chain"]
+__all__ = ["InContext", "Nowhere", "ToolPlan", "call_chain"]
 
 log = logging.getLogger("runtime.engine")
 
@@ -102,7 +102,7 @@ class InContext(Generator[Any, Any, Any]):
 
 
 class ToolPlan:
-    """One tool, as the engine serves it.
+    """One tool, as the engine serves it (`Nowhere`: no tool, for a call that reaches none).
 
     Args:
         tool: the tool.
@@ -115,6 +115,9 @@ class ToolPlan:
         crashed: called with the reason when the tool raises one of its `restart_on` exceptions.
         why_unavailable: what a call hears when the tool cannot serve it.
     """
+
+    routed = True
+    """A tool serves its calls (`Nowhere` is False)."""
 
     def __init__(
         self,
@@ -482,6 +485,36 @@ class ToolPlan:
         if reason:
             return f"tool {self.name!r} crashed while serving this call ({reason}) and is restarting"
         return self._why_unavailable()
+
+
+class Nowhere(ToolPlan):
+    """The plan of a call that reaches no tool: its name is unknown, hidden from its view, or
+    malformed. Such a call is answered (UNKNOWN_TOOL, or UNAVAILABLE while the runtime shuts
+    down) as it is prepared and never runs, so of a plan it reads only what an answered call
+    reads; it meets `policies`, the runtime-wide policies that apply to every tool (a redaction
+    holds, an audit hears it). One per entry: a call's plan is never None.
+    """
+
+    routed = False
+
+    def __init__(self, policies: tuple[Any, ...]) -> None:  # no tool: not `ToolPlan.__init__`
+        self.name = ""
+        self.policies = policies
+        self.suspends = any(p.suspends for p in policies)
+        self.counters = ToolCounters()  # its calls are counted by the entry (`unknown`)
+        self.running = set()
+        self.holding = 0
+        self.draining = False
+        self.sinks = {}
+        self.breaker = None
+        self.retry = None
+        self.timeout = None
+        self.default_timeout = None
+        self.untimed = True  # answered already: nothing to time
+        self.in_caller = None
+        self.host_executor = None
+        self.crash_reason = None
+        self.cached = None
 
 
 class _Refused(Exception):

@@ -136,7 +136,7 @@ class CallRequest:
         call = self._call
         deadline: float = call.deadline
         plan = call.plan
-        if deadline == math.inf and plan is not None:
+        if deadline == math.inf:
             own: float | None = plan.timeout if plan.timeout is not None else plan.default_timeout
             if own is not None:
                 return trio.current_time() + own
@@ -148,7 +148,7 @@ class CallRequest:
         left, and its code did not stop): its end comes later, as a late result."""
         call = self._call
         plan = call.plan
-        return plan is not None and call.settled and call in plan.running
+        return call.settled and call in plan.running
 
     @property
     def answered(self) -> ToolResult | None:
@@ -233,9 +233,12 @@ class CallRequest:
         return result
 
     def answer(self, value: Any) -> ToolResult:
-        """Answer the call as if its tool had returned `value` (the tool does not run)."""
+        """Answer the call as if its tool had returned `value` (the tool does not run). A call
+        that reaches no tool keeps its answer (UNKNOWN_TOOL): there is no tool to shape `value`."""
         plan = self._call.plan
-        assert plan is not None
+        if not plan.routed:
+            assert self._call.result is not None  # answered as it was prepared
+            return self._call.result
         result: ToolResult | None = plan.shape(self._call, value, wait=False)
         assert result is not None  # never None when it may not wait
         return result

@@ -174,7 +174,7 @@ class Resilience:
         if call.state.value == "queued":
             plan = call.plan
             try:
-                self.readmit(call, plan is not None and call.executor is plan.host_executor is not None)
+                self.readmit(call, call.executor is plan.host_executor is not None)
             except Exception as exc:  # pragma: no cover - a bug of admission: this call's, not the runtime's
                 log.exception("call %s could not be admitted for its retry", call.call.id)
                 call.fail(FailureKind.ERROR, f"the call could not be retried: {type(exc).__name__}: {exc}")

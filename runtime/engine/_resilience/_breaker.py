@@ -136,8 +136,6 @@ def _against(call: Call[ToolPlan], result: ToolFailure) -> bool:
     `restart_on` exception: `crash_reason`): one principal's input that crashes the tool must
     not open it for everyone either; a worker that died, a connection lost, still are."""
     plan = call.plan
-    if plan is None:  # pragma: no cover - a call the breaker heard ran on a plan
-        return False
     if result.kind is FailureKind.UNAVAILABLE:
         return plan.crash_reason is None
     if result.kind is not FailureKind.TIMEOUT:
