@@ -31,7 +31,8 @@ BEFORE_ONE_PATH = "396996a"  # the last commit before the one path (issue 21)
 
 # One child: open a runtime as `bench_runtime.runtime_seq` does, warm it with one call, then
 # N sequential calls. `subject` "w1" is the plain call (every policy off); "cache_hit" is the
-# same call answered by a `Cache` (only on trees that have one).
+# same call answered by a `Cache` (only on trees that have one); "policies" is W1 through three
+# no-op policies.
 CHILD = """
 import sys
 import trio
@@ -68,10 +69,19 @@ if subject == "cache_hit":
 
     tools.append(add_cached)
     name = "add_cached"
+policies = []
+if subject == "policies":  # W1 + three no-op policies (`bench_runtime.NoOp`): the chain's cost
+    from runtime import Policy
+
+    class NoOp(Policy):
+        def intercept(self, request):
+            return (yield request)
+
+    policies = [NoOp() for _ in range(3)]
 
 
 async def main() -> None:
-    async with open_runtime(tools, tracing=False) as rt:
+    async with open_runtime(tools, tracing=False, policies=policies) as rt:
         if subject == "w2":  # W2: batches of 1,000 concurrent calls (`call_many`), n calls in all
             calls = [ToolCall(id=f"c{i}", name=name, arguments='{"a": 1, "b": 2}') for i in range(1000)]
             assert all(r.ok for r in await rt.call_many(calls))
@@ -158,10 +168,10 @@ def commit_of(tree: Path) -> str:
 
 
 def compare(
-    n: int, before: str = BEFORE, tree: Path | None = None, w2: bool = False
+    n: int, before: str = BEFORE, tree: Path | None = None, w2: bool = False, policies: bool = False
 ) -> dict[str, float | str]:
     """W1 instructions per call here and at `before` (or in `tree`), and a cache hit's here;
-    with `w2`, W2's too (here and there)."""
+    with `w2`, W2's too (here and there); with `policies`, W1 through three no-op policies."""
     with tempfile.TemporaryDirectory(prefix="w1-before-") as tmp:
         old = tree if tree is not None else extract(before, Path(tmp))
         old_name = commit_of(tree) if tree is not None else before
@@ -176,6 +186,9 @@ def compare(
         if w2:
             figures["w2_before"] = per_call(old, n, "w2")
             figures["w2_after"] = per_call(ROOT, n, "w2")
+        if policies:
+            figures["policies_before"] = per_call(old, n, "policies")
+            figures["policies_after"] = per_call(ROOT, n, "policies")
         return figures
 
 
@@ -187,7 +200,7 @@ def main() -> None:
     args = parser.parse_args()
     if valgrind() is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    figures = compare(args.n, args.before, args.tree, w2=True)
+    figures = compare(args.n, args.before, args.tree, w2=True, policies=True)
     w1_before, w1_after = float(figures["w1_before"]), float(figures["w1_after"])
     print(f"W1 instructions per call, {figures['before']}: {w1_before:,.0f}")
     print(f"W1 instructions per call, {figures['after']} (this tree): {w1_after:,.0f}")
@@ -199,6 +212,14 @@ def main() -> None:
     print(
         f"cache hit, this tree: {float(figures['cache_hit_after']):,.0f} ({float(figures['cache_hit_after']) / w1_after:.3f}x W1)"
     )
+    p_before, p_after = float(figures["policies_before"]), float(figures["policies_after"])
+    print(
+        f"W1 + three no-op policies, {figures['before']}: {p_before:,.0f} (+{p_before - w1_before:,.0f} over W1)"
+    )
+    print(
+        f"W1 + three no-op policies, {figures['after']} (this tree): {p_after:,.0f} (+{p_after - w1_after:,.0f} over W1)"
+    )
+    print(f"ratio {p_after / p_before:.4f}")
 
 
 if __name__ == "__main__":

@@ -57,10 +57,9 @@ def drive_now(flow: Flow[T]) -> T:
     """
     value: Any = None
     error: BaseException | None = None
-    send, throw = flow.send, flow.throw
     while True:
         try:
-            step = send(value) if error is None else throw(error)
+            step = flow.send(value) if error is None else flow.throw(error)
         except StopIteration as stop:
             result: T = stop.value
             return result

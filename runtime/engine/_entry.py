@@ -413,16 +413,14 @@ class Entry:
         policies = c.plan.policies
         if policies:
             self._let_through(c, (yield from before(c, policies, self.context_of, self._chain_of)))
-        yield from self._heard_starting(c)
-
-    def _heard_starting(self, c: Call[ToolPlan]) -> Flow[None]:
-        """The features' starting hooks, once per call (`c.notes` None from here on), then the
-        policies' decisions kept until the call's span existed."""
+        # The features' starting hooks, once per call (`c.notes` None from here on), then the
+        # policies' decisions kept until the call's span existed.
         notes, c.notes = c.notes, None
         pipeline = self.pipeline
         if pipeline is not None and pipeline.has_starting:
             yield from pipeline.starting(c.shown or c.call, c.ctx)  # type: ignore[arg-type]
-        self._tell(c, notes)
+        if notes:
+            self._tell(c, notes)
 
     def _tell(self, c: Call[ToolPlan], notes: Any) -> None:
         """The policies' decisions, on the call's span now that it has one (from here on they
@@ -585,8 +583,10 @@ class Entry:
             raise
         if pipeline is None and c.flows is None:
             c.reported()  # nothing to tell: no flow to drive
+        elif self.waits(c):  # `finish`, written out here: one coroutine less a call
+            await drive(self.finishing(c), finish_within=HOOK_GRACE)
         else:
-            await self.finish(c)
+            drive_now(self.finishing(c))
         return c.result  # type: ignore[return-value]  # DONE
 
     async def stream(

@@ -301,23 +301,20 @@ def before(
     kept: list[tuple[Policy, PolicyFlow]] = []
     call.flows = kept
     call.notes = []
-    chain, i = policies, 0
-    while i < len(chain):
+    chain, i, n = policies, 0, len(policies)
+    while i < n:
         policy = chain[i]
         i += 1
         flow = policy.intercept(request)
-        value: Any = None
-        error: BaseException | None = None
         try:
-            while True:
-                step = flow.send(value) if error is None else flow.throw(error)
-                if isinstance(step, CallRequest):
-                    break
+            step = flow.send(None)
+            while not (step is request or isinstance(step, CallRequest)):  # it awaits something
                 if not policy.suspends:
                     call.settle(_awaits(call, policy, flow, step))
                     _shown(call, request)
                     return None
                 value, error = yield from _awaited(flow, step)
+                step = flow.send(value) if error is None else flow.throw(error)
         except StopIteration as stop:  # it answered the call itself
             _answered(call, policy, stop.value)
             _shown(call, request)
@@ -326,14 +323,19 @@ def before(
             call.settle(_crashed(call, policy, exc))
             _shown(call, request)
             return None
+        kept.append((policy, flow))  # it went on: its flow waits for the outcome
+        if step is request:
+            continue
+        _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
         routed = step.tool_name != request.tool_name
-        request = _went_on(call, policy, flow, request, step)
+        request = step
         if routed and chain_of is not None and not call.settled:
             target = chain_of(request.tool_name)
             if target is None:
                 break  # no such tool: the entry answers UNKNOWN_TOOL
             met = {id(p) for p, _ in kept}
             chain, i = tuple(p for p in target if id(p) not in met), 0
+            n = len(chain)
     return request
 
 
@@ -354,11 +356,9 @@ def after(call: Call[Any]) -> Flow[ToolResult]:
     kept = call.flows or []
     call.flows = None
     for policy, flow in reversed(kept):
-        value: Any = result
-        error: BaseException | None = None
         try:
-            while True:
-                step = flow.send(value) if error is None else flow.throw(error)
+            step = flow.send(result)
+            while True:  # it yielded: the request again, or something to await
                 if isinstance(step, CallRequest):
                     result = _again(call, policy, flow)
                     break
@@ -366,8 +366,10 @@ def after(call: Call[Any]) -> Flow[ToolResult]:
                     result = _awaits(call, policy, flow, step)
                     break
                 value, error = yield from _awaited(flow, step)
+                step = flow.send(value) if error is None else flow.throw(error)
         except StopIteration as stop:
-            result = _returned(call, policy, stop.value, result)
+            if stop.value is not None and stop.value is not result:
+                result = _returned(call, policy, stop.value)
         except Exception as exc:
             result = _crashed(call, policy, exc)
     return result if call.asked is None else _answering(call, result)
@@ -384,17 +386,6 @@ def _awaited(flow: PolicyFlow, step: Any) -> Flow[tuple[Any, Exception | None]]:
         raise
 
 
-def _went_on(
-    call: Call[Any], policy: Policy, flow: PolicyFlow, request: CallRequest, step: CallRequest
-) -> CallRequest:
-    """A policy let the call through (as `step`): its flow waits for the outcome."""
-    assert call.flows is not None
-    call.flows.append((policy, flow))
-    if step is not request:
-        _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
-    return step
-
-
 def _answered(call: Call[Any], policy: Policy, value: Any) -> None:
     """A policy answered the call before it ran (refused it, or gave the answer itself)."""
     if call.settled:
@@ -403,10 +394,8 @@ def _answered(call: Call[Any], policy: Policy, value: Any) -> None:
     _event(call, policy, "answered" if call.result is not None and call.result.ok else "refused")
 
 
-def _returned(call: Call[Any], policy: Policy, value: Any, result: ToolResult) -> ToolResult:
-    """What a policy's after-half returned: the result it was given, or another one."""
-    if value is None or value is result:
-        return result
+def _returned(call: Call[Any], policy: Policy, value: Any) -> ToolResult:
+    """What a policy's after-half returned in place of the result it was given."""
     _event(call, policy, "transformed")
     return _result(call, policy, value, "returned")
 
