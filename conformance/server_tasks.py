@@ -70,4 +70,15 @@ async def multi_input(ctx: CallContext) -> str:
     return f"first={got['first']} second={got['second']}"
 
 
-TASKS = ToolRegistry([greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input])
+@tool(task="required", task_from="background")
+async def test_tool_with_task(ctx: CallContext) -> str:
+    """Ask for a name in the request (input-required rounds), then greet as a task."""
+    answer = await ctx.elicit("What is your name?", Named, key="user_name")
+    await ctx.background()  # the task starts here, with the name the client gave
+    await trio.sleep(0.2)
+    return f"Hello, {answer.value.name if answer.value is not None else answer.action}!"
+
+
+TASKS = ToolRegistry(
+    [greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input, test_tool_with_task]
+)

@@ -86,6 +86,26 @@ async def confirm(item: str, ctx: CallContext) -> str:
     return f"{item}: {answer.action}"
 
 
+class Named(msgspec.Struct, frozen=True):
+    name: str = ""
+
+
+@tool
+async def two_names(ctx: CallContext) -> str:
+    """Ask two questions at once (a nursery): both wait together."""
+    got: dict[str, str] = {}
+
+    async def ask(key: str) -> None:
+        answer = await ctx.elicit(f"Name {key}?", Named, key=key)
+        got[key] = answer.value.name if answer.value is not None else answer.action
+        ran.append(f"got {key}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, "first")
+        nursery.start_soon(ask, "second")
+    return f"first={got['first']} second={got['second']}"
+
+
 class Page(msgspec.Struct):
     title: str
     words: int
@@ -118,7 +138,7 @@ async def beyond_working(handle: Any) -> DetachedStatus:
     raise AssertionError("it ended without a last status")
 
 
-TOOLS = [report, crash, stubborn, pay, confirm, open_page, quick]
+TOOLS = [report, crash, stubborn, pay, confirm, open_page, quick, two_names]
 
 
 # -- detached calls: working -> completed / failed / cancelled ---------------------------------
@@ -280,6 +300,111 @@ async def test_a_question_waits_in_input_required_until_answered(autojump_clock:
         with pytest.raises(CallStateError, match="has ended"):
             await handle.answer(Answer.accept())
         assert ran == ["confirm deploy accept"]
+
+
+async def test_questions_asked_at_once_wait_together_and_each_is_answered_on_its_own(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with open_runtime(TOOLS, tracing=False) as rt:
+        handle = await rt.detach(call("two_names"), principal="ann")
+        await trio.sleep(1)
+        both = await handle.status()
+        assert both.state is DetachedState.INPUT_REQUIRED
+        assert sorted(both.questions) == ["first", "second"]
+        assert both.question == next(iter(both.questions.values()))  # the first asked
+        with pytest.raises(CallStateError, match="asks 2 questions at once"):
+            await handle.answer(Answer.accept({"name": "Ann"}))  # which one?
+        with pytest.raises(CallStateError, match="asks no question 'third'"):
+            await handle.answer(Answer.accept({"name": "Ann"}), key="third")
+        partial = await handle.answer(Answer.accept({"name": "Ann"}), key="first")
+        assert partial.state is DetachedState.INPUT_REQUIRED  # the other is still open
+        assert list(partial.questions) == ["second"]
+        await trio.sleep(1)
+        assert ran == ["got first"]  # the answered branch went on; the other waits
+        still = await handle.status()
+        assert still.state is DetachedState.INPUT_REQUIRED
+        assert list(still.questions) == ["second"]
+        with pytest.raises(CallStateError, match="asks no question 'first'"):
+            await handle.answer(Answer.accept({"name": "again"}), key="first")  # answered already
+        last = await handle.answer(Answer.accept({"name": "Bo"}))  # the one it asks now
+        assert last.state is DetachedState.WORKING
+        assert last.questions == {}
+        result = await handle.result()
+    assert result.content == "first=Ann second=Bo"
+    assert ran == ["got first", "got second"]
+
+
+async def test_a_question_answered_from_another_runtime_leaves_the_others_open(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = MemoryStore()
+    settings: dict[str, Any] = {"tracing": False, "store": store, "durable": Durable(poll_interval=0.5)}
+    async with open_runtime(TOOLS, **settings) as here, open_runtime(TOOLS, **settings) as there:
+        handle = await here.detach(call("two_names"), principal="ann")
+        await trio.sleep(1)
+        far = there.detached(handle.id, principal="ann")
+        await far.answer(Answer.accept({"name": "Cy"}), key="second")
+        await trio.sleep(2)  # the run hears of it on its next look
+        assert ran == ["got second"]
+        assert list((await far.status()).questions) == ["first"]
+        await far.answer(Answer.decline(), key="first")
+        assert (await handle.result()).content == "first=decline second=Cy"
+
+
+async def test_a_record_journaled_with_one_question_reads_as_that_question_under_its_key(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A record written before questions were keyed (`question_kind`, `question`) still reads."""
+    store = MemoryStore()
+    async with open_runtime(TOOLS, tracing=False, store=store) as rt:
+        book = rt._entry.durable
+        old = {
+            "id": "dc_old",
+            "principal": "ann",
+            "tool": "confirm",
+            "call_id": "c1",
+            "arguments": '{"item": "ship"}',
+            "phase": "waiting",
+            "waiting": "answer",
+            "question_kind": "elicitation",
+            "question": {"message": "Really ship?", "schema": {"type": "object"}, "key": "sure"},
+            "owner": book.owner,
+            "started": True,
+            "created": 1.0,
+            "updated": 1.0,
+        }
+        await store.set(record_key("ann", "dc_old"), json.dumps(old).encode())
+        status = await rt.detached("dc_old", principal="ann").status()
+        assert status.state is DetachedState.INPUT_REQUIRED
+        assert list(status.questions) == ["sure"]
+        assert status.question is not None
+        assert status.question.message == "Really ship?"  # type: ignore[union-attr]
+        unkeyed = {**old, "id": "dc_older", "question": {"message": "Ship?", "schema": {}}}
+        await store.set(record_key("ann", "dc_older"), json.dumps(unkeyed).encode())
+        (key,) = (await rt.detached("dc_older", principal="ann").status()).questions
+        assert key.startswith("elicitation-")
+
+
+async def test_ctx_background_returns_at_once_in_a_plain_call_and_in_a_detached_one(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    @tool(task=True, task_from="background")
+    async def later(ctx: CallContext, n: int) -> int:
+        """Go on in the background (served over MCP, a task from here)."""
+        await ctx.background()
+        ran.append(f"later {n}")
+        return n
+
+    async with open_runtime([later], tracing=False) as rt:
+        assert (await rt.call(call("later", n=1))).content == "1"
+        assert (await (await rt.detach(call("later", n=2))).result()).content == "2"
+    assert ran == ["later 1", "later 2"]
+    with pytest.raises(TypeError, match="task_from='background' says where a call becomes its MCP task"):
+
+        @tool(task_from="background")
+        async def never(n: int) -> int:
+            """Never a task."""
+            return n
 
 
 async def test_cancelling_a_call_that_waits_for_an_answer_ends_it(autojump_clock: trio.abc.Clock) -> None:

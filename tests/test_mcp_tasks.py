@@ -101,6 +101,8 @@ async def test_a_task_tool_is_listed_with_its_task_support(url: str) -> None:
         "pay": "optional",
         "slow_write": "required",
         "transfer": "required",
+        "two_names": "optional",
+        "onboard": "required",
     }
 
 
@@ -152,6 +154,59 @@ async def test_a_task_asks_goes_input_required_and_resumes_on_update(url: str) -
         await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": {key: answer}})
         done = await until(url, task_id, "completed", "failed", "cancelled")
     assert done["result"]["content"][0]["text"] == "deleted a.txt"
+
+
+async def test_questions_asked_at_once_are_all_input_requests_and_each_is_answered_on_its_own(
+    url: str,
+) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "two_names", "arguments": {}})
+        task_id = created["taskId"]
+        while True:  # both are open once its two branches have asked
+            waiting = await until(url, task_id, "input_required")
+            if len(waiting["inputRequests"]) == 2:
+                break
+        assert sorted(waiting["inputRequests"]) == ["first", "second"]
+        first = {"action": "accept", "content": {"name": "Ann"}}
+        await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": {"first": first}})
+        partly = await rpc(url, "tasks/get", {"taskId": task_id})
+        assert partly["status"] == "input_required"  # the other is still open
+        assert list(partly["inputRequests"]) == ["second"]
+        again = {"first": {"action": "accept", "content": {"name": "Zed"}}}  # answered already: ignored
+        await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": again})
+        second = {"action": "accept", "content": {"name": "Bo"}}
+        await rpc(url, "tasks/update", {"taskId": task_id, "inputResponses": {"second": second}})
+        done = await until(url, task_id, "completed", "failed", "cancelled")
+    assert done["result"]["content"][0]["text"] == "first=Ann second=Bo"
+
+
+async def test_questions_before_ctx_background_are_rounds_of_the_request_then_it_is_a_task(
+    url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "welcomed.txt"
+    arguments = {"path": str(path)}
+    with trio.fail_after(LIMIT):
+        first = await rpc(url, "tools/call", {"name": "onboard", "arguments": arguments})
+        assert first["resultType"] == "input_required"  # no task yet: a round of the request
+        assert "taskId" not in first
+        assert list(first["inputRequests"]) == ["user_name"]
+        answer = {"action": "accept", "content": {"name": "Alice"}}
+        second = await rpc(
+            url,
+            "tools/call",
+            {
+                "name": "onboard",
+                "arguments": arguments,
+                "inputResponses": {"user_name": answer},
+                "requestState": first["requestState"],
+            },
+        )
+        assert second["resultType"] == "task"
+        assert {"requestState", "inputRequests", "result"}.isdisjoint(second)
+        done = await until(url, second["taskId"], "completed", "failed", "cancelled")
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "welcome, Alice"  # the answer of the request's round
+    assert path.read_text() == "Alice\n"  # what follows ctx.background() ran once, in the task
 
 
 async def test_a_call_that_needs_an_approval_is_a_task_waiting_for_it(url: str) -> None:

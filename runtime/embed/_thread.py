@@ -253,8 +253,8 @@ class BlockingDetachedCall:
     def supply(self, *args: Any, error: str | None = None) -> DetachedStatus:
         return self._thread._blocking(self._handle.supply, *args, error=error)
 
-    def answer(self, response: Any) -> DetachedStatus:
-        return self._thread._blocking(self._handle.answer, response)
+    def answer(self, response: Any, *, key: str | None = None) -> DetachedStatus:
+        return self._thread._blocking(self._handle.answer, response, key=key)
 
 
 class _AsyncFace(Calls):

@@ -13,7 +13,8 @@ in the runtime's store, which the `Book` here keeps:
                        to the starter's); the started mark is written right before admission
     questions          the tool's `ctx.elicit` (and `ctx.sample` / `ctx.list_roots` when the
                        runtime has no handler of its own) wait in the record for an answer
-                       (`DetachedCall.answer`, from any process)
+                       (`DetachedCall.answer`, from any process), each under its key: questions
+                       asked at once are open together, and each is answered on its own
     the verbs          approve (the approving process runs it), deny, expire, supply, cancel:
                        each one compare-and-set of the record, so each happens once whoever asks
     recovery           a process that stopped renewing its lease (killed) is gone: the calls it
@@ -36,7 +37,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -58,9 +59,11 @@ from ..tools import Answer, CallContext, Elicitation, Root, RootsRequest, Sample
 from ._call import DONE, QUEUED, REPORTED, Call
 from ._entry import Entry
 from ._journal import (
+    APPROVAL_KEY,
     ID,
     DetachedStatus,
     Journal,
+    OpenQuestion,
     Record,
     check_lookup,
     count_key,
@@ -71,6 +74,7 @@ from ._journal import (
     new_id,
     principal_of,
     principal_prefix,
+    question_key,
     record_key,
     status_of,
     unwritable,
@@ -80,7 +84,7 @@ from ._plan import ToolPlan
 from ._scope import Scope
 from ._supervisor import RegistryActor
 
-__all__ = ["Book", "DetachedCall", "Run"]
+__all__ = ["Book", "DetachedCall", "Run", "answered_before"]
 
 log = logging.getLogger("runtime.engine")
 
@@ -96,17 +100,33 @@ _MARKER_GRACE = 60.0  # seconds a live marker may wait for its record (a write i
 _RECOUNT_EVERY = 8  # sweeps between two recounts of the principals' live entries
 _PATH = re.compile(r"`(\$[^`]*)`")
 
+_given: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "runtime_detached_answers", default=None
+)
+
+
+@contextlib.contextmanager
+def answered_before(answers: Mapping[str, Any]) -> Iterator[None]:
+    """Calls detached in this block start with `answers` to questions their tools will ask (by
+    the questions' keys, `question_key`; each value the answer's `to_builtins` form): a question
+    whose answer is there is answered at once, not asked. The MCP server detaches a call whose
+    tool asked its first questions in the request (`ctx.background()`) with their answers."""
+    token = _given.set(dict(answers))
+    try:
+        yield
+    finally:
+        _given.reset(token)
+
 
 class Run:
-    """One detached call this process runs (its record, its entry call, its question)."""
+    """One detached call this process runs (its record, its entry call, its questions)."""
 
     __slots__ = (
-        "answer",
-        "answered",
-        "asking",
+        "asked",
         "call",
         "disowned",
         "done",
+        "given",
         "key",
         "lock",
         "raw",
@@ -122,10 +142,9 @@ class Run:
         self.call: Call[ToolPlan] | None = None
         self.scope = trio.CancelScope()
         self.done = trio.Event()
-        self.lock = trio.Lock()
-        self.asking: str | None = None  # the kind of question it waits on an answer to
-        self.answered: trio.Event | None = None
-        self.answer: Any = None
+        self.lock = trio.Lock()  # its questions' journal writes, one at a time
+        self.asked: dict[str, trio.Event] = {}  # key -> set once its answer is delivered
+        self.given: dict[str, Any] = {}  # key -> the answer delivered, until its question takes it
         self.disowned = False  # another process took it over: its end is not ours to write
         self.user_cancelled = False
 
@@ -134,13 +153,15 @@ class Run:
         return (self.raw, self.record) if self.raw is not None else None
 
     def now_is(self, record: Record | None, raw: bytes | None) -> None:
-        if record is not None and raw is not None:
+        if record is not None and raw is not None and record.version >= self.record.version:
             self.record, self.raw = record, raw
 
-    def deliver(self, answer: Any) -> None:
-        if self.asking is not None and self.answered is not None and not self.answered.is_set():
-            self.answer = answer
-            self.answered.set()
+    def deliver(self, key: str, answer: Any) -> None:
+        """The answer to its question `key` is here (ignored if it asks no such question now)."""
+        event = self.asked.get(key)
+        if event is not None and not event.is_set():
+            self.given[key] = answer
+            event.set()
 
 
 class Book:
@@ -319,8 +340,9 @@ class Book:
             if record.cancel and not run.user_cancelled:
                 run.user_cancelled = True
                 run.scope.cancel()
-            elif run.asking is not None and record.phase != "waiting" and record.answer is not None:
-                run.deliver(record.answer)
+            elif run.asked:
+                for key, answer in record.answers.items():
+                    run.deliver(key, answer)
 
     async def _recover(self, *, recount: bool = False) -> None:
         """One pass over the live records: expire what waited too long, take over what a gone
@@ -419,8 +441,8 @@ class Book:
                 )
             if not r.started or repeatable:
                 return msgspec.structs.replace(
-                    r, phase="queued", owner=self.owner, waiting=None, question=None,
-                    question_kind=None, answer=None, updated=now,
+                    r, phase="queued", owner=self.owner, waiting=None, questions={}, answers={},
+                    updated=now,
                 )  # fmt: skip
             return self._ended(
                 r,
@@ -450,8 +472,8 @@ class Book:
         now = self.now()
         message = result.content if type(result) is ToolFailure else None
         return msgspec.structs.replace(
-            record, phase="done", result=result, owner=None, waiting=None, question=None,
-            question_kind=None, answer=None, cancel=False, message=message, updated=now,
+            record, phase="done", result=result, owner=None, waiting=None, questions={},
+            answers={}, cancel=False, message=message, updated=now,
             expires=now + record.ttl, decision=decision if decision is not None else record.decision,
         )  # fmt: skip
 
@@ -613,6 +635,7 @@ class Book:
             detached_id,
             phase="queued",
             owner=self.owner,
+            answers=dict(_given.get() or {}),
             timeout=timeout,
             deadline=None if timeout is None else now + timeout,
         )
@@ -798,42 +821,61 @@ class Book:
             await self._after_end(new)
 
     async def _ask(self, run: Run, kind: Literal["elicitation", "sampling", "roots"], question: Any) -> Any:
-        """A question of the running call: in its record until an answer comes (any process)."""
-        async with run.lock:  # one question at a time per call
+        """A question of the running call: in its record, under its key, until an answer comes
+        (from any process). Questions asked at once are open together; an answer given before
+        the question is asked (a call detached with the answers an MCP client gave already:
+        `detach(..., answers=...)`) is taken at once."""
+        asked = msgspec.to_builtins(question)
+        base = question_key(kind, asked)
+        owner = self.owner
+        key = base
+        taken: list[Any] = []  # the answer it found in the record, if any
+        async with run.lock:
             now = self.now()
-            owner = self.owner
-            asked = msgspec.to_builtins(question)
 
             def change(r: Record) -> Record | None:
-                if r.phase not in ("queued", "running") or r.owner != owner:
+                nonlocal key
+                asking = r.phase in ("queued", "running") or (r.phase == "waiting" and r.waiting == "answer")
+                if not asking or r.owner != owner:
                     return None
+                key = _free_key(base, r, run.asked)
+                taken.clear()
+                if key in r.answers:  # answered before it was asked
+                    taken.append(r.answers[key])
+                    answers = {k: v for k, v in r.answers.items() if k != key}
+                    return msgspec.structs.replace(r, answers=answers, updated=now)
+                questions = {**r.questions, key: OpenQuestion(kind=kind, question=asked)}
                 return msgspec.structs.replace(
-                    r, phase="waiting", waiting="answer", question_kind=kind, question=asked,
-                    answer=None, updated=now,
-                )  # fmt: skip
+                    r, phase="waiting", waiting="answer", questions=questions, updated=now
+                )
 
             new, changed, raw = await self.journal.change(run.key, change, self.options.ttl, run.known)
             if not changed or new is None:
                 raise CannotAsk("the detached call's journal entry changed; the question cannot be asked")
             run.now_is(new, raw)
-            run.asking = kind
-            run.answered = trio.Event()
-            self._bump()
-            try:
-                await run.answered.wait()
-            finally:
-                run.asking = None
-            answer, run.answer = run.answer, None
+            if taken:
+                return _decode_answer(kind, taken[0])
+            answered = run.asked[key] = trio.Event()
+        self._bump()
+        try:
+            await answered.wait()
+            answer = run.given.pop(key)
 
             def clear(r: Record) -> Record | None:
-                return msgspec.structs.replace(r, answer=None) if r.answer is not None else None
+                if key not in r.answers:
+                    return None
+                return msgspec.structs.replace(r, answers={k: v for k, v in r.answers.items() if k != key})
 
             try:
-                cleared, _, raw = await self.journal.change(run.key, clear, self.options.ttl)
-                run.now_is(cleared, raw)
+                async with run.lock:
+                    cleared, _, raw = await self.journal.change(run.key, clear, self.options.ttl)
+                    run.now_is(cleared, raw)
             except (StoreError, OSError) as exc:
                 self._store_failed("reading an answer", exc)
-            return _decode_answer(kind, answer)
+        finally:  # its key is free for another question once its answer left the record
+            run.asked.pop(key, None)
+            run.given.pop(key, None)
+        return _decode_answer(kind, answer)
 
     # -- deferring -----------------------------------------------------------------------
 
@@ -1267,9 +1309,13 @@ class Book:
             raise ResultTypeError(f"the outside result of detached call {record.id!r}: {shaped.message}")
         return shaped
 
-    async def answer(self, detached_id: str, principal: str | None, response: Any) -> DetachedStatus:
+    async def answer(
+        self, detached_id: str, principal: str | None, response: Any, key: str | None = None
+    ) -> DetachedStatus:
         raw, record = await self._read(detached_id, principal)
         if record.phase == "waiting" and record.waiting == "approval":
+            if key not in (None, APPROVAL_KEY):
+                raise self._no_question(record, key)
             if not isinstance(response, Answer):
                 raise TypeError(
                     f"detached call {detached_id!r} asks for an approval: answer it with runtime.Answer"
@@ -1280,8 +1326,18 @@ class Book:
             return await self.deny(detached_id, principal, reason)
         if record.phase != "waiting" or record.waiting != "answer":
             raise self._refusal(record, "answered")
-        kind = record.question_kind
-        wanted = {"elicitation": Answer, "sampling": Sampled}.get(kind or "")
+        if key is None:
+            if len(record.questions) != 1:
+                raise CallStateError(
+                    f"detached call {detached_id!r} asks {len(record.questions)} questions at once "
+                    f"({', '.join(map(repr, record.questions))}): answer one with key=...; nothing changed",
+                    self.status(record),
+                )
+            key = next(iter(record.questions))
+        elif key not in record.questions:
+            raise self._no_question(record, key)
+        kind = record.questions[key].kind
+        wanted = {"elicitation": Answer, "sampling": Sampled}.get(kind)
         if wanted is not None and not isinstance(response, wanted):
             raise TypeError(
                 f"detached call {detached_id!r} asks a question ({kind}): answer it with {wanted.__name__}"
@@ -1294,27 +1350,40 @@ class Book:
             )
         given = msgspec.to_builtins(list(response) if kind == "roots" else response)
         now = self.now()
+        answered = key
 
         def change(r: Record) -> Record | None:
-            if r.phase != "waiting" or r.waiting != "answer":
+            if r.phase != "waiting" or r.waiting != "answer" or answered not in r.questions:
                 return None
+            rest = {k: q for k, q in r.questions.items() if k != answered}
+            answers = {**r.answers, answered: given}
+            if rest:  # the others stay open: it still waits
+                return msgspec.structs.replace(r, questions=rest, answers=answers, updated=now)
             return msgspec.structs.replace(
-                r, phase="running" if r.started else "queued", waiting=None, question=None,
-                question_kind=None, answer=given, updated=now,
+                r, phase="running" if r.started else "queued", waiting=None, questions={},
+                answers=answers, updated=now,
             )  # fmt: skip
 
         new, changed, _ = await self.journal.change(record.key, change, self.options.ttl, _known(raw, record))
         if new is None:
             raise CallNotFound(detached_id)
         if not changed:
+            if new.phase == "waiting" and new.waiting == "answer":
+                raise self._no_question(new, key)
             raise self._refusal(new, "answered")
         run = self.runs.get(new.key)
         if run is not None:
-            run.now_is(new, None)
             run.raw = None  # read again before its next change
-            run.deliver(given)
+            run.deliver(key, given)
         self._bump()
         return self.status(new)
+
+    def _no_question(self, record: Record, key: str | None) -> CallStateError:
+        open_ = ", ".join(map(repr, self.status(record).questions)) or "nothing"
+        return CallStateError(
+            f"detached call {record.id!r} asks no question {key!r} now (it asks {open_}); nothing changed",
+            self.status(record),
+        )
 
     async def listed(self, principal: str | None, *, waiting: bool) -> list[DetachedStatus]:
         """The principal's calls: the waiting ones (`waiting`), or every one still kept."""
@@ -1338,6 +1407,16 @@ class Book:
 
 def _known(raw: bytes | None, record: Record) -> tuple[bytes, Record] | None:
     return (raw, record) if raw is not None else None
+
+
+def _free_key(base: str, record: Record, asked: Mapping[str, Any]) -> str:
+    """`base`, or `base-2`, `base-3`...: the first key no open question of the call holds (the
+    same question asked twice at once is two questions)."""
+    key, n = base, 1
+    while key in record.questions or key in asked:
+        n += 1
+        key = f"{base}-{n}"
+    return key
 
 
 def _decode_answer(kind: str, answer: Any) -> Any:
@@ -1492,14 +1571,20 @@ class DetachedCall:
         )
         return status
 
-    async def answer(self, response: Answer | Sampled | Sequence[Root]) -> DetachedStatus:
-        """Answer the question its tool asked (`status().question`): an `Answer` to an elicitation
-        (to an approval: accept approves, decline or cancel denies), `Sampled` to a sampling
-        request, a list of `Root` to a roots request.
+    async def answer(
+        self, response: Answer | Sampled | Sequence[Root], *, key: str | None = None
+    ) -> DetachedStatus:
+        """Answer a question its tool asked (`status().questions`, by key): an `Answer` to an
+        elicitation (to an approval: accept approves, decline or cancel denies), `Sampled` to a
+        sampling request, a list of `Root` to a roots request. `key`: which question, when it
+        asks several at once (without it, the one it asks); the others stay open, and the call
+        waits in input_required until each is answered.
 
         Raises:
-            CallStateError: it asks nothing now.
+            CallStateError: it asks nothing now, no question `key`, or several and no `key` said.
             TypeError: the response is not of the question's kind.
         """
-        status: DetachedStatus = await self._run(lambda: self._book.answer(self.id, self.principal, response))
+        status: DetachedStatus = await self._run(
+            lambda: self._book.answer(self.id, self.principal, response, key)
+        )
         return status

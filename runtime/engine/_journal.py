@@ -11,7 +11,7 @@ second approval sees it approved; a cancel that comes after the end sees the end
     phase      public state        what it means
     queued     working             its owner runs it soon (its tool's code has not started)
     running    working             its owner runs it; `started`: its code may have begun
-    waiting    input_required      an approval / an outside result / the answer to its question
+    waiting    input_required      an approval / an outside result / the answers to its questions
     done       completed, failed,  its one result (from the result: a success, a failure,
                cancelled           a CANCELLED failure)
 
@@ -23,6 +23,13 @@ MemoryStore's room per principal holds here too):
     dcn:\\0{principal}         how many live records the principal has (`incr`)
     dco:{owner}               an owner's lease (a TTL it renews while it lives)
 
+Questions: a running call's tool may ask several at once (`ctx.elicit` from a nursery); each
+open one is in `questions` under its key (the key the tool gave it, else one made from its
+content: `question_key`), and the record waits while any is open. An answer moves its key from
+`questions` to `answers`, where the run takes it (from any process: `_watch`); the other
+questions stay open. A record journaled before (one question: `question_kind`, `question`) reads
+as one open question under its key.
+
 This module holds the records, their keys, the pure transitions between phases and the status
 they show; the service that runs the calls and the handles are engine/_detached.py.
 """
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import hashlib
 import re
 import secrets
 from collections.abc import Callable
@@ -49,6 +57,7 @@ __all__ = [
     "DetachedStatus",
     "Journal",
     "Phase",
+    "OpenQuestion",
     "Record",
     "Waiting",
     "approval_question",
@@ -57,6 +66,7 @@ __all__ = [
     "lease_key",
     "marker_key",
     "new_id",
+    "question_key",
     "record_key",
     "state_of",
     "status_of",
@@ -95,8 +105,11 @@ class DetachedStatus(msgspec.Struct, frozen=True, kw_only=True):
         message: what is going on, in words (why it waits, why it ended).
         waiting_for: "approval", "outside" (its result is supplied from outside) or "answer" (its
             tool asked a question); None unless input_required.
-        question: what it asks: the tool's question (`Elicitation`, `Sampling`, `RootsRequest`),
-            or for an approval an `Elicitation` with `approval=True`.
+        questions: what it asks, by key: the tool's open questions (`Elicitation`, `Sampling`,
+            `RootsRequest`; several when it asked them at once; an answered one leaves, the
+            others stay), or for an approval `{"approval": Elicitation(approval=True, ...)}`.
+            `DetachedCall.answer(response, key=...)` answers one.
+        question: the first of `questions` (the one there is, mostly), or None.
         result: its one result, once it ended.
         created_at, updated_at: when it was made and last changed (seconds since the epoch).
         expires_at: while it waits for an approval or an outside result, when it expires; once
@@ -118,6 +131,7 @@ class DetachedStatus(msgspec.Struct, frozen=True, kw_only=True):
     message: str | None = None
     waiting_for: Waiting | None = None
     question: Elicitation | Sampling | RootsRequest | None = None
+    questions: dict[str, Elicitation | Sampling | RootsRequest] = {}
     result: ToolResult | None = None
     created_at: float
     updated_at: float
@@ -137,8 +151,20 @@ class DetachedStatus(msgspec.Struct, frozen=True, kw_only=True):
 _ENDED = frozenset((DetachedState.COMPLETED, DetachedState.FAILED, DetachedState.CANCELLED))
 
 
+class OpenQuestion(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A question of a running call's tool, open until answered (`Record.questions`)."""
+
+    kind: Asked
+    question: dict[str, Any]
+
+
 class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One detached or deferred call in the journal (see the module docstring)."""
+    """One detached or deferred call in the journal (see the module docstring).
+
+    `question_kind`, `question` and `answer` are how a record journaled before several questions
+    held its one question: read into `questions` (its answer, which only the run of the process
+    that asked could take, is dropped), never written.
+    """
 
     id: str
     principal: str | None = None
@@ -149,9 +175,11 @@ class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
     phase: Phase
     waiting: Waiting | None = None
     message: str | None = None
-    question_kind: Asked | None = None
-    question: dict[str, Any] | None = None
-    answer: Any = None
+    questions: dict[str, OpenQuestion] = {}  # open, by key (insertion order: asked first, first)
+    answers: dict[str, Any] = {}  # answered, by key, until the run takes them
+    question_kind: Asked | None = None  # legacy: one question (read into `questions`)
+    question: dict[str, Any] | None = None  # legacy
+    answer: Any = None  # legacy
     owner: str | None = None
     started: bool = False
     approved: bool = False
@@ -168,6 +196,13 @@ class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
     ttl: float = 3600.0
     link: str | None = None  # the starter's traceparent: the run's span links to it
     version: int = 0
+
+    def __post_init__(self) -> None:
+        if self.question_kind is not None or self.question is not None or self.answer is not None:
+            kind, asked = self.question_kind, self.question
+            if kind is not None and asked is not None and self.phase == "waiting" and not self.questions:
+                self.questions = {question_key(kind, asked): OpenQuestion(kind=kind, question=asked)}
+            self.question_kind = self.question = self.answer = None
 
     @property
     def key(self) -> str:
@@ -270,24 +305,40 @@ def approval_question(record: Record) -> Elicitation:
 
 
 _QUESTIONS: dict[str, type[Any]] = {"elicitation": Elicitation, "sampling": Sampling, "roots": RootsRequest}
+APPROVAL_KEY = "approval"
+"""The key an approval is asked under (`DetachedStatus.questions`, MCP's `inputRequests`)."""
+_NOT_KEYED = frozenset(("key", "tool_name", "call_id", "server"))  # who asks, not what
 
 
-def question_of(record: Record) -> Elicitation | Sampling | RootsRequest | None:
+def question_key(kind: str, asked: dict[str, Any]) -> str:
+    """The key of a question (its `to_builtins` form): the key its tool gave it, else one made
+    from what it asks (the same question asked again, in another run of the call, has the same)."""
+    own = asked.get("key")
+    if isinstance(own, str) and own:
+        return own
+    what = {k: v for k, v in asked.items() if k not in _NOT_KEYED}
+    digest = hashlib.sha256(msgspec.json.encode([kind, what], order="sorted")).hexdigest()[:12]
+    return f"{kind}-{digest}"
+
+
+def questions_of(record: Record) -> dict[str, Elicitation | Sampling | RootsRequest]:
+    """What a waiting record asks, by key (an approval's one question under "approval")."""
     if record.phase != "waiting":
-        return None
+        return {}
     if record.waiting == "approval":
-        return approval_question(record)
-    if record.waiting == "answer" and record.question_kind is not None and record.question is not None:
-        asked: Elicitation | Sampling | RootsRequest = msgspec.convert(
-            record.question, _QUESTIONS[record.question_kind]
-        )
-        return asked
-    return None
+        return {APPROVAL_KEY: approval_question(record)}
+    if record.waiting != "answer":
+        return {}
+    return {
+        key: msgspec.convert(open_.question, _QUESTIONS[open_.kind])
+        for key, open_ in record.questions.items()
+    }
 
 
 def status_of(record: Record, poll_interval: float) -> DetachedStatus:
     """What a record shows its principal."""
     done = record.phase == "done"
+    questions = questions_of(record)
     return DetachedStatus(
         id=record.id,
         principal=record.principal,
@@ -297,7 +348,8 @@ def status_of(record: Record, poll_interval: float) -> DetachedStatus:
         state=state_of(record),
         message=record.message,
         waiting_for=record.waiting if record.phase == "waiting" else None,
-        question=question_of(record),
+        question=next(iter(questions.values()), None),
+        questions=questions,
         result=record.result if done else None,
         created_at=record.created,
         updated_at=record.updated,

@@ -7,9 +7,11 @@ surface (`Calls`) on it; views of it are `ScopedRuntime`s on the same driver.
 """
 
 from ._call import HOOK_GRACE as HOOK_GRACE
+from ._detached import answered_before as answered_before
 from ._entry import STREAM_BUFFER as STREAM_BUFFER
 from ._entry import AsyncioDriver as AsyncioDriver
 from ._entry import Entry as Entry
+from ._journal import question_key as question_key
 from ._open import open_engine as open_engine
 from ._options import settings_keywords as settings_keywords
 from ._options import settings_keywords_method as settings_keywords_method
@@ -36,9 +38,11 @@ __all__ = [
     "Runtime",
     "Scope",
     "ScopedRuntime",
+    "answered_before",
     "new_invoke_id",
     "one_batch",
     "open_engine",
+    "question_key",
     "routing_of",
     "settings_keywords",
     "settings_keywords_method",

@@ -40,6 +40,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ..engine.lowlevel import question_key
 from ..exceptions import CannotAsk, ToolUnavailable
 from ..messages import AudioPart, ImagePart, TextPart
 from ..tools import Answer, Elicitation, Root, RootsRequest, Sampled, Sampling, SamplingMessage
@@ -50,6 +51,7 @@ __all__ = ["InputRequired", "ServedAsker", "client_callbacks"]
 log = logging.getLogger("runtime.mcp")
 
 R = TypeVar("R", bound=pydantic.BaseModel)
+A = TypeVar("A")
 _SETTLE_CHECKPOINTS = 3  # scheduler turns a question waits for its siblings to ask too
 
 
@@ -252,6 +254,9 @@ class ServedAsker:
         self.pending: dict[str, types.InputRequest] = {}
         self.missing = types.ClientCapabilities()  # what the tool needed and the client did not declare
         self._answers: dict[str, Any] = {}  # key -> the client's response (JSON), earlier rounds included
+        # the questions this round answered from the client's responses, by the key a detached
+        # run of the call asks them under (`question_key`) -> the answer (`to_builtins`)
+        self.given: dict[str, Any] = {}
         self._seen: dict[str, int] = {}
         if self.modern:
             self._answers = _state_answers(params.request_state)
@@ -276,7 +281,7 @@ class ServedAsker:
         params = elicit_params(question)
         if self.modern:
             result = await self._input(question.key, types.ElicitRequest(params=params), types.ElicitResult)
-            return answer_of(result)
+            return self._given("elicitation", question, answer_of(result))
         result = await self._session.elicit_form(
             question.message, params.requested_schema, related_request_id=self._request_id
         )
@@ -291,7 +296,7 @@ class ServedAsker:
             sampled = await self._input(
                 request.key, types.CreateMessageRequest(params=params), types.CreateMessageResult
             )
-            return sampled_of(sampled)
+            return self._given("sampling", request, sampled_of(sampled))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             result = await self._session.create_message(
@@ -313,13 +318,17 @@ class ServedAsker:
             raise CannotAsk(_unannounced("roots", "list_roots"))
         if self.modern:
             roots = await self._input(request.key, types.ListRootsRequest(), types.ListRootsResult)
-            return roots_of(roots)
+            return self._given("roots", request, roots_of(roots))
         result = await self._session.send_request(
             types.ListRootsRequest(),
             types.ListRootsResult,
             metadata=_related(self._request_id),
         )
         return roots_of(result)
+
+    def _given(self, kind: str, question: Any, answer: A) -> A:
+        self.given[question_key(kind, msgspec.to_builtins(question))] = msgspec.to_builtins(answer)
+        return answer
 
     # 2026-07-28: answered from this round's responses and earlier rounds' state, or asked.
 

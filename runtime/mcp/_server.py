@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import hashlib
 import importlib.metadata
 import logging
@@ -69,18 +70,21 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..engine import READ_TOOLS, Runtime
+from ..engine.lowlevel import answered_before
 from ..exceptions import ArtifactMissing, CallNotFound, RuntimeClosed, ToolOverloaded
 from ..messages import ResourceLinkPart, ToolCall, ToolPending, ToolResult, ToolSuccess
 from ..schema import ToolDescriptor, render_tool
 from ..search import FoundTools, ToolSearch, found_text
 from ..stores import StoreError
 from ..tools import LOG_LEVELS, CallContext, asking, reporting
+from ..tools.lowlevel import backgrounding
 from ._asking import ServedAsker
 from ._server_catalog import Catalog, error_result, plain_result
 from ._server_reads import ReadBudget
 from ._server_tasks import (
     TASKS,
     TaskIdParams,
+    TaskStart,
     TaskUpdateParams,
     check_name_header,
     created,
@@ -349,8 +353,15 @@ class ServedRuntime:
         support = served.tool.options.task_support if served is not None else "forbidden"
         if support == "required" and not tasks:
             raise missing_tasks(f"tool {params.name!r}")
-        if support != "forbidden" and tasks:
+        later = (
+            support != "forbidden"
+            and tasks
+            and served is not None
+            and served.tool.options.task_from != "start"
+        )
+        if support != "forbidden" and tasks and not later:
             return await self._start_task(caller, call, params)
+        background = TaskStart(call) if later else None  # `ctx.background()` makes it a task
         floor = self._levels.get(_connection_of(session), 0)
 
         async def on_progress(
@@ -382,6 +393,7 @@ class ServedRuntime:
             with (
                 reporting(on_progress=on_progress, on_log=on_log, on_chunk=on_chunk),
                 asking(**questions.handlers()),
+                backgrounding(background.reached) if background is not None else contextlib.nullcontext(),
             ):
                 close = ctx.close_sse_stream
                 if close is None or self._poll_after is None:
@@ -395,6 +407,8 @@ class ServedRuntime:
             return error_result(f"Error: {exc}")
         if questions.pending:  # 2026-07-28: this round ends with the questions; the client calls again
             return questions.input_required()
+        if background is not None and background.started:  # its task starts: run again, detached
+            return await self._start_task(caller, call, params, questions.given)
         if questions.modern and not result.ok and questions.missing.model_fields_set:
             raise questions.missing_capability()  # 2026-07-28: -32021, not a tool error
         if tasks and isinstance(result, ToolPending):  # waiting for an approval: its task
@@ -410,12 +424,18 @@ class ServedRuntime:
     # -- MCP Tasks (SEP-2663) ------------------------------------------------------------
 
     async def _start_task(
-        self, caller: Any, call: ToolCall, params: types.CallToolRequestParams
+        self,
+        caller: Any,
+        call: ToolCall,
+        params: types.CallToolRequestParams,
+        answers: Mapping[str, Any] | None = None,
     ) -> types.CallToolResult | dict[str, Any]:
-        """A call made a task: detached for the request's principal; its CreateTaskResult once
-        it is journaled (a tasks/get right after finds it)."""
+        """A call made a task: detached for the request's principal (with `answers`: those the
+        client gave the questions its tool asked in the request); its CreateTaskResult once it
+        is journaled (a tasks/get right after finds it)."""
         try:
-            handle = await caller.detach(call, metadata=call_metadata(params.meta))
+            with answered_before(answers or {}):
+                handle = await caller.detach(call, metadata=call_metadata(params.meta))
             return created(await handle.status())
         except (ToolOverloaded, StoreError, RuntimeClosed) as exc:
             return error_result(f"Error: the call could not be started as a task: {exc}")
@@ -451,10 +471,10 @@ class ServedRuntime:
     async def _update_task(self, ctx: ServerRequestContext[Any], params: TaskUpdateParams) -> dict[str, Any]:
         caller = self._task_caller(ctx, params)
         status = await self._task_status(caller, params.task_id)
-        answer = responses(status, params.input_responses)
-        if answer is not None:
+        handle = caller.detached(params.task_id)
+        for key, answer in responses(status, params.input_responses).items():
             try:
-                await caller.detached(params.task_id).answer(answer)
+                await handle.answer(answer, key=key)
             except Exception as exc:
                 if lookup_failed(exc):
                     raise not_found(params.task_id) from None

@@ -13,11 +13,14 @@ task is a detached call of the runtime (`Calls.detach`), and the task methods ar
     tasks/get       the DetailedTask: status, and inlined the tool's result (completed; a tool
                     error is completed with `isError`), the error (failed: the runtime could
                     not run it, JSON-RPC shape), or the questions (input_required: an approval,
-                    the tool's `ctx.elicit` / `sample` / `list_roots`, keyed by the question's
-                    `key`) as `inputRequests`.
-    tasks/update    `inputResponses` answer those questions (`DetachedCall.answer`; an approval's
-                    accept approves it, decline denies it); keys that match no question are
-                    ignored. Acked empty; what follows is seen on the next tasks/get.
+                    the tool's `ctx.elicit` / `sample` / `list_roots`, each open one under its
+                    key: the key the tool gave it, else one made from what it asks) as
+                    `inputRequests`.
+    tasks/update    `inputResponses` answer those questions (`DetachedCall.answer(..., key=)`;
+                    an approval's accept approves it, decline denies it); keys that match no
+                    open question are ignored, and answering some of several leaves the others
+                    open (the task stays input_required). Acked empty; what follows is seen on
+                    the next tasks/get.
     tasks/cancel    `DetachedCall.cancel` (idempotent: a finished task is acked the same).
     tasks/list, tasks/result: removed by SEP-2663 (-32601).
 
@@ -32,7 +35,6 @@ a shared store (SQLite, Redis) the process. Served at 2026-07-28 only: the hands
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -45,14 +47,16 @@ from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..engine import DetachedState, DetachedStatus
-from ..exceptions import CallNotFound, CallStateError
-from ..messages import FailureKind, ToolFailure, ToolResult
-from ..tools import Answer, Elicitation, RootsRequest, Sampling
+from ..exceptions import CallNotFound, CallStateError, ToolUnavailable
+from ..messages import FailureKind, ToolCall, ToolFailure, ToolResult
+from ..tools import Answer, CallContext, Elicitation, RootsRequest, Sampling
 from ._asking import answer_of, elicit_params, roots_of, sampled_of, sampling_params, with_defaults
 
 __all__ = [
     "TASKS",
     "TaskIdParams",
+    "TaskStart",
+    "TaskStarts",
     "TaskUpdateParams",
     "created",
     "declared",
@@ -69,7 +73,27 @@ TASKS = "io.modelcontextprotocol/tasks"
 CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 HEADER_MISMATCH = -32020
 _PROTOCOL_FAILURES = frozenset({FailureKind.UNAVAILABLE, FailureKind.OVERLOADED, FailureKind.UNKNOWN_TOOL})
-_APPROVAL_KEY = "approval"
+
+
+class TaskStarts(ToolUnavailable):
+    """The round ends where the tool calls `ctx.background()`: the server makes the call a task.
+
+    Not a `CannotAsk`, as the input-required round's end is not: the tool stops here."""
+
+
+class TaskStart:
+    """A served call of a `task_from="background"` tool, from a client that takes tasks: its
+    `ctx.background()` ends the call in the request, and the server then detaches it."""
+
+    def __init__(self, call: ToolCall) -> None:
+        self._call = call
+        self.started = False
+
+    async def reached(self, ctx: CallContext) -> None:
+        if ctx.call_id != self._call.id or ctx.tool_name != self._call.name:
+            return  # a call the tool made: not the one served
+        self.started = True
+        raise TaskStarts("its task starts here: the call runs again as a detached call")
 
 
 class TaskIdParams(types.RequestParams):
@@ -187,61 +211,56 @@ def detailed(status: DetachedStatus, render: Callable[[ToolResult], types.CallTo
     return task
 
 
-def _key(status: DetachedStatus) -> str | None:
-    question = status.question
-    if question is None:
-        return None
-    if isinstance(question, Elicitation) and question.approval:
-        return _APPROVAL_KEY
-    own = getattr(question, "key", None)
-    if own:
-        return str(own)
-    kind = type(question).__name__.lower()
-    return f"{kind}-{hashlib.sha256(str(status.version).encode() + status.id.encode()).hexdigest()[:12]}"
-
-
 def input_requests(status: DetachedStatus) -> dict[str, Any]:
-    """The questions an input_required task waits on, as SEP-2322 input requests by key."""
-    question, key = status.question, _key(status)
-    if question is None or key is None:
-        return {}
-    request: types.InputRequest
-    if isinstance(question, Elicitation):
-        request = types.ElicitRequest(params=elicit_params(question))
-    elif isinstance(question, Sampling):
-        request = types.CreateMessageRequest(params=sampling_params(question))
-    elif isinstance(question, RootsRequest):
-        request = types.ListRootsRequest()
-    else:  # pragma: no cover - no other kind of question
-        return {}
-    return {key: request.model_dump(by_alias=True, mode="json", exclude_none=True)}
+    """The questions an input_required task waits on, as SEP-2322 input requests by key (every
+    open one: a tool that asks several at once is waiting on each)."""
+    found: dict[str, Any] = {}
+    for key, question in status.questions.items():
+        request: types.InputRequest
+        if isinstance(question, Elicitation):
+            request = types.ElicitRequest(params=elicit_params(question))
+        elif isinstance(question, Sampling):
+            request = types.CreateMessageRequest(params=sampling_params(question))
+        elif isinstance(question, RootsRequest):
+            request = types.ListRootsRequest()
+        else:  # pragma: no cover - no other kind of question
+            continue
+        found[key] = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return found
 
 
-def responses(status: DetachedStatus, given: Mapping[str, Any]) -> Any:
-    """The answer `tasks/update` gives the task's question (None: none of `given` is for it).
+def responses(status: DetachedStatus, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The answers `tasks/update` gives the task's open questions, by key (a key that matches no
+    open question is left out: answered already, or never asked).
 
     Raises:
-        MCPError: INVALID_PARAMS, a response that is not an answer to its question.
+        MCPError: INVALID_PARAMS, a response that is not an answer to its question (none of
+            `given` is applied then).
     """
-    key = _key(status)
-    if key is None or key not in given or status.state is not DetachedState.INPUT_REQUIRED:
-        return None
-    response, question = given[key], status.question
-    try:
-        if isinstance(question, Elicitation):
-            answer = answer_of(types.ElicitResult.model_validate(response))
-            if answer.action == "accept" and not question.approval:
-                return Answer(action="accept", content=with_defaults(answer.content or {}, question.schema))
-            return answer
-        if isinstance(question, Sampling):
-            return sampled_of(types.CreateMessageResult.model_validate(response))
-        if isinstance(question, RootsRequest):
-            return roots_of(types.ListRootsResult.model_validate(response))
-    except pydantic.ValidationError as exc:
-        raise MCPError(
-            code=INVALID_PARAMS, message=f"inputResponses[{key!r}] does not answer its request: {exc}"
-        ) from None
-    return None
+    if status.state is not DetachedState.INPUT_REQUIRED:
+        return {}
+    answers: dict[str, Any] = {}
+    for key, question in status.questions.items():
+        if key not in given:
+            continue
+        response = given[key]
+        try:
+            if isinstance(question, Elicitation):
+                answer = answer_of(types.ElicitResult.model_validate(response))
+                if answer.action == "accept" and not question.approval:
+                    answer = Answer(
+                        action="accept", content=with_defaults(answer.content or {}, question.schema)
+                    )
+                answers[key] = answer
+            elif isinstance(question, Sampling):
+                answers[key] = sampled_of(types.CreateMessageResult.model_validate(response))
+            elif isinstance(question, RootsRequest):
+                answers[key] = roots_of(types.ListRootsResult.model_validate(response))
+        except pydantic.ValidationError as exc:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"inputResponses[{key!r}] does not answer its request: {exc}"
+            ) from None
+    return answers
 
 
 def quietly_refused(exc: Exception) -> bool:

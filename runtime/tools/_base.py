@@ -91,6 +91,7 @@ class ToolBase(Generic[ArgsT, ResultT]):
     loop: Loop = "trio"
     requires_approval: Any = False
     task: Any = False
+    task_from: Any = "start"
     strict_result: bool = False
     encoder: Callable[[Any], Any] | None = None
     """Gives a result's objects that msgspec cannot encode a JSON form (a function, or a method:

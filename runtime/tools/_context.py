@@ -143,6 +143,23 @@ def reporting(
         _reporter.reset(token)
 
 
+BackgroundHandler = Callable[["CallContext"], Awaitable[None]]
+_backgrounder: contextvars.ContextVar[BackgroundHandler | None] = contextvars.ContextVar(
+    "runtime_backgrounder", default=None
+)
+
+
+@contextlib.contextmanager
+def backgrounding(handler: BackgroundHandler) -> Iterator[None]:
+    """Calls started in this block hand `ctx.background()` to `handler` (the MCP server's, for a
+    call whose client takes tasks: it ends the call there, and the server makes it a task)."""
+    token = _backgrounder.set(handler)
+    try:
+        yield
+    finally:
+        _backgrounder.reset(token)
+
+
 def chunk_handler() -> ChunkHandler | None:
     """The `on_chunk` handler of the `reporting(...)` block this code runs in (a call's tool runs
     in a copy of its caller's context), or None."""
@@ -195,6 +212,7 @@ class CallContext:
 
     __slots__ = (
         "_asking",
+        "_background",
         "_log_bucket",
         "_observer",
         "_progress_bucket",
@@ -239,6 +257,7 @@ class CallContext:
         self.principal = principal
         self._observer = observer
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
+        self._background = _backgrounder.get()  # its `backgrounding(...)` block, likewise
         self._progress_bucket: _Bucket | None = None
         self._log_bucket: _Bucket | None = None
         own = current_asker()  # the caller's `asking(...)` block first, then the runtime's handlers
@@ -447,6 +466,21 @@ class CallContext:
                 _not_deferred(self, "it is not running in a runtime that keeps deferred calls")
             )
         raise CallDeferred(await book.defer_from_tool(self, reason, message, expires))
+
+    async def background(self) -> None:
+        """Go on in the background: for a tool with `task_from="background"` served over MCP to a
+        client that takes tasks (SEP-2663), the call becomes its task here. What the tool asked
+        before went to the client in the request (input-required rounds); the call then runs
+        again from the start as a detached call, its earlier questions answered with the
+        client's answers, and this returns at once there. Anywhere else (a plain call, a client
+        without tasks, a detached call) it returns at once.
+
+        So the code before it runs once per round and once more in the task: ask there, and do
+        side effects after it.
+        """
+        handler = self._background
+        if handler is not None:
+            await handler(self)
 
     async def _ask_user(self, question: Elicitation, what: str) -> Any:
         handler = self._asking.on_elicit if self._asking is not None else None

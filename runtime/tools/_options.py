@@ -25,6 +25,7 @@ __all__ = ["Loop", "OnFull", "TaskSupport", "ToolOptions", "ToolOptionsKw", "tas
 OnFull = Literal["wait", "reject"]
 Loop = Literal["trio", "asyncio", "any"]
 TaskSupport = bool | Literal["optional", "required"]
+TaskFrom = Literal["start", "background"]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
 if TYPE_CHECKING:
@@ -72,6 +73,12 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             "required" (only as a task: a client without the extension gets -32021), False (never;
             a `requires_approval` tool is still served as "optional": its call may wait). Long
             calls (minutes) and calls that wait for people are the ones to mark.
+        task_from: where such a call becomes its task: "start" (at once: its questions are the
+            task's, answered with `tasks/update`), or "background" (it starts in the request,
+            whose questions go to the client as input-required rounds, and becomes a task where
+            its code calls `await ctx.background()`: run again from the start as a detached call,
+            the answers given so far answering its questions; a call that ends first is answered
+            as usual). Only with `task`.
         tags: labels a per-request view selects tools by (`rt.scoped(tags=...)`).
         policies: the tool's own interceptors (`runtime.Policy`), inside the runtime's.
         idempotent: running a call twice does what running it once does (an MCP tool's
@@ -104,6 +111,7 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     in_caller: bool = False
     requires_approval: Approval = False
     task: TaskSupport = False
+    task_from: TaskFrom = "start"
     tags: frozenset[str] = frozenset()
     policies: tuple[Any, ...] = ()
     idempotent: bool = False
@@ -129,6 +137,8 @@ class ToolOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError("retry+idempotent")
         if self.cache is not None and not self.read_only:
             raise ValueError("cache+read_only")
+        if self.task_from != "start" and self.task is False:
+            raise ValueError("task_from+task")
 
     @property
     def task_support(self) -> Literal["forbidden", "optional", "required"]:
@@ -183,6 +193,7 @@ _EXPECTED = {
     "loop": "'trio', 'asyncio' or 'any'",
     "requires_approval": "True, False or a predicate (args) -> bool",
     "task": "True, False, 'optional' or 'required'",
+    "task_from": "'start' or 'background'",
     "tags": "a set of strings",
     "policies": "a sequence of runtime.Policy instances",
     "idempotent": "True or False",
@@ -226,6 +237,11 @@ def _why(fields: dict[str, Any], exc: Exception) -> str:
             "cache= serves an earlier result instead of running the tool, which only a read-only "
             "tool allows: say read_only=True if it changes nothing, or drop cache="
         )
+    if "task_from+task" in text:
+        return (
+            f"task_from={fields.get('task_from')!r} says where a call becomes its MCP task, and this "
+            "tool's calls are never tasks: say task=True (or 'required'), or drop task_from="
+        )
     if "inline+timeout" in text:
         return (
             f"an inline tool runs on the event loop and cannot be interrupted, so its "
@@ -258,6 +274,7 @@ class ToolOptionsKw(TypedDict, total=False):
     in_caller: bool
     requires_approval: bool | Callable[[Any], bool]
     task: TaskSupport
+    task_from: TaskFrom
     tags: frozenset[str] | set[str] | list[str] | tuple[str, ...]
     policies: tuple[Any, ...] | list[Any]
     idempotent: bool

@@ -15,6 +15,7 @@ from ._codec import ArgField as ArgField
 from ._codec import ArgsCodec as ArgsCodec
 from ._context import CallObserver as CallObserver
 from ._context import asks_user as asks_user
+from ._context import backgrounding as backgrounding
 from ._context import check_tool_name as check_tool_name
 from ._context import chunk_handler as chunk_handler
 from ._context import durable_of as durable_of
@@ -29,6 +30,7 @@ __all__ = [
     "PlacedTool",
     "PlacementHost",
     "asks_user",
+    "backgrounding",
     "cannot_suspend",
     "check_tool_name",
     "chunk_handler",

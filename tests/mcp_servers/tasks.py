@@ -36,6 +36,36 @@ async def confirm_delete(ctx: CallContext, filename: str) -> str:
     return f"deleted {filename}" if answer.value is not None and answer.value.confirm else f"kept {filename}"
 
 
+class Named(msgspec.Struct, frozen=True):
+    name: str = ""
+
+
+@tool(task=True)
+async def two_names(ctx: CallContext) -> str:
+    """Ask for two names at once (a nursery): both are open together."""
+    got: dict[str, str] = {}
+
+    async def ask(key: str) -> None:
+        answer = await ctx.elicit(f"Name {key}?", Named, key=key)
+        got[key] = answer.value.name if answer.value is not None else answer.action
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, "first")
+        nursery.start_soon(ask, "second")
+    return f"first={got['first']} second={got['second']}"
+
+
+@tool(task="required", task_from="background")
+async def onboard(ctx: CallContext, path: str) -> str:
+    """Ask for a name in the request, then write `path` as a task."""
+    answer = await ctx.elicit("Your name?", Named, key="user_name")
+    await ctx.background()  # the task starts here
+    name = answer.value.name if answer.value is not None else answer.action
+    async with await trio.open_file(path, "a") as f:
+        await f.write(name + "\n")
+    return f"welcome, {name}"
+
+
 @tool(requires_approval=True)
 def pay(amount: int) -> str:
     """Pay `amount` (asks first)."""
@@ -60,7 +90,7 @@ def transfer(amount: int) -> str:
 async def main() -> None:
     async with (
         open_runtime(
-            [report, confirm_delete, pay, slow_write, transfer],
+            [report, confirm_delete, pay, slow_write, transfer, two_names, onboard],
             tracing=False,
             durable=Durable(poll_interval=0.1),
         ) as rt,
