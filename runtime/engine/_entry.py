@@ -115,6 +115,8 @@ class Entry:
         self._settings = settings
         pipeline = settings.pipeline
         self.pipeline = pipeline if pipeline.active else None
+        self._hooks_wait = self.pipeline is not None and not pipeline.hooks_cannot_suspend
+        """A feature's hook may suspend: every call's flows are awaited (see `waits`)."""
         self._observer = pipeline if pipeline.observes else None
         self._dormant = bool(pipeline.dormant)  # features that may turn on later (tracing, no SDK yet)
         self.asking = asking
@@ -170,6 +172,7 @@ class Entry:
             return
         self._dormant = bool(pipeline.dormant)
         self.pipeline = pipeline if pipeline.active else None
+        self._hooks_wait = self.pipeline is not None and not pipeline.hooks_cannot_suspend
         self._observer = pipeline if pipeline.observes else None
         for actor in self._routing.routes.values():
             actor.use_pipeline(pipeline)
@@ -412,7 +415,14 @@ class Entry:
         answered already hears them too), then the features' starting hooks."""
         policies = c.plan.policies
         if policies:
-            self._let_through(c, (yield from before(c, policies, self.context_of, self._chain_of)))
+            request = yield from before(c, policies, self.context_of, self._chain_of)
+            if request is not None and (  # not as it came, or answered already: see to it
+                request._redacted
+                or request.arguments is not c.call.arguments
+                or request.tool_name != c.call.name
+                or c.state is not QUEUED
+            ):
+                self._let_through(c, request)
         # The features' starting hooks, once per call (`c.notes` None from here on), then the
         # policies' decisions kept until the call's span existed.
         notes, c.notes = c.notes, None
@@ -454,8 +464,7 @@ class Entry:
     def waits(self, c: Call[ToolPlan]) -> bool:
         """Whether `c`'s starting and finishing flows may suspend (a policy of its tool that
         `suspends`, a feature's hook that can): they are awaited then, else driven here."""
-        pipeline = self.pipeline
-        return c.plan.suspends or (pipeline is not None and not pipeline.hooks_cannot_suspend)
+        return c.plan.suspends or self._hooks_wait
 
     async def start(self, c: Call[ToolPlan]) -> None:
         """A trio caller's drive of `c`'s starting flow: awaited if it may suspend, else here."""
@@ -556,7 +565,7 @@ class Entry:
         suspended = False
         try:
             if pipeline is not None or c.plan.policies:
-                if self.waits(c):
+                if c.plan.suspends or self._hooks_wait:  # `waits`
                     await drive(self.starting(c))
                 else:
                     drive_now(self.starting(c))  # nothing to await: no coroutine for it
@@ -583,7 +592,7 @@ class Entry:
             raise
         if pipeline is None and c.flows is None:
             c.reported()  # nothing to tell: no flow to drive
-        elif self.waits(c):  # `finish`, written out here: one coroutine less a call
+        elif c.plan.suspends or self._hooks_wait:  # `finish`, written out: a call less
             await drive(self.finishing(c), finish_within=HOOK_GRACE)
         else:
             drive_now(self.finishing(c))
