@@ -371,11 +371,6 @@ class Call(Generic[P]):
         """Settle with a failure."""
         return self.settle(failure(self.call, kind, message, error_type))
 
-    def transform(self, result: ToolResult) -> None:
-        """DONE -> DONE with the result its policies made of the one it settled with."""
-        assert self.state is DONE
-        self.result = result
-
     def reported(self) -> bool:
         """DONE -> REPORTED; False if it was reported already (the finishing step runs once)."""
         if self.state is not DONE:

@@ -454,7 +454,7 @@ class Entry:
                 pipeline.starting_now(c.shown or c.call, c.ctx)  # type: ignore[arg-type]
             self._tell(c, notes)
         if c.flows is not None:
-            c.transform((yield from after(c)))
+            yield from after(c)
         if not c.reported():
             return
         pipeline = self.pipeline

@@ -348,9 +348,9 @@ def _shown(call: Call[Any], request: CallRequest) -> None:
         )
 
 
-def after(call: Call[Any]) -> Flow[ToolResult]:
+def after(call: Call[Any]) -> Flow[None]:
     """Give each policy that went on the call's result, innermost first, as one flow; what
-    the outermost returns is the call's result."""
+    the outermost returns is the call's result (DONE: it is answered, not reported yet)."""
     result = call.result
     assert result is not None
     kept = call.flows or []
@@ -372,7 +372,7 @@ def after(call: Call[Any]) -> Flow[ToolResult]:
                 result = _returned(call, policy, stop.value)
         except Exception as exc:
             result = _crashed(call, policy, exc)
-    return result if call.asked is None else _answering(call, result)
+    call.result = result if call.asked is None else _answering(call, result)
 
 
 def _awaited(flow: PolicyFlow, step: Any) -> Flow[tuple[Any, Exception | None]]:
