@@ -1,0 +1,139 @@
+"""Hostile tests of calls that outlive a request (issue 43), written from the docs and the code:
+MCP Tasks served (several questions answered by key, `task_from="background"`), MCP Tasks used
+as a client (a remote task followed here), and what a hostile client or a failing server sends.
+
+Each test is named by the promise it checks; each failed on the code before its fix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import msgspec
+import pytest
+import trio
+from mcp import Client
+from mcp.client._memory import InMemoryTransport
+from mcp.client.extension import ClientExtension, ResultClaim
+
+from runtime import Answer, CallContext, Durable, ToolCall, open_runtime, tool
+from runtime import mcp as rmcp
+from runtime.mcp._client_tasks import (
+    TASKS,
+    TaskCreated,
+    _GetTask,
+    _send,
+    _TaskIdParams,
+)
+from runtime.mcp._server import ServedRuntime
+from runtime.messages import FailureKind, ToolFailure
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Takes(ClientExtension):
+    """A client that declares the tasks extension and drives its tasks by hand (the test's)."""
+
+    identifier = TASKS
+
+    def claims(self) -> tuple[ResultClaim[Any], ...]:
+        async def resolve(created: TaskCreated, claim: Any) -> types.CallToolResult:
+            raise AssertionError("the test reads CreateTaskResults itself (allow_claimed=True)")
+
+        return (ResultClaim(result_type="task", model=TaskCreated, resolve=resolve),)
+
+
+async def _never(context: object, params: object) -> types.ElicitResult:
+    raise AssertionError("the rounds are driven by hand here")
+
+
+async def _task(session: Any, task_id: str) -> dict[str, Any]:
+    return await _send(session, _GetTask(params=_TaskIdParams(task_id=task_id)))
+
+
+async def _ended(session: Any, task_id: str) -> dict[str, Any]:
+    while True:
+        task = await _task(session, task_id)
+        if task.get("status") not in ("working", "input_required") or task.get("inputRequests"):
+            return task
+        await trio.sleep(0.1)
+
+
+class Named(msgspec.Struct):
+    name: str = ""
+
+
+# -- task_from="background": the questions asked in the request, answered again in the task ----
+
+
+@tool(task="required", task_from="background")
+async def name_items(ctx: CallContext) -> str:
+    """Ask a name for each of two items (the same key each time), then go on as a task."""
+    names = []
+    for i in range(2):
+        answer = await ctx.elicit(f"Name of item {i}?", Named, key="name")
+        names.append(answer.value.name if answer.value is not None else answer.action)
+    await ctx.background()
+    return ", ".join(names)
+
+
+async def test_a_question_asked_twice_before_background_gets_each_answer_in_the_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The docs: at `ctx.background()` the detached call runs the tool again and "its earlier
+    questions are answered from those answers (by key) without being asked". A tool that asks
+    under the same key twice (a loop) got the second answer for its first question, and its
+    second question asked again in the task."""
+    async with open_runtime([name_items], tracing=False) as rt:
+        server = ServedRuntime(rt)
+        async with Client(
+            InMemoryTransport(server.server), mode="2026-07-28", elicitation_callback=_never, extensions=[_Takes()]
+        ) as client:
+            session = client.session
+            reply: Any = await session.call_tool("name_items", {}, allow_input_required=True, allow_claimed=True)
+            given: dict[str, types.ElicitResult] = {}
+            while isinstance(reply, types.InputRequiredResult):
+                for key, request in (reply.input_requests or {}).items():
+                    item = request.params.message.split()[-1].rstrip("?")  # type: ignore[union-attr]
+                    given[key] = types.ElicitResult(action="accept", content={"name": f"item-{item}"})
+                reply = await session.call_tool(
+                    "name_items",
+                    {},
+                    allow_input_required=True,
+                    allow_claimed=True,
+                    request_state=reply.request_state,
+                    input_responses=given,
+                )
+            assert isinstance(reply, TaskCreated)
+            task = await _ended(session, reply.task_id)
+            assert task.get("inputRequests") is None, "a question answered in the request is asked again"
+            assert task["status"] == "completed"
+            assert task["result"]["content"][0]["text"] == "item-0, item-1"
+
+
+# -- MCP Tasks as a client: a remote task followed here -----------------------------------------
+
+
+async def test_a_remote_task_forgotten_while_its_question_was_answered_is_unavailable_not_rejected() -> None:
+    """The docs (mcp-client.md): "a task the server cancelled or forgot `UNAVAILABLE`". A task
+    the server forgot while our user answered its question (the server's tasks/update: -32602,
+    "no task") was REJECTED, the kind that tells the model to fix its arguments."""
+
+    async def slow_user(question: Any) -> Answer:
+        await trio.sleep(1.5)  # the remote task gave up after 0.5 s and was forgotten 0.2 s later
+        return Answer.accept({"go": True})
+
+    server = rmcp.stdio(
+        sys.executable,
+        args=[str(ROOT / "tests" / "attack_durable_server.py")],
+        cwd=str(ROOT),
+        mode="2026-07-28",
+        connect_timeout=30,
+        call_timeout=30,
+    )
+    async with open_runtime(mcp_servers=[server], on_elicit=slow_user, tracing=False) as rt:
+        result = await rt.call(ToolCall(id="c1", name="impatient", arguments={}))
+    assert isinstance(result, ToolFailure)
+    assert result.kind is FailureKind.UNAVAILABLE, result
