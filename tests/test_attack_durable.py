@@ -26,6 +26,8 @@ from runtime.mcp._client_tasks import (
     _GetTask,
     _send,
     _TaskIdParams,
+    _TaskUpdateParams,
+    _UpdateTask,
 )
 from runtime.mcp._server import ServedRuntime
 from runtime.messages import FailureKind, ToolFailure
@@ -51,6 +53,10 @@ async def _never(context: object, params: object) -> types.ElicitResult:
 
 async def _task(session: Any, task_id: str) -> dict[str, Any]:
     return await _send(session, _GetTask(params=_TaskIdParams(task_id=task_id)))
+
+
+async def _update(session: Any, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+    return await _send(session, _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=responses)))
 
 
 async def _ended(session: Any, task_id: str) -> dict[str, Any]:
@@ -137,3 +143,75 @@ async def test_a_remote_task_forgotten_while_its_question_was_answered_is_unavai
         result = await rt.call(ToolCall(id="c1", name="impatient", arguments={}))
     assert isinstance(result, ToolFailure)
     assert result.kind is FailureKind.UNAVAILABLE, result
+
+
+# -- answers a journal cannot keep (text with a lone surrogate: JSON's "\ud800") --------------
+
+
+@tool(task="required")
+async def ask_name(ctx: CallContext) -> str:
+    """Ask a name, as a task."""
+    answer = await ctx.elicit("Name?", Named, key="name")
+    return f"hello {answer.value.name if answer.value is not None else answer.action}"
+
+
+async def test_an_answer_the_journal_cannot_keep_is_refused_as_such_and_the_task_still_asks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Bad input gets a clear answer and changes nothing. A tasks/update whose answer cannot be
+    journaled was answered -32602 "no task 'dc_...'": the client is told its task does not exist
+    (and drops it), while it waits on."""
+    from mcp import MCPError
+
+    async with open_runtime([ask_name], tracing=False) as rt:
+        server = ServedRuntime(rt)
+        async with Client(
+            InMemoryTransport(server.server), mode="2026-07-28", elicitation_callback=_never, extensions=[_Takes()]
+        ) as client:
+            session = client.session
+            created: Any = await session.call_tool("ask_name", {}, allow_input_required=True, allow_claimed=True)
+            task = await _ended(session, created.task_id)
+            assert set(task["inputRequests"]) == {"name"}
+            with pytest.raises(MCPError) as refused:
+                await _update(session, created.task_id, {"name": {"action": "accept", "content": {"name": "\ud800"}}})
+            assert refused.value.error.code == types.INVALID_PARAMS
+            assert "no task" not in refused.value.error.message, refused.value.error.message
+            assert "name" in refused.value.error.message
+            task = await _task(session, created.task_id)
+            assert task["status"] == "input_required"
+            await _update(session, created.task_id, {"name": {"action": "accept", "content": {"name": "Ada"}}})
+            task = await _ended(session, created.task_id)
+            assert task["result"]["content"][0]["text"] == "hello Ada"
+
+
+@tool(task="required", task_from="background")
+async def onboard(ctx: CallContext) -> str:
+    """Ask a name in the request, then go on as a task."""
+    answer = await ctx.elicit("Your name?", Named, key="user_name")
+    await ctx.background()
+    return f"welcome, {answer.value.name if answer.value is not None else answer.action}"
+
+
+async def test_a_background_start_whose_answers_cannot_be_journaled_is_a_tool_error() -> None:
+    """Bad input gets a typed failure. A `task_from="background"` call whose client answered
+    with text the journal cannot keep raised out of the server's handler (the client got
+    -32603 "Internal server error", the server logged a traceback)."""
+    async with open_runtime([onboard], tracing=False) as rt:
+        server = ServedRuntime(rt)
+        async with Client(
+            InMemoryTransport(server.server), mode="2026-07-28", elicitation_callback=_never, extensions=[_Takes()]
+        ) as client:
+            session = client.session
+            first: Any = await session.call_tool("onboard", {}, allow_input_required=True, allow_claimed=True)
+            assert isinstance(first, types.InputRequiredResult)
+            reply = await session.call_tool(
+                "onboard",
+                {},
+                allow_input_required=True,
+                allow_claimed=True,
+                request_state=first.request_state,
+                input_responses={"user_name": types.ElicitResult(action="accept", content={"name": "\ud800"})},
+            )
+            assert isinstance(reply, types.CallToolResult)
+            assert reply.is_error
+            assert await rt.detached_calls() == []  # nothing was started

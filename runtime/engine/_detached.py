@@ -1355,6 +1355,13 @@ class Book:
                 f"detached call {detached_id!r} asks for roots: answer it with a list of runtime.Root"
             )
         given = msgspec.to_builtins(list(response) if kind == "roots" else response)
+        try:
+            msgspec.json.encode(given)
+        except (TypeError, ValueError, RecursionError) as exc:  # text that is not Unicode, say
+            raise ValueError(
+                f"the answer to question {key!r} of detached call {detached_id!r} cannot be journaled "
+                f"({type(exc).__name__}: {str(exc)[:200]}); nothing changed"
+            ) from None
         now = self.now()
         answered = key
 
@@ -1589,6 +1596,7 @@ class DetachedCall:
         Raises:
             CallStateError: it asks nothing now, no question `key`, or several and no `key` said.
             TypeError: the response is not of the question's kind.
+            ValueError: the response cannot be journaled (text that is not valid Unicode).
         """
         status: DetachedStatus = await self._run(
             lambda: self._book.answer(self.id, self.principal, response, key)
