@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client._memory import InMemoryTransport
 from mcp.client.extension import ClientExtension, ResultClaim
 
-from runtime import Answer, CallContext, Durable, ToolCall, open_runtime, tool
+from runtime import Answer, CallContext, ToolCall, open_runtime, tool
 from runtime import mcp as rmcp
 from runtime.mcp._client_tasks import (
     TASKS,
@@ -56,7 +56,9 @@ async def _task(session: Any, task_id: str) -> dict[str, Any]:
 
 
 async def _update(session: Any, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
-    return await _send(session, _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=responses)))
+    return await _send(
+        session, _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=responses))
+    )
 
 
 async def _ended(session: Any, task_id: str) -> dict[str, Any]:
@@ -95,10 +97,15 @@ async def test_a_question_asked_twice_before_background_gets_each_answer_in_the_
     async with open_runtime([name_items], tracing=False) as rt:
         server = ServedRuntime(rt)
         async with Client(
-            InMemoryTransport(server.server), mode="2026-07-28", elicitation_callback=_never, extensions=[_Takes()]
+            InMemoryTransport(server.server),
+            mode="2026-07-28",
+            elicitation_callback=_never,
+            extensions=[_Takes()],
         ) as client:
             session = client.session
-            reply: Any = await session.call_tool("name_items", {}, allow_input_required=True, allow_claimed=True)
+            reply: Any = await session.call_tool(
+                "name_items", {}, allow_input_required=True, allow_claimed=True
+            )
             given: dict[str, types.ElicitResult] = {}
             while isinstance(reply, types.InputRequiredResult):
                 for key, request in (reply.input_requests or {}).items():
@@ -166,20 +173,29 @@ async def test_an_answer_the_journal_cannot_keep_is_refused_as_such_and_the_task
     async with open_runtime([ask_name], tracing=False) as rt:
         server = ServedRuntime(rt)
         async with Client(
-            InMemoryTransport(server.server), mode="2026-07-28", elicitation_callback=_never, extensions=[_Takes()]
+            InMemoryTransport(server.server),
+            mode="2026-07-28",
+            elicitation_callback=_never,
+            extensions=[_Takes()],
         ) as client:
             session = client.session
-            created: Any = await session.call_tool("ask_name", {}, allow_input_required=True, allow_claimed=True)
+            created: Any = await session.call_tool(
+                "ask_name", {}, allow_input_required=True, allow_claimed=True
+            )
             task = await _ended(session, created.task_id)
             assert set(task["inputRequests"]) == {"name"}
             with pytest.raises(MCPError) as refused:
-                await _update(session, created.task_id, {"name": {"action": "accept", "content": {"name": "\ud800"}}})
+                await _update(
+                    session, created.task_id, {"name": {"action": "accept", "content": {"name": "\ud800"}}}
+                )
             assert refused.value.error.code == types.INVALID_PARAMS
             assert "no task" not in refused.value.error.message, refused.value.error.message
             assert "name" in refused.value.error.message
             task = await _task(session, created.task_id)
             assert task["status"] == "input_required"
-            await _update(session, created.task_id, {"name": {"action": "accept", "content": {"name": "Ada"}}})
+            await _update(
+                session, created.task_id, {"name": {"action": "accept", "content": {"name": "Ada"}}}
+            )
             task = await _ended(session, created.task_id)
             assert task["result"]["content"][0]["text"] == "hello Ada"
 
@@ -199,7 +215,10 @@ async def test_a_background_start_whose_answers_cannot_be_journaled_is_a_tool_er
     async with open_runtime([onboard], tracing=False) as rt:
         server = ServedRuntime(rt)
         async with Client(
-            InMemoryTransport(server.server), mode="2026-07-28", elicitation_callback=_never, extensions=[_Takes()]
+            InMemoryTransport(server.server),
+            mode="2026-07-28",
+            elicitation_callback=_never,
+            extensions=[_Takes()],
         ) as client:
             session = client.session
             first: Any = await session.call_tool("onboard", {}, allow_input_required=True, allow_claimed=True)
@@ -210,7 +229,9 @@ async def test_a_background_start_whose_answers_cannot_be_journaled_is_a_tool_er
                 allow_input_required=True,
                 allow_claimed=True,
                 request_state=first.request_state,
-                input_responses={"user_name": types.ElicitResult(action="accept", content={"name": "\ud800"})},
+                input_responses={
+                    "user_name": types.ElicitResult(action="accept", content={"name": "\ud800"})
+                },
             )
             assert isinstance(reply, types.CallToolResult)
             assert reply.is_error

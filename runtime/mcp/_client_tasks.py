@@ -233,7 +233,8 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
                 answers = {key: await _answer(call, request) for key, request in asked.items()}
                 try:
                     await _send(
-                        session, _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers))
+                        session,
+                        _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers)),
                     )
                 except MCPError as exc:
                     if exc.code == INVALID_PARAMS:  # "no task" (forgotten meanwhile), or answers it refuses
