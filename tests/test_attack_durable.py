@@ -6,6 +6,7 @@ Each test is named by the promise it checks; each failed on the code before its 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,124 @@ async def test_a_background_start_whose_answers_cannot_be_journaled_is_a_tool_er
             assert isinstance(reply, types.CallToolResult)
             assert reply.is_error
             assert await rt.detached_calls() == []  # nothing was started
+
+
+# -- promises that held (kept as tests) ---------------------------------------------------------
+
+
+@tool(task=True)
+async def two_names(ctx: CallContext) -> str:
+    """Ask two names at once."""
+    got: dict[str, str] = {}
+
+    async def ask(key: str) -> None:
+        answer = await ctx.elicit(f"Name {key}?", Named, key=key)
+        got[key] = answer.value.name if answer.value is not None else answer.action
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, "first")
+        nursery.start_soon(ask, "second")
+    return f"first={got['first']} second={got['second']}"
+
+
+async def _open_questions(handle: Any, n: int) -> Any:
+    async with contextlib.aclosing(handle.watch()) as statuses:
+        async for status in statuses:
+            if len(status.questions) >= n:
+                return status
+    raise AssertionError("it ended without asking")
+
+
+async def test_one_key_answered_at_once_from_two_runtimes_on_one_store_takes_one_answer(
+    tmp_path: Path,
+) -> None:
+    """Two server processes (two runtimes on one SQLite journal) answer the same question at
+    once: one answer is taken, the other is refused (CallStateError), the other question
+    stays open, and the tool sees exactly the answer that was taken."""
+    from runtime import Durable
+    from runtime.exceptions import CallStateError
+    from runtime.stores import SQLiteStore
+
+    fast = Durable(poll_interval=0.05, lease=5)
+    async with (
+        open_runtime([two_names], store=SQLiteStore(tmp_path / "j.db"), durable=fast, tracing=False) as a,
+        open_runtime([two_names], store=SQLiteStore(tmp_path / "j.db"), durable=fast, tracing=False) as b,
+    ):
+        handle = await a.detach(ToolCall(id="c1", name="two_names", arguments={}), principal="p")
+        await _open_questions(handle, 2)
+        outcomes: list[str] = []
+
+        async def answer(rt: Any, name: str) -> None:
+            try:
+                await rt.detached(handle.id, principal="p").answer(Answer.accept({"name": name}), key="first")
+                outcomes.append(name)
+            except CallStateError:
+                outcomes.append("refused")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer, a, "from-a")
+            nursery.start_soon(answer, b, "from-b")
+        assert sorted(outcomes)[-1] == "refused"
+        assert len([o for o in outcomes if o != "refused"]) == 1
+        (taken,) = [o for o in outcomes if o != "refused"]
+        status = await handle.status()
+        assert set(status.questions) == {"second"}
+        await b.detached(handle.id, principal="p").answer(Answer.accept({"name": "Bo"}), key="second")
+        with trio.fail_after(10):
+            result = await handle.result()
+        assert result.content == f"first={taken} second=Bo"
+
+
+async def test_a_cancel_while_questions_are_open_ends_the_call_cancelled_and_answers_are_refused(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from runtime.exceptions import CallStateError
+
+    async with open_runtime([two_names], tracing=False) as rt:
+        handle = await rt.detach(ToolCall(id="c1", name="two_names", arguments={}))
+        await _open_questions(handle, 2)
+        status = await handle.cancel()
+        assert status.done
+        assert status.state.value == "cancelled"
+        assert status.questions == {}
+        with pytest.raises(CallStateError):
+            await handle.answer(Answer.accept({"name": "late"}), key="first")
+        assert (await handle.cancel()).state.value == "cancelled"  # idempotent
+
+
+async def test_a_deadline_passing_while_questions_are_open_ends_the_call_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime([two_names], tracing=False) as rt:
+        handle = await rt.detach(ToolCall(id="c1", name="two_names", arguments={}), timeout=30)
+        await _open_questions(handle, 2)
+        await handle.answer(Answer.accept({"name": "Ann"}), key="first")
+        result = await handle.result()
+        assert isinstance(result, ToolFailure)
+        assert result.kind is FailureKind.TIMEOUT
+        assert (await handle.status()).questions == {}
+
+
+async def test_tasks_update_answers_for_keys_never_asked_change_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime([two_names], tracing=False) as rt:
+        server = ServedRuntime(rt)
+        async with Client(
+            InMemoryTransport(server.server),
+            mode="2026-07-28",
+            elicitation_callback=_never,
+            extensions=[_Takes()],
+        ) as client:
+            session = client.session
+            created: Any = await session.call_tool(
+                "two_names", {}, allow_input_required=True, allow_claimed=True
+            )
+            await _open_questions(rt.detached(created.task_id), 2)
+            accept = {"action": "accept", "content": {"name": "x"}}
+            await _update(session, created.task_id, {"approval": accept, "third": accept, "first-2": accept})
+            task = await _task(session, created.task_id)
+            assert set(task["inputRequests"]) == {"first", "second"}
+            await _update(session, created.task_id, {"first": accept, "second": {"action": "decline"}})
+            task = await _ended(session, created.task_id)
+            assert task["result"]["content"][0]["text"] == "first=x second=decline"
