@@ -132,6 +132,7 @@ class Run:
         "raw",
         "record",
         "scope",
+        "times",
         "user_cancelled",
     )
 
@@ -145,6 +146,7 @@ class Run:
         self.lock = trio.Lock()  # its questions' journal writes, one at a time
         self.asked: dict[str, trio.Event] = {}  # key -> set once its answer is delivered
         self.given: dict[str, Any] = {}  # key -> the answer delivered, until its question takes it
+        self.times: dict[str, int] = {}  # a question's key (`question_key`) -> how often it was asked
         self.disowned = False  # another process took it over: its end is not ours to write
         self.user_cancelled = False
 
@@ -832,6 +834,10 @@ class Book:
         taken: list[Any] = []  # the answer it found in the record, if any
         async with run.lock:
             now = self.now()
+            nth = run.times[base] = run.times.get(base, 0) + 1
+            # its answer given before it was asked: under its key the first time it is asked, then
+            # `key-2`, `key-3`... (as the MCP server keys a question the tool asks again)
+            before = base if nth == 1 else f"{base}-{nth}"
 
             def change(r: Record) -> Record | None:
                 nonlocal key
@@ -840,9 +846,9 @@ class Book:
                     return None
                 key = _free_key(base, r, run.asked)
                 taken.clear()
-                if key in r.answers:  # answered before it was asked
-                    taken.append(r.answers[key])
-                    answers = {k: v for k, v in r.answers.items() if k != key}
+                if before in r.answers and before not in r.questions and before not in run.asked:
+                    taken.append(r.answers[before])  # answered before it was asked
+                    answers = {k: v for k, v in r.answers.items() if k != before}
                     return msgspec.structs.replace(r, answers=answers, updated=now)
                 questions = {**r.questions, key: OpenQuestion(kind=kind, question=asked)}
                 return msgspec.structs.replace(
@@ -1349,6 +1355,13 @@ class Book:
                 f"detached call {detached_id!r} asks for roots: answer it with a list of runtime.Root"
             )
         given = msgspec.to_builtins(list(response) if kind == "roots" else response)
+        try:
+            msgspec.json.encode(given)
+        except (TypeError, ValueError, RecursionError) as exc:  # text that is not Unicode, say
+            raise ValueError(
+                f"the answer to question {key!r} of detached call {detached_id!r} cannot be journaled "
+                f"({type(exc).__name__}: {str(exc)[:200]}); nothing changed"
+            ) from None
         now = self.now()
         answered = key
 
@@ -1583,6 +1596,7 @@ class DetachedCall:
         Raises:
             CallStateError: it asks nothing now, no question `key`, or several and no `key` said.
             TypeError: the response is not of the question's kind.
+            ValueError: the response cannot be journaled (text that is not valid Unicode).
         """
         status: DetachedStatus = await self._run(
             lambda: self._book.answer(self.id, self.principal, response, key)

@@ -256,19 +256,37 @@ def journal_of(caller: Caller) -> Journaled:
     )
 
 
-async def find_deferred(caller: Caller, call_id: str, tool: str) -> DetachedCall | None:
+async def find_deferred(
+    caller: Caller, call_id: str, tool: str, arguments: str | None = None
+) -> DetachedCall | None:
     """The journal's entry for the model's call `call_id` of `tool` (the newest, if the model
     reused an id), or None: the call was never deferred, or its entry is forgotten.
+    `arguments`: the call's (JSON), when known: an entry of the same id with other arguments
+    (another conversation's, whose model gave the same id) is not this call.
 
     For a framework that hands back the model's call id and not our `detached_id` (an
     approval in a serialized run state, a `DeferredToolResults` without its metadata).
     """
     journal = journal_of(caller)
-    found = [s for s in await journal.detached_calls() if s.call_id == call_id and s.tool == tool]
+    found = [
+        s
+        for s in await journal.detached_calls()
+        if s.call_id == call_id
+        and s.tool == tool
+        and (arguments is None or same_arguments(s.arguments, arguments))
+    ]
     if not found:
         return None
     newest = max(found, key=lambda s: s.created_at)
     return journal.detached(newest.id)
+
+
+def same_arguments(a: str, b: str) -> bool:
+    """Whether two calls' JSON arguments are the same (as values: spacing and key order aside)."""
+    try:
+        return bool(json.loads(a or "{}") == json.loads(b or "{}"))
+    except ValueError:
+        return a == b
 
 
 def arguments_changed(status: DetachedStatus, arguments: str | Mapping[str, Any] | None) -> bool:

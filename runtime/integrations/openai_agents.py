@@ -187,17 +187,18 @@ def _enabled(
 class _Approvals:
     """A tool list's approvals: what `needs_approval` ran, what waits, what the state rejected.
 
-    `ran`: results of calls `needs_approval` ran that did not wait (by tool and call id), for
-    `on_invoke_tool` to return. `waiting`: the journal id of a call that waits for approval
-    (found again by call id after a restart). `seen`: per run context, the rejections already
+    `ran`: results of calls `needs_approval` ran that did not wait, for `on_invoke_tool` to
+    return; `waiting`: the journal id of a call that waits for approval (found again by call id
+    and arguments after a restart); both by tool, call id and arguments (one list serves many
+    conversations, whose models may give their calls the same ids). `seen`: per run context, the rejections already
     taken to the journal (a turn asks every tool's `is_enabled` at once: one journal scan).
     """
 
     def __init__(self, caller: Caller, tools: Collection[str]) -> None:
         self.caller = caller
         self.tools = frozenset(tools)
-        self.ran: dict[tuple[str, str], ToolResult] = {}
-        self.waiting: dict[tuple[str, str], str] = {}
+        self.ran: dict[tuple[str, str, str], ToolResult] = {}
+        self.waiting: dict[tuple[str, str, str], str] = {}
         self.seen: weakref.WeakKeyDictionary[RunContextWrapper[Any], frozenset[str]] = (
             weakref.WeakKeyDictionary()
         )
@@ -207,29 +208,32 @@ class _Approvals:
         self, name: str, metadata: Mapping[str, Any] | None, timeout: float | None
     ) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]:
         async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
-            call = ToolCall(id=call_id, name=name, arguments=json.dumps(params))
+            arguments = json.dumps(params)
+            call = ToolCall(id=call_id, name=name, arguments=arguments)
             span = get_current_span()  # the SDK's `function` span of this call
             with parent_context(_key(span.span_id) if span is not None else None):
                 result = await self.caller.call(call, metadata=metadata, timeout=timeout)
             if isinstance(result, ToolPending) and result.reason == "approval":
-                self.waiting[(name, call_id)] = result.detached_id
+                self.waiting[(name, call_id, _canonical(arguments))] = result.detached_id
                 return True
-            self.ran[(name, call_id)] = result
+            self.ran[(name, call_id, _canonical(arguments))] = result
             return False
 
         return needs_approval
 
-    async def approved(self, ctx: ToolContext[Any], name: str, call_id: str) -> ToolResult | None:
+    async def approved(
+        self, ctx: ToolContext[Any], name: str, call_id: str, arguments: str
+    ) -> ToolResult | None:
         """The result of a call the run state approved that waits in the journal (it runs
         now, once), or None: not such a call."""
         journal = self.caller
         if ctx.is_tool_approved(name, call_id) is not True or not isinstance(journal, Journaled):
             return None
-        detached_id = self.waiting.pop((name, call_id), None)
+        detached_id = self.waiting.pop((name, call_id, _canonical(arguments)), None)
         handle = (
             journal.detached(detached_id)
             if detached_id is not None
-            else await find_deferred(self.caller, call_id, name)
+            else await find_deferred(self.caller, call_id, name, arguments)
         )
         return None if handle is None else await approved_result(handle)
 
@@ -256,8 +260,16 @@ class _Approvals:
                 if s.id in rejected:
                     message = ctx.get_rejection_message(s.tool, s.call_id) or _REJECTED
                     await denied(journal.detached(s.id), message)
-                    self.waiting.pop((s.tool, s.call_id), None)
+                    self.waiting.pop((s.tool, s.call_id, _canonical(s.arguments)), None)
             self.seen[ctx] = self.seen.get(ctx, frozenset()) | rejected
+
+
+def _canonical(arguments: str) -> str:
+    """A call's JSON arguments as one text (key order and spacing aside)."""
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments
 
 
 _REJECTED = "the call was rejected"
@@ -310,9 +322,10 @@ def _invoker(
         call = ToolCall(id=call_id, name=name, arguments=arguments or "{}")
         span = get_current_span()  # the SDK's `function` span of this call
         with parent_context(_key(span.span_id) if span is not None else None):
-            result = None if approving is None else approving.ran.pop((name, call_id), None)
+            canonical = _canonical(arguments or "{}") if approving is not None else ""
+            result = None if approving is None else approving.ran.pop((name, call_id, canonical), None)
             if result is None and approving is not None:
-                result = await approving.approved(ctx, name, call_id)
+                result = await approving.approved(ctx, name, call_id, arguments or "{}")
             if result is None:
                 result = await caller.call(call, metadata=metadata, timeout=timeout)
             if (

@@ -258,6 +258,7 @@ class ServedAsker:
         # run of the call asks them under (`question_key`) -> the answer (`to_builtins`)
         self.given: dict[str, Any] = {}
         self._seen: dict[str, int] = {}
+        self._times: dict[str, int] = {}  # question_key -> how often a question under it was answered
         if self.modern:
             self._answers = _state_answers(params.request_state)
             for key, response in (params.input_responses or {}).items():
@@ -327,7 +328,11 @@ class ServedAsker:
         return roots_of(result)
 
     def _given(self, kind: str, question: Any, answer: A) -> A:
-        self.given[question_key(kind, msgspec.to_builtins(question))] = msgspec.to_builtins(answer)
+        # a question asked again (a loop asking under one key) is `key-2`, `key-3`... the n-th
+        # time, as the detached run looks its answers up: each keeps its own answer
+        key = question_key(kind, msgspec.to_builtins(question))
+        n = self._times[key] = self._times.get(key, 0) + 1
+        self.given[key if n == 1 else f"{key}-{n}"] = msgspec.to_builtins(answer)
         return answer
 
     # 2026-07-28: answered from this round's responses and earlier rounds' state, or asked.

@@ -231,9 +231,18 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
                         f"{where}: task {task_id} asked more than {_MAX_QUESTION_ROUNDS} times"
                     )
                 answers = {key: await _answer(call, request) for key, request in asked.items()}
-                await _send(
-                    session, _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers))
-                )
+                try:
+                    await _send(
+                        session,
+                        _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers)),
+                    )
+                except MCPError as exc:
+                    if exc.code == INVALID_PARAMS:  # "no task" (forgotten meanwhile), or answers it refuses
+                        raise ToolUnavailable(
+                            f"{where} did not take the answers to task {task_id} ({exc.error.message}); "
+                            "it may have run"
+                        ) from None
+                    raise
             else:
                 await trio.sleep(interval)
             try:

@@ -437,7 +437,8 @@ class ServedRuntime:
             with answered_before(answers or {}):
                 handle = await caller.detach(call, metadata=call_metadata(params.meta))
             return created(await handle.status())
-        except (ToolOverloaded, StoreError, RuntimeClosed) as exc:
+        except (ToolOverloaded, StoreError, RuntimeClosed, ValueError) as exc:
+            # ValueError: what the client answered in the request cannot be journaled
             return error_result(f"Error: the call could not be started as a task: {exc}")
 
     def _task_caller(self, ctx: ServerRequestContext[Any], params: TaskIdParams | TaskUpdateParams) -> Any:
@@ -476,8 +477,10 @@ class ServedRuntime:
             try:
                 await handle.answer(answer, key=key)
             except Exception as exc:
-                if lookup_failed(exc):
+                if isinstance(exc, CallNotFound):
                     raise not_found(params.task_id) from None
+                if isinstance(exc, ValueError):  # the answer cannot be journaled: the task asks on
+                    raise MCPError(INVALID_PARAMS, f"inputResponses[{key!r}]: {exc}") from None
                 if not quietly_refused(exc):
                     raise
         return {}
