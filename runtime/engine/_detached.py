@@ -417,7 +417,7 @@ class Book:
                         r, FailureKind.TIMEOUT, f"tool {tool!r} did not finish within its deadline{may}"
                     ),
                 )
-            if not r.started or repeatable:
+            if not r.started or repeatable or r.checkpoint:  # a checkpoint: its tool resumes
                 return msgspec.structs.replace(
                     r, phase="queued", owner=self.owner, waiting=None, question=None,
                     question_kind=None, answer=None, updated=now,
@@ -704,6 +704,7 @@ class Book:
         try:
             with asking(**self._askers(run)):
                 metadata = dict(record.metadata)
+                metadata.update(record.checkpoint)  # where a run before this one left its work
                 if record.link is not None:
                     metadata[_LINK] = record.link
                 deadline, timeout = self._deadline(record)
@@ -834,6 +835,53 @@ class Book:
             except (StoreError, OSError) as exc:
                 self._store_failed("reading an answer", exc)
             return _decode_answer(kind, answer)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _run_of(self, ctx: CallContext) -> Run | None:
+        """The run here of the detached call a tool's context belongs to."""
+        if ctx.detached_id is None:
+            return None
+        run = self.runs.get(record_key(ctx.principal, ctx.detached_id))
+        return run if run is not None and run.call is not None and run.call.ctx is ctx else None
+
+    async def checkpoint(self, ctx: CallContext, key: str, value: Any) -> bool:
+        """`CallContext.checkpoint`: `value` journaled under `key` in the call's record (a later
+        run gets it in its metadata, and recovery resumes the call). False: no run of it here.
+
+        Raises:
+            StoreError: the journal could not be written.
+            TypeError: `key` is not a string, or `value` is not JSON.
+        """
+        driver = self.entry.asyncio_driver
+        if driver is not None and sniffio.current_async_library() == "asyncio":
+            kept: bool = await driver.run(lambda: self.checkpoint(ctx, key, value))
+            return kept
+        if not isinstance(key, str):
+            raise TypeError(f"a checkpoint's key is a string, not {type(key).__name__}")
+        value = msgspec.json.decode(msgspec.json.encode(value))  # JSON now, or TypeError now
+        run = self._run_of(ctx)
+        if run is None:
+            return False
+        owner = self.owner
+        now = self.now()
+
+        def change(r: Record) -> Record | None:
+            if r.phase == "done" or r.owner != owner:
+                return None
+            return msgspec.structs.replace(r, checkpoint=r.checkpoint | {key: value}, updated=now)
+
+        new, changed, raw = await self.journal.change(run.key, change, self.options.ttl, run.known)
+        if not changed:
+            return False
+        run.now_is(new, raw)
+        return True
+
+    def handed_over(self, ctx: CallContext) -> bool:
+        """`CallContext.handed_over`: the call's run stops without ending here (the runtime
+        shuts down, or another process took the call over)."""
+        run = self._run_of(ctx)
+        return run is not None and (run.disowned or (self.closing and not run.user_cancelled))
 
     # -- deferring -----------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 A record is the whole of what outlives the process that made it: the call (its tool, the
 model's call id, its arguments, its JSON-able metadata), who it runs for, where it is (its
 phase), who runs it (its owner, while it runs), whether its tool's code may have started (its
-side effects), what it waits for (an approval, an outside result, the answer to a question), and
+side effects), where that work can be picked up again (its checkpoint: a started call with one
+is resumed by recovery, idempotent or not), what it waits for (an approval, an outside result, the answer to a question), and
 its result once done. Each change is one compare-and-set (`Store.swap`) of the whole record:
 of two processes that change it at once one wins, the other reads it again and decides anew (a
 second approval sees it approved; a cancel that comes after the end sees the end).
@@ -167,6 +168,7 @@ class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
     timeout: float | None = None
     ttl: float = 3600.0
     link: str | None = None  # the starter's traceparent: the run's span links to it
+    checkpoint: dict[str, Any] = {}  # where its run's work can be picked up (`CallContext.checkpoint`)
     version: int = 0
 
     @property

@@ -448,6 +448,34 @@ class CallContext:
             )
         raise CallDeferred(await book.defer_from_tool(self, reason, message, expires))
 
+    async def checkpoint(self, key: str, value: Any) -> bool:
+        """Journal where this detached call's work can be picked up again (a remote task's
+        id, a job's handle): `value` (JSON) under `key`. If its process dies, the run that
+        recovers the call finds it in `ctx.metadata[key]`, and the call is run again even when
+        its tool is not idempotent: the tool must then resume from it, not start over. A later
+        checkpoint with the same key replaces it.
+
+        Returns False (nothing kept) for a call that is not detached (`ctx.detached_id` None)
+        or not run by this process's journal. A trio (or `loop="any"`) tool of the runtime's
+        own process.
+
+        Raises:
+            StoreError: the journal could not be written.
+        """
+        book = getattr(self._views, "durable", None)
+        if book is None or self.detached_id is None:
+            return False
+        kept: bool = await book.checkpoint(self, key, value)
+        return kept
+
+    @property
+    def handed_over(self) -> bool:
+        """This detached call's run is being stopped without ending here: the runtime shuts
+        down, or another process took the call over. Work it started elsewhere (a checkpointed
+        remote task) is left running for the run that resumes it, not cancelled."""
+        book = getattr(self._views, "durable", None)
+        return book is not None and self.detached_id is not None and bool(book.handed_over(self))
+
     async def _ask_user(self, question: Elicitation, what: str) -> Any:
         handler = self._asking.on_elicit if self._asking is not None else None
         if handler is None:
