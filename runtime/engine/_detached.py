@@ -137,6 +137,12 @@ class Run:
         if record is not None and raw is not None:
             self.record, self.raw = record, raw
 
+    def hand_over(self, handed: bool) -> None:
+        """Tell its tool whether the run stops without ending here (`CallContext.handed_over`)."""
+        ctx = self.call.ctx if self.call is not None else None
+        if ctx is not None:
+            ctx.handed_over = handed
+
     def deliver(self, answer: Any) -> None:
         if self.asking is not None and self.answered is not None and not self.answered.is_set():
             self.answer = answer
@@ -226,6 +232,9 @@ class Book:
     def close(self) -> None:
         """No new work; what ends from now on because the runtime stops is left to recovery."""
         self.closing = True
+        for run in self.runs.values():
+            if not run.user_cancelled:
+                run.hand_over(True)
 
     async def aclose(self) -> None:
         """Stop the service once the runtime's calls have ended, and give up the lease (so a
@@ -314,10 +323,12 @@ class Book:
             ):
                 if not run.disowned and run.call is not None:
                     run.disowned = True
+                    run.hand_over(True)
                     run.scope.cancel()
                 continue
             if record.cancel and not run.user_cancelled:
                 run.user_cancelled = True
+                run.hand_over(False)
                 run.scope.cancel()
             elif run.asking is not None and record.phase != "waiting" and record.answer is not None:
                 run.deliver(record.answer)
@@ -877,12 +888,6 @@ class Book:
         run.now_is(new, raw)
         return True
 
-    def handed_over(self, ctx: CallContext) -> bool:
-        """`CallContext.handed_over`: the call's run stops without ending here (the runtime
-        shuts down, or another process took the call over)."""
-        run = self._run_of(ctx)
-        return run is not None and (run.disowned or (self.closing and not run.user_cancelled))
-
     # -- deferring -----------------------------------------------------------------------
 
     def _pending(
@@ -1114,6 +1119,7 @@ class Book:
         run = self.runs.get(key)
         if run is not None:
             run.user_cancelled = True
+            run.hand_over(False)
             run.scope.cancel()
             with trio.move_on_after(_CANCEL_WAIT):
                 await run.done.wait()

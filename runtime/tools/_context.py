@@ -191,6 +191,10 @@ class CallContext:
             a policy or a tool that would ask for an approval lets it through.
         detached_id: the id of the detached call this call runs as (`rt.detach`, or a deferred
             call once approved); None for a plain call.
+        handed_over: set by the engine when this detached call's run is stopped without ending
+            here (the runtime shuts down, or another process took the call over): work it
+            started elsewhere (a checkpointed remote task) is left running for the run that
+            resumes it, not cancelled.
     """
 
     __slots__ = (
@@ -207,6 +211,7 @@ class CallContext:
         "deadline",
         "detached_id",
         "error",
+        "handed_over",
         "metadata",
         "principal",
         "tool",
@@ -236,6 +241,7 @@ class CallContext:
         self.abandoned = False
         self.approved = False
         self.detached_id: str | None = None
+        self.handed_over = False
         self.principal = principal
         self._observer = observer
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
@@ -467,14 +473,6 @@ class CallContext:
             return False
         kept: bool = await book.checkpoint(self, key, value)
         return kept
-
-    @property
-    def handed_over(self) -> bool:
-        """This detached call's run is being stopped without ending here: the runtime shuts
-        down, or another process took the call over. Work it started elsewhere (a checkpointed
-        remote task) is left running for the run that resumes it, not cancelled."""
-        book = getattr(self._views, "durable", None)
-        return book is not None and self.detached_id is not None and bool(book.handed_over(self))
 
     async def _ask_user(self, question: Elicitation, what: str) -> Any:
         handler = self._asking.on_elicit if self._asking is not None else None
