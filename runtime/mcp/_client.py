@@ -18,7 +18,8 @@ Life of a connection (each turn of the loop is one session with the server)::
   so a server that never starts delays nothing: its tools are absent, one log line says why,
   and the connection keeps trying in the background.
 - While disconnected the tools stay registered and fail UNAVAILABLE at once; calls in flight
-  when the connection drops fail UNAVAILABLE too (none hang): the session's SDK `Client` is
+  when the connection drops fail UNAVAILABLE too (none hang; a call following a remote task
+  follows it again over the next connection instead): the session's SDK `Client` is
   closed, and it answers every request still waiting CONNECTION_CLOSED.
 - Tools are listed when the connection opens and when the server says they changed, never
   per call. A name another tool already has is not taken over: that tool is skipped and logged.
@@ -38,7 +39,10 @@ Life of a connection (each turn of the loop is one session with the server)::
   which server asked and, where it can be told, for which of the runtime's calls.
 - A tool the server runs as a task (SEP-2663 `taskSupport` "required", or "optional" for a
   call detached here) is followed to its end by polling (`_client_tasks`): its questions are
-  asked through the call's own asking flow, and cancelling the call cancels the task.
+  asked through the call's own asking flow, and cancelling the call cancels the task. A
+  connection lost while a task is followed does not end the call: the same task is followed
+  over the next connection (within the call's deadline, and `_REATTACH_WITHIN`); a detached
+  call journals its task's id, and its run after a restart follows that task.
 - A connection refused at the HTTP level (401, 403 `insufficient_scope`) is reported as
   that, even where the SDK went on to another handshake and reports that one's failure.
 """

@@ -17,7 +17,15 @@ tool call the server makes a task is followed here until it ends, as the one cal
                     as a question no one can answer does (UNAVAILABLE) and the task is cancelled.
     cancel          our call cancelled (its caller, its deadline, `handle.cancel()`) sends
                     `tasks/cancel` (shielded, bounded) before the cancellation goes on: the remote
-                    work stops with ours.
+                    work stops with ours. Not when the connection is lost, nor when a detached
+                    call's run is handed over (`ctx.handed_over`: the runtime shuts down, another
+                    process took the call over): the task is followed again.
+    connection      lost while a task is followed (`connection_lost`): `TaskCall.lost`, and the
+                    call follows the same task id over the next connection (`RemoteServer`'s
+                    `_follow_again`), never calling the tool again.
+    journaled       a detached call's task id is its checkpoint (`TASK_CHECKPOINT` in its
+                    journal record): the run that recovers it in another process follows
+                    that task (`journaled_task`) instead of calling the tool.
 
 The polling is the call's: it is bounded by the call's deadline like any remote call.
 """
