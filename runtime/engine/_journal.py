@@ -4,8 +4,8 @@ A record is the whole of what outlives the process that made it: the call (its t
 model's call id, its arguments, its JSON-able metadata), who it runs for, where it is (its
 phase), who runs it (its owner, while it runs), whether its tool's code may have started (its
 side effects), where that work can be picked up again (its checkpoint: a started call with one
-is resumed by recovery, idempotent or not), what it waits for (an approval, an outside result, the answer to a question), and
-its result once done. Each change is one compare-and-set (`Store.swap`) of the whole record:
+is resumed by recovery, idempotent or not), what it waits for (an approval, an outside result,
+the answer to a question), and its result once done. Each change is one compare-and-set (`Store.swap`) of the whole record:
 of two processes that change it at once one wins, the other reads it again and decides anew (a
 second approval sees it approved; a cancel that comes after the end sees the end).
 
@@ -106,7 +106,7 @@ class DetachedStatus(msgspec.Struct, frozen=True, kw_only=True):
         poll_interval: seconds a poller should wait between looks.
         cancel_requested: a cancel was asked for and has not reached its run yet.
         attempts: how many times its tool's code was started (more than one: an idempotent
-            tool run again after its process stopped).
+            tool run again after its process stopped, or a call resumed from its checkpoint).
         version: grows with every change (`DetachedCall.watch` yields each).
     """
 
