@@ -5,9 +5,10 @@ model's call id, its arguments, its JSON-able metadata), who it runs for, where 
 phase), who runs it (its owner, while it runs), whether its tool's code may have started (its
 side effects), where that work can be picked up again (its checkpoint: a started call with one
 is resumed by recovery, idempotent or not), what it waits for (an approval, an outside result,
-the answer to a question), and its result once done. Each change is one compare-and-set (`Store.swap`) of the whole record:
-of two processes that change it at once one wins, the other reads it again and decides anew (a
-second approval sees it approved; a cancel that comes after the end sees the end).
+the answer to a question), and its result once done. Each change is one compare-and-set
+(`Store.swap`) of the whole record: of two processes that change it at once one wins, the other
+reads it again and decides anew (a second approval sees it approved; a cancel that comes after
+the end sees the end).
 
     phase      public state        what it means
     queued     working             its owner runs it soon (its tool's code has not started)
