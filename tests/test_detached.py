@@ -804,6 +804,92 @@ async def test_closing_the_runtime_leaves_a_running_call_to_recovery(autojump_cl
     assert record["started"] is True
 
 
+# -- checkpoints -----------------------------------------------------------------------------------
+
+handed: list[bool] = []
+
+
+@tool
+async def job(ctx: CallContext, key: str) -> str:
+    """A job that is not idempotent and journals where it is (`ctx.checkpoint`)."""
+    resumed = ctx.metadata.get("job")
+    if resumed is None:
+        ran.append(f"job {key}")
+        assert await ctx.checkpoint("job", {"step": 1})
+    else:
+        ran.append(f"job {key} resumed from step {resumed['step']}")
+    try:
+        await trio.sleep(60)
+    finally:
+        handed.append(ctx.handed_over)
+    return f"job {key} done"
+
+
+async def test_a_checkpointed_call_is_resumed_after_a_restart_though_not_idempotent(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    handed.clear()
+    store = MemoryStore()
+    settings: dict[str, Any] = {
+        "tracing": False,
+        "store": store,
+        "shutdown_timeout": 1.0,
+        "durable": Durable(node="server-1"),
+    }
+    async with open_runtime([job], **settings) as rt:
+        handle = await rt.detach(call("job", key="a"), principal="ann")
+        await trio.sleep(10)  # it runs and checkpoints; then the server stops
+    assert handed == [True]  # its run was cut short by the shutdown: its work is left to the next
+    async with open_runtime([job], **settings) as rt:
+        result = await rt.detached(handle.id, principal="ann").result()
+        status = await rt.detached(handle.id, principal="ann").status()
+    assert result.content == "job a done"
+    assert ran == ["job a", "job a resumed from step 1"]  # resumed, never started over
+    assert status.attempts == 2
+
+
+async def test_a_checkpoint_is_kept_only_for_a_detached_call_and_only_json(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    seen: list[Any] = []
+
+    @tool
+    async def keeper(ctx: CallContext) -> str:
+        """Checkpoint twice."""
+        seen.append(await ctx.checkpoint("k", 1))
+        with pytest.raises(TypeError):
+            await ctx.checkpoint("k", object())
+        return "ok"
+
+    async with open_runtime([keeper], tracing=False) as rt:
+        await rt.call(call("keeper"))  # a plain call: nothing to keep it in
+        await (await rt.detach(call("keeper"))).result()
+    assert seen == [False, True]
+
+
+async def test_a_run_cancelled_by_its_caller_is_not_handed_over_one_taken_over_is(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    handed.clear()
+    store = MemoryStore()
+    async with open_runtime([job], tracing=False, store=store, durable=Durable(poll_interval=0.5)) as rt:
+        cancelled = await rt.detach(call("job", key="c"), principal="ann")
+        taken = await rt.detach(call("job", key="t"), principal="ann")
+        await trio.sleep(1)
+        await cancelled.cancel()
+        assert (await cancelled.result()).kind is FailureKind.CANCELLED  # type: ignore[union-attr]
+        await trio.sleep(1)
+        assert handed == [False]  # its own end: what it started elsewhere is cancelled with it
+        book = rt._entry.durable
+
+        def elsewhere(r: Any) -> Any:  # another process takes it over (this one was taken for gone)
+            return msgspec.structs.replace(r, owner="other-node/1")
+
+        await book.journal.change(record_key("ann", taken.id), elsewhere, 3600.0)
+        await trio.sleep(2)  # this process's watch sees it
+        assert handed == [False, True]
+
+
 # -- spans ---------------------------------------------------------------------------------------
 
 

@@ -158,6 +158,12 @@ class Run:
         if record is not None and raw is not None and record.version >= self.record.version:
             self.record, self.raw = record, raw
 
+    def hand_over(self, handed: bool) -> None:
+        """Tell its tool whether the run stops without ending here (`CallContext.handed_over`)."""
+        ctx = self.call.ctx if self.call is not None else None
+        if ctx is not None:
+            ctx.handed_over = handed
+
     def deliver(self, key: str, answer: Any) -> None:
         """The answer to its question `key` is here (ignored if it asks no such question now)."""
         event = self.asked.get(key)
@@ -249,6 +255,9 @@ class Book:
     def close(self) -> None:
         """No new work; what ends from now on because the runtime stops is left to recovery."""
         self.closing = True
+        for run in self.runs.values():
+            if not run.user_cancelled:
+                run.hand_over(True)
 
     async def aclose(self) -> None:
         """Stop the service once the runtime's calls have ended, and give up the lease (so a
@@ -337,10 +346,12 @@ class Book:
             ):
                 if not run.disowned and run.call is not None:
                     run.disowned = True
+                    run.hand_over(True)
                     run.scope.cancel()
                 continue
             if record.cancel and not run.user_cancelled:
                 run.user_cancelled = True
+                run.hand_over(False)
                 run.scope.cancel()
             elif run.asked:
                 for key, answer in record.answers.items():
@@ -441,7 +452,7 @@ class Book:
                         r, FailureKind.TIMEOUT, f"tool {tool!r} did not finish within its deadline{may}"
                     ),
                 )
-            if not r.started or repeatable:
+            if not r.started or repeatable or r.checkpoint:  # a checkpoint: its tool resumes
                 return msgspec.structs.replace(
                     r, phase="queued", owner=self.owner, waiting=None, questions={}, answers={},
                     updated=now,
@@ -729,6 +740,7 @@ class Book:
         try:
             with asking(**self._askers(run)):
                 metadata = dict(record.metadata)
+                metadata.update(record.checkpoint)  # where a run before this one left its work
                 if record.link is not None:
                     metadata[_LINK] = record.link
                 deadline, timeout = self._deadline(record)
@@ -882,6 +894,47 @@ class Book:
             run.asked.pop(key, None)
             run.given.pop(key, None)
         return _decode_answer(kind, answer)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _run_of(self, ctx: CallContext) -> Run | None:
+        """The run here of the detached call a tool's context belongs to."""
+        if ctx.detached_id is None:
+            return None
+        run = self.runs.get(record_key(ctx.principal, ctx.detached_id))
+        return run if run is not None and run.call is not None and run.call.ctx is ctx else None
+
+    async def checkpoint(self, ctx: CallContext, key: str, value: Any) -> bool:
+        """`CallContext.checkpoint`: `value` journaled under `key` in the call's record (a later
+        run gets it in its metadata, and recovery resumes the call). False: no run of it here.
+
+        Raises:
+            StoreError: the journal could not be written.
+            TypeError: `key` is not a string, or `value` is not JSON.
+        """
+        driver = self.entry.asyncio_driver
+        if driver is not None and sniffio.current_async_library() == "asyncio":
+            kept: bool = await driver.run(lambda: self.checkpoint(ctx, key, value))
+            return kept
+        if not isinstance(key, str):
+            raise TypeError(f"a checkpoint's key is a string, not {type(key).__name__}")
+        value = msgspec.json.decode(msgspec.json.encode(value))  # JSON now, or TypeError now
+        run = self._run_of(ctx)
+        if run is None:
+            return False
+        owner = self.owner
+        now = self.now()
+
+        def change(r: Record) -> Record | None:
+            if r.phase == "done" or r.owner != owner:
+                return None
+            return msgspec.structs.replace(r, checkpoint=r.checkpoint | {key: value}, updated=now)
+
+        new, changed, raw = await self.journal.change(run.key, change, self.options.ttl, run.known)
+        if not changed:
+            return False
+        run.now_is(new, raw)
+        return True
 
     # -- deferring -----------------------------------------------------------------------
 
@@ -1114,6 +1167,7 @@ class Book:
         run = self.runs.get(key)
         if run is not None:
             run.user_cancelled = True
+            run.hand_over(False)
             run.scope.cancel()
             with trio.move_on_after(_CANCEL_WAIT):
                 await run.done.wait()

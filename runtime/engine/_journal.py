@@ -3,10 +3,12 @@
 A record is the whole of what outlives the process that made it: the call (its tool, the
 model's call id, its arguments, its JSON-able metadata), who it runs for, where it is (its
 phase), who runs it (its owner, while it runs), whether its tool's code may have started (its
-side effects), what it waits for (an approval, an outside result, the answer to a question), and
-its result once done. Each change is one compare-and-set (`Store.swap`) of the whole record:
-of two processes that change it at once one wins, the other reads it again and decides anew (a
-second approval sees it approved; a cancel that comes after the end sees the end).
+side effects), where that work can be picked up again (its checkpoint: a started call with one
+is resumed by recovery, idempotent or not), what it waits for (an approval, an outside result,
+the answer to a question), and its result once done. Each change is one compare-and-set
+(`Store.swap`) of the whole record: of two processes that change it at once one wins, the other
+reads it again and decides anew (a second approval sees it approved; a cancel that comes after
+the end sees the end).
 
     phase      public state        what it means
     queued     working             its owner runs it soon (its tool's code has not started)
@@ -118,7 +120,7 @@ class DetachedStatus(msgspec.Struct, frozen=True, kw_only=True):
         poll_interval: seconds a poller should wait between looks.
         cancel_requested: a cancel was asked for and has not reached its run yet.
         attempts: how many times its tool's code was started (more than one: an idempotent
-            tool run again after its process stopped).
+            tool run again after its process stopped, or a call resumed from its checkpoint).
         version: grows with every change (`DetachedCall.watch` yields each).
     """
 
@@ -195,6 +197,7 @@ class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
     timeout: float | None = None
     ttl: float = 3600.0
     link: str | None = None  # the starter's traceparent: the run's span links to it
+    checkpoint: dict[str, Any] = {}  # where its run's work can be picked up (`CallContext.checkpoint`)
     version: int = 0
 
     def __post_init__(self) -> None:

@@ -18,7 +18,8 @@ Life of a connection (each turn of the loop is one session with the server)::
   so a server that never starts delays nothing: its tools are absent, one log line says why,
   and the connection keeps trying in the background.
 - While disconnected the tools stay registered and fail UNAVAILABLE at once; calls in flight
-  when the connection drops fail UNAVAILABLE too (none hang): the session's SDK `Client` is
+  when the connection drops fail UNAVAILABLE too (none hang; a call following a remote task
+  follows it again over the next connection instead): the session's SDK `Client` is
   closed, and it answers every request still waiting CONNECTION_CLOSED.
 - Tools are listed when the connection opens and when the server says they changed, never
   per call. A name another tool already has is not taken over: that tool is skipped and logged.
@@ -38,7 +39,10 @@ Life of a connection (each turn of the loop is one session with the server)::
   which server asked and, where it can be told, for which of the runtime's calls.
 - A tool the server runs as a task (SEP-2663 `taskSupport` "required", or "optional" for a
   call detached here) is followed to its end by polling (`_client_tasks`): its questions are
-  asked through the call's own asking flow, and cancelling the call cancels the task.
+  asked through the call's own asking flow, and cancelling the call cancels the task. A
+  connection lost while a task is followed does not end the call: the same task is followed
+  over the next connection (within the call's deadline, and `_REATTACH_WITHIN`); a detached
+  call journals its task's id, and its run after a restart follows that task.
 - A connection refused at the HTTP level (401, 403 `insufficient_scope`) is reported as
   that, even where the SDK went on to another handshake and reports that one's failure.
 """
@@ -78,7 +82,15 @@ from ..tools.lowlevel import is_cancellation
 from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
 from ._client_pool import Held, SessionPool
-from ._client_tasks import TaskCall, TasksExtension, as_task, declare_per_call, tasking
+from ._client_tasks import (
+    TaskCall,
+    TasksExtension,
+    as_task,
+    declare_per_call,
+    journaled_task,
+    poll,
+    tasking,
+)
 from ._client_tool import McpTool
 from ._client_transport import WatchedTransport
 
@@ -102,6 +114,7 @@ _PYTHON_LEVELS = {
 
 _MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 _STABLE = 10.0  # seconds a session must last for the backoff to start over
+_REATTACH_WITHIN = 300.0  # seconds a call whose task lost its connection waits for the next one
 _CLIENT_INFO = Implementation(name="tool-runtime", version="0.1.0")
 
 
@@ -149,6 +162,7 @@ class RemoteServer:
         self._up = False  # whether the current session got as far as registering the tools
         self._transport: Any = None  # the current session's transport (it may know a refusal)
         self._in_flight: dict[int, tuple[str, str | None]] = {}  # calls being served: (tool, call id)
+        self._linked = trio.Event()  # set (and replaced) each time a new session is open
         credentials = getattr(spec, "credentials", None)
         self.pool = (
             SessionPool(
@@ -266,6 +280,8 @@ class RemoteServer:
                 connecting.deadline = math.inf
                 link.client = client
                 self.link = link
+                linked, self._linked = self._linked, trio.Event()
+                linked.set()  # a call that lost its task's connection follows it over this one
                 try:
                     await self.catalog.apply(registrar, listing)
                     self._up = True
@@ -467,14 +483,32 @@ class RemoteServer:
         key = id(serving)  # unique while the call runs: it holds `serving`
         self._in_flight[key] = serving
         token = _serving.set(serving)
-        task_token = tasking.set(
-            TaskCall(self.name, tool.name, ctx) if as_task(tool.remote_task, ctx) else None
-        )
+        task = TaskCall(self.name, tool.remote_name, ctx) if as_task(tool.remote_task, ctx) else None
+        task_token = tasking.set(task)
         try:
             # Progress is asked for only when someone hears it (no token, no notifications).
             wanted = _progress_to(ctx) if ctx is not None and ctx.hears_progress else None
             meta = _idempotency(ctx) if ctx is not None and _keyed(tool, ctx) else None
-            result = await client.call_tool(tool.remote_name, arguments, progress_callback=wanted, meta=meta)
+            if task is not None and (journaled := journaled_task(task)) is not None:
+                # a run of this detached call in a process that died made it a task: follow it
+                log.info(
+                    "MCP server %r: detached call %s follows its journaled task %s again",
+                    self.name,
+                    ctx.detached_id if ctx is not None else None,
+                    journaled,
+                )
+                task.task_id = journaled
+                result = await self._follow_again(task, tool, link, lost=False)
+            else:
+                try:
+                    result = await client.call_tool(
+                        tool.remote_name, arguments, progress_callback=wanted, meta=meta
+                    )
+                except Exception:
+                    if task is None or not task.lost:
+                        raise
+                    # the connection went away while its task was followed: not the task's end
+                    result = await self._follow_again(task, tool, link, lost=True)
             if self.spec.max_links:
                 for block in result.content:  # a loop: no generator a call
                     if isinstance(block, types.ResourceLink):
@@ -505,6 +539,83 @@ class RemoteServer:
             tasking.reset(task_token)
             _serving.reset(token)
             del self._in_flight[key]
+
+    async def _follow_again(
+        self, task: TaskCall, tool: McpTool, link: _Link, *, lost: bool
+    ) -> types.CallToolResult:
+        """Follow `task` (its id known) until it ends: over `link` (`lost` False: a task a run
+        before this one journaled), else over the next connection to the server, and again
+        after each loss; bounded by the call's deadline, and by `_REATTACH_WITHIN` seconds
+        without a connection.
+
+        Raises:
+            ToolUnavailable: no connection came back in time, or the server no longer knows the
+                task (it expired, the server restarted without its tasks).
+        """
+        task_id = task.task_id
+        assert task_id is not None
+        old: _Link | None = None
+        if lost:
+            link.mark_lost(f"the connection was lost while task {task_id} was followed")
+            old = link
+        while True:
+            new, held = await self._relink(old, task, tool)
+            try:
+                client = new.client
+                assert client is not None
+                task.lost = False
+                try:
+                    result = await poll(client.session, task_id, task)
+                except Exception:
+                    if not task.lost:
+                        raise
+                    new.mark_lost(f"the connection was lost while task {task_id} was followed")
+                    old = new
+                    continue
+                if not result.is_error:
+                    await client.session.validate_tool_result(tool.remote_name, result)
+                return result
+            finally:
+                if held is not None and self.pool is not None:
+                    self.pool.release(held)
+
+    async def _relink(self, old: _Link | None, task: TaskCall, tool: McpTool) -> tuple[_Link, Held | None]:
+        """The next open connection for `task`'s call (another than `old`): the server's, or its
+        principal's own session (`Held`: release it after). Waits for it (the connection loop
+        reconnects; a principal's session is opened again) at most `_REATTACH_WITHIN` seconds.
+
+        Raises:
+            ToolUnavailable: none came in time.
+        """
+        ctx = task.ctx
+        delay = self.spec.backoff
+        with trio.move_on_after(_REATTACH_WITHIN):
+            while True:
+                if self.pool is not None:
+                    try:
+                        held = await self.pool.acquire(ctx.principal if ctx is not None else None)
+                    except ToolUnavailable:
+                        held = None
+                    if held is not None:
+                        if held.link is not old:
+                            if old is not None:
+                                log.info("MCP server %r: following task %s again", self.name, task.task_id)
+                            return held.link, held
+                        self.pool.release(held)
+                    await trio.sleep(delay)
+                    delay = min(self.spec.max_backoff, delay * 2)
+                    continue
+                current = self.link
+                if current is not None and current is not old and current.lost is None:
+                    if old is not None:
+                        log.info("MCP server %r: following task %s again", self.name, task.task_id)
+                    return current, None
+                await self._linked.wait()
+        raise ToolUnavailable(
+            f"the connection to MCP server {self.name!r} was lost while its task {task.task_id} "
+            f"(tool {tool.remote_name!r}) was followed, and did not come back within "
+            f"{_REATTACH_WITHIN:g}s; the task was not cancelled and may still run"
+        )
 
     async def _read_links(self, client: Client, result: types.CallToolResult) -> types.CallToolResult:
         """The result with its `resource_link`s read (`resources/read`), within `max_links` and

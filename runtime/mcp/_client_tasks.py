@@ -17,7 +17,15 @@ tool call the server makes a task is followed here until it ends, as the one cal
                     as a question no one can answer does (UNAVAILABLE) and the task is cancelled.
     cancel          our call cancelled (its caller, its deadline, `handle.cancel()`) sends
                     `tasks/cancel` (shielded, bounded) before the cancellation goes on: the remote
-                    work stops with ours.
+                    work stops with ours. Not when the connection is lost, nor when a detached
+                    call's run is handed over (`ctx.handed_over`: the runtime shuts down, another
+                    process took the call over): the task is followed again.
+    connection      lost while a task is followed (`connection_lost`): `TaskCall.lost`, and the
+                    call follows the same task id over the next connection (`RemoteServer`'s
+                    `_follow_again`), never calling the tool again.
+    journaled       a detached call's task id is its checkpoint (`TASK_CHECKPOINT` in its
+                    journal record): the run that recovers it in another process follows
+                    that task (`journaled_task`) instead of calling the tool.
 
 The polling is the call's: it is bounded by the call's deadline like any remote call.
 """
@@ -31,12 +39,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anyio
 import mcp_types as types
 import pydantic
 import trio
 from mcp import MCPError
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST
 
 from ..exceptions import CannotAsk, ToolUnavailable
 from ..tools import CallContext
@@ -44,10 +53,14 @@ from ._asking import sampling_of
 
 __all__ = [
     "TASKS",
+    "TASK_CHECKPOINT",
     "TaskCall",
     "TaskCreated",
     "TasksExtension",
+    "connection_lost",
     "declare_per_call",
+    "journaled_task",
+    "poll",
     "task_support",
     "tasking",
 ]
@@ -55,6 +68,7 @@ __all__ = [
 log = logging.getLogger("runtime.mcp")
 
 TASKS = "io.modelcontextprotocol/tasks"
+TASK_CHECKPOINT = "runtime.mcp.task"  # a detached call's checkpoint: {"server", "tool", "task"}
 MIN_POLL = 0.05  # seconds: a server asking for a tighter poll is polled this often
 MAX_POLL = 30.0  # seconds: nor is a task left unpolled longer, whatever the server says
 DEFAULT_POLL = 1.0  # a server that gives no pollIntervalMs
@@ -110,13 +124,18 @@ async def _send(session: Any, request: types.Request[Any, Any]) -> dict[str, Any
     return reply.model_dump()
 
 
-@dataclass(frozen=True)
+@dataclass
 class TaskCall:
-    """The runtime call a `tools/call` sent as a task belongs to (what the resolver asks with)."""
+    """The runtime call a `tools/call` sent as a task belongs to (what the resolver asks with),
+    and the task it became: `task_id` once the server made it one; `lost` when the connection
+    went away while it was followed (it is followed again over the next connection, not
+    cancelled)."""
 
     server: str
     tool: str
     ctx: CallContext | None
+    task_id: str | None = None
+    lost: bool = False
 
 
 tasking: ContextVar[TaskCall | None] = ContextVar("runtime_mcp_tasking", default=None)
@@ -187,21 +206,72 @@ def _interval(ms: Any) -> float:
     return min(MAX_POLL, max(MIN_POLL, ms / 1000))
 
 
+def journaled_task(call: TaskCall) -> str | None:
+    """The id of the task a run of this detached call before this one left (its checkpoint),
+    if it was this server's and tool's: the run follows it again instead of calling the tool."""
+    ctx = call.ctx
+    kept = ctx.metadata.get(TASK_CHECKPOINT) if ctx is not None and ctx.detached_id is not None else None
+    if not isinstance(kept, Mapping) or kept.get("server") != call.server or kept.get("tool") != call.tool:
+        return None
+    task_id = kept.get("task")
+    return task_id if isinstance(task_id, str) and task_id else None
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` says the connection went away (not an answer of the server's): the SDK's
+    CONNECTION_CLOSED, an HTTP session the server no longer knows, a broken stream."""
+    if isinstance(exc, MCPError):
+        if exc.code == CONNECTION_CLOSED:
+            return True
+        return exc.code == INVALID_REQUEST and "session" in exc.error.message.lower()
+    return isinstance(exc, anyio.BrokenResourceError | anyio.ClosedResourceError)
+
+
 async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolResult:
-    """Follow a task to its end: its result, as the `tools/call` would have answered.
+    """Follow a task to its end: its result, as the `tools/call` would have answered. A
+    detached call journals the task's id first (`ctx.checkpoint`): a run of it in another
+    process follows the same task.
 
     Raises:
-        MCPError: the task failed (the server's error).
+        MCPError: the task failed (the server's error), or the connection was lost (then
+            `call.lost`: the caller follows it again over the next connection).
         ToolUnavailable: the server cancelled or forgot the task.
         CannotAsk: it asks what no one here can answer (the task is cancelled).
     """
-    session = claim.session
     call = tasking.get()
     task_id = created.task_id
     where = f"MCP server {call.server!r}" if call is not None else "the MCP server"
     log.debug("%s: the call became task %s", where, task_id)
+    if call is not None:
+        call.task_id = task_id
+        await _journal(call, task_id, where)
     task: dict[str, Any] = created.model_dump(by_alias=True, mode="json", exclude_none=True)
-    interval = _interval(created.poll_interval_ms)
+    return await poll(claim.session, task_id, call, task)
+
+
+async def _journal(call: TaskCall, task_id: str, where: str) -> None:
+    ctx = call.ctx
+    if ctx is None or ctx.detached_id is None:
+        return
+    try:
+        kept = await ctx.checkpoint(
+            TASK_CHECKPOINT, {"server": call.server, "tool": call.tool, "task": task_id}
+        )
+    except Exception as exc:  # the call goes on; only a process that dies loses the task
+        log.warning("%s: task %s could not be journaled: %s", where, task_id, exc)
+        return
+    if kept:
+        log.debug("%s: task %s journaled for detached call %s", where, task_id, ctx.detached_id)
+
+
+async def poll(
+    session: Any, task_id: str, call: TaskCall | None, task: dict[str, Any] | None = None
+) -> types.CallToolResult:
+    """Poll task `task_id` (as last seen: `task`; None: ask for it first) to its end (`follow`)."""
+    where = f"MCP server {call.server!r}" if call is not None else "the MCP server"
+    if task is None:
+        task = {"status": "working", "pollIntervalMs": 0}
+    interval = _interval(task.get("pollIntervalMs"))
     rounds = 0
     ended = False
     try:
@@ -232,9 +302,10 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
                     )
                 answers = {key: await _answer(call, request) for key, request in asked.items()}
                 try:
-                    await _send(
+                    await _sent(
                         session,
                         _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers)),
+                        call,
                     )
                 except MCPError as exc:
                     if exc.code == INVALID_PARAMS:  # "no task" (forgotten meanwhile), or answers it refuses
@@ -246,7 +317,7 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
             else:
                 await trio.sleep(interval)
             try:
-                task = await _send(session, _GetTask(params=_TaskIdParams(task_id=task_id)))
+                task = await _sent(session, _GetTask(params=_TaskIdParams(task_id=task_id)), call)
             except MCPError as exc:
                 if exc.code == INVALID_PARAMS:  # "no task": expired, or the server restarted
                     ended = True
@@ -254,9 +325,11 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
                         f"{where} no longer knows task {task_id} ({exc.error.message}); it may have run"
                     ) from None
                 raise
-            interval = _interval(task.get("pollIntervalMs", created.poll_interval_ms))
+            interval = _interval(task.get("pollIntervalMs", interval * 1000))
     finally:
-        if not ended:  # our call ends first (cancelled, a deadline, a question no one answers)
+        lost = call is not None and call.lost  # followed again over the next connection
+        left = call is not None and call.ctx is not None and call.ctx.handed_over  # resumed elsewhere
+        if not ended and not lost and not left:  # our call ends first (cancelled, a deadline...)
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + CANCEL_TIMEOUT
                 try:
@@ -265,6 +338,16 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
                     log.info("%s: task %s could not be cancelled: %s", where, task_id, exc)
                 if scope.cancelled_caught:
                     log.info("%s: task %s: tasks/cancel had no answer in time", where, task_id)
+
+
+async def _sent(session: Any, request: types.Request[Any, Any], call: TaskCall | None) -> dict[str, Any]:
+    """`_send`, marking `call` lost when the connection goes away under it."""
+    try:
+        return await _send(session, request)
+    except Exception as exc:
+        if call is not None and connection_lost(exc):
+            call.lost = True
+        raise
 
 
 async def _answer(call: TaskCall | None, request: Any) -> dict[str, Any]:

@@ -208,6 +208,10 @@ class CallContext:
             a policy or a tool that would ask for an approval lets it through.
         detached_id: the id of the detached call this call runs as (`rt.detach`, or a deferred
             call once approved); None for a plain call.
+        handed_over: set by the engine when this detached call's run is stopped without ending
+            here (the runtime shuts down, or another process took the call over): work it
+            started elsewhere (a checkpointed remote task) is left running for the run that
+            resumes it, not cancelled.
     """
 
     __slots__ = (
@@ -225,6 +229,7 @@ class CallContext:
         "deadline",
         "detached_id",
         "error",
+        "handed_over",
         "metadata",
         "principal",
         "tool",
@@ -254,6 +259,7 @@ class CallContext:
         self.abandoned = False
         self.approved = False
         self.detached_id: str | None = None
+        self.handed_over = False
         self.principal = principal
         self._observer = observer
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
@@ -481,6 +487,26 @@ class CallContext:
         handler = self._background
         if handler is not None:
             await handler(self)
+
+    async def checkpoint(self, key: str, value: Any) -> bool:
+        """Journal where this detached call's work can be picked up again (a remote task's
+        id, a job's handle): `value` (JSON) under `key`. If its process dies, the run that
+        recovers the call finds it in `ctx.metadata[key]`, and the call is run again even when
+        its tool is not idempotent: the tool must then resume from it, not start over. A later
+        checkpoint with the same key replaces it.
+
+        Returns False (nothing kept) for a call that is not detached (`ctx.detached_id` None)
+        or not run by this process's journal. A trio (or `loop="any"`) tool of the runtime's
+        own process.
+
+        Raises:
+            StoreError: the journal could not be written.
+        """
+        book = getattr(self._views, "durable", None)
+        if book is None or self.detached_id is None:
+            return False
+        kept: bool = await book.checkpoint(self, key, value)
+        return kept
 
     async def _ask_user(self, question: Elicitation, what: str) -> Any:
         handler = self._asking.on_elicit if self._asking is not None else None

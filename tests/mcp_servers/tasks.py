@@ -74,8 +74,9 @@ def pay(amount: int) -> str:
 
 @tool(task="required")
 async def slow_write(path: str, seconds: float) -> str:
-    """Write `path` after `seconds` (only ever as a task)."""
-    await trio.Path(path + ".started").write_text("started")
+    """Write `path` after `seconds` (only ever as a task); each start adds a line to `path.started`."""
+    async with await trio.open_file(path + ".started", "a") as started:
+        await started.write("started\n")
     await trio.sleep(seconds)
     await trio.Path(path).write_text("written")
     return f"wrote {Path(path).name}"
