@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from ._flows import CannotWait, Flow, now
+from ._flows import CannotWait, Flow, drive_now
 from .messages import ToolCall, ToolCallMetadata, ToolFailure, ToolPending, ToolResult, ToolSuccess
 from .tools import CallContext, ToolBase
 from .tools.lowlevel import cannot_suspend, function_code
@@ -288,31 +288,26 @@ class FeaturePipeline:
             merged[PRINCIPAL_KEY] = principal
         return ToolCallMetadata(merged)
 
-    def starting(self, call: ToolCall, ctx: CallContext) -> Flow[None]:
-        """The `on_call_starting` hooks of a call (before it is sent to its tool; unknown tools
-        too), as one flow (`runtime._flows`): a hook that raises is logged, the next one runs."""
-        hooks = self._starting
+    def starting(
+        self, call: ToolCall, ctx: CallContext, hooks: Sequence[Feature] | None = None
+    ) -> Flow[None]:
+        """The `on_call_starting` hooks (of `hooks`; None: every feature's) of a call (before it is
+        sent to its tool; unknown tools too), as one flow (`runtime._flows`): a hook that raises
+        is logged, the next one runs. Every feature hears each call start once, as it hears it end
+        once: if the caller leaves in a hook, the hooks after it run at once, each as far as it can
+        without waiting (driven here: a hook that would wait is closed there, `CannotWait`); so do
+        the hooks of a call whose caller left before it began, as it ends."""
+        hooks = self._starting if hooks is None else hooks
         for i, f in enumerate(hooks):
             try:
                 yield f.on_call_starting(call, ctx)
-            except Exception as exc:
-                log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=exc)
-            except BaseException:  # its caller left in this hook: the others hear it all the same
-                self.starting_now(call, ctx, hooks[i + 1 :])
-                raise
-
-    def starting_now(self, call: ToolCall, ctx: CallContext, hooks: Iterable[Feature] | None = None) -> None:
-        """The `on_call_starting` hooks (of `hooks`; None: every feature's) of a call whose
-        caller left before they ran, here and now: each runs as far as it can without waiting
-        (a hook that awaits is closed at its first wait), so that every feature hears each
-        call start once, as it hears it end once."""
-        for f in self._starting if hooks is None else hooks:
-            try:
-                now(f.on_call_starting(call, ctx))
             except CannotWait:
                 log.debug("feature %r's on_call_starting for left call %s did not wait", f, call.id)
             except Exception as exc:
                 log.error("feature %r failed in on_call_starting for call %s", f, call.id, exc_info=exc)
+            except BaseException:  # its caller left in this hook: the others hear it all the same
+                drive_now(self.starting(call, ctx, hooks[i + 1 :]))
+                raise
 
     def finishing(self, call: ToolCall, result: ToolResult, ctx: CallContext) -> Flow[None]:
         """The `on_call_completed`, `on_call_failed` or `on_call_deferred` hooks of a call that is

@@ -447,11 +447,11 @@ class Entry:
         if c.state is REPORTED:
             return
         notes = c.notes
-        if notes is not None:  # its caller left before its features heard it start: now they do
-            c.notes = None
+        if notes is not None:  # its caller left before its features heard it start: now they do,
+            c.notes = None  # each as far as it can without waiting (its end is what waits now)
             pipeline = self.pipeline
             if pipeline is not None and pipeline.has_starting:
-                pipeline.starting_now(c.shown or c.call, c.ctx)  # type: ignore[arg-type]
+                drive_now(pipeline.starting(c.shown or c.call, c.ctx))  # type: ignore[arg-type]
             self._tell(c, notes)
         if c.flows is not None:
             yield from after(c)
