@@ -11,7 +11,7 @@ NODE_DIR := conformance
 NODE_BIN := $(NODE_DIR)/node_modules/.bin
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: bfcl demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
+.PHONY: bfcl fastmcp demo test test-slow lint typecheck pytest bench soak clean node conformance docs dist wheel-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,17 @@ $(BFCL_STAMP): tests/bfcl_data.py | $(STAMP)
 	touch $(BFCL_STAMP)
 
 bfcl: $(BFCL_STAMP)
+
+# FastMCP 4 and its tasks (fastmcp-tasks, pinned in tests/fastmcp_venv.py) in a venv of their own,
+# .venv-fastmcp/ (fastmcp-tasks pins a fastmcp older than the newest): tests/test_fastmcp_interop.py
+# runs FastMCP's server and client from it as processes against ours.
+FASTMCP_STAMP := .venv-fastmcp/.installed
+
+$(FASTMCP_STAMP): tests/fastmcp_venv.py | $(STAMP)
+	$(BIN)/python tests/fastmcp_venv.py
+	touch $(FASTMCP_STAMP)
+
+fastmcp: $(FASTMCP_STAMP)
 
 # runtime.integrations is tested under each framework's own agent: the integrations extra is part of
 # the test set-up too (and of lint: mypy reads the frameworks' types).
@@ -92,7 +103,7 @@ $(CHROMIUM_STAMP): | $(STAMP)
 # cluster all go to one of them (--dist loadgroup). PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 
-pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(BFCL_STAMP) $(NODE_STAMP) $(REDIS_STAMP) $(DOCS_STAMP) $(CHROMIUM_STAMP)
+pytest: $(STAMP) $(RAY_STAMP) $(INTEGRATIONS_STAMP) $(CODE_STAMP) $(BFCL_STAMP) $(FASTMCP_STAMP) $(NODE_STAMP) $(REDIS_STAMP) $(DOCS_STAMP) $(CHROMIUM_STAMP)
 	PATH="$(CURDIR)/$(NODE_BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: lint pytest
@@ -182,4 +193,4 @@ wheel-check: dist
 	rm -rf $(WHEEL_VENV)
 
 clean:
-	rm -rf $(VENV) $(WHEEL_VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results site dist .cache
+	rm -rf $(VENV) $(WHEEL_VENV) .venv-fastmcp .venv-fastmcp.lock .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules $(NODE_DIR)/results site dist .cache

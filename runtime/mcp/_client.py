@@ -38,7 +38,10 @@ Life of a connection (each turn of the loop is one session with the server)::
 - A server's questions (elicitation, sampling, roots) go to the runtime's handlers saying
   which server asked and, where it can be told, for which of the runtime's calls.
 - A tool the server runs as a task (SEP-2663 `taskSupport` "required", or "optional" for a
-  call detached here) is followed to its end by polling (`_client_tasks`): its questions are
+  call detached here; a server that declares the extension but lists no tool's support, as
+  FastMCP's at 2026-07-28, is offered a task for a detached call, and a tool it refuses with
+  -32021 naming the extension is called again as a task, and from then on, as "required")
+  is followed to its end by polling (`_client_tasks`): its questions are
   asked through the call's own asking flow, and cancelling the call cancels the task. A
   connection lost while a task is followed does not end the call: the same task is followed
   over the next connection (within the call's deadline, and `_REATTACH_WITHIN`); a detached
@@ -83,6 +86,7 @@ from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
 from ._client_pool import Held, SessionPool
 from ._client_tasks import (
+    TASKS,
     TaskCall,
     TasksExtension,
     as_task,
@@ -483,12 +487,22 @@ class RemoteServer:
         key = id(serving)  # unique while the call runs: it holds `serving`
         self._in_flight[key] = serving
         token = _serving.set(serving)
-        task = TaskCall(self.name, tool.remote_name, ctx) if as_task(tool.remote_task, ctx) else None
+        support = tool.remote_task
+        if support is None and _serves_tasks(client):
+            # the server serves tasks but its listing does not say which tools (FastMCP's at
+            # 2026-07-28): the server decides per call, so a call detached here offers it one
+            support = "optional"
+        task = TaskCall(self.name, tool.remote_name, ctx) if as_task(support, ctx) else None
         task_token = tasking.set(task)
         try:
             # Progress is asked for only when someone hears it (no token, no notifications).
             wanted = _progress_to(ctx) if ctx is not None and ctx.hears_progress else None
             meta = _idempotency(ctx) if ctx is not None and _keyed(tool, ctx) else None
+            if task is None and _was_task(self.name, tool, ctx):
+                # a run of this detached call before this one made it a task (a tool learned
+                # "required" from a -32021, which this process has not seen): follow that one
+                task = TaskCall(self.name, tool.remote_name, ctx)
+                tasking.set(task)
             if task is not None and (journaled := journaled_task(task)) is not None:
                 # a run of this detached call in a process that died made it a task: follow it
                 log.info(
@@ -501,9 +515,23 @@ class RemoteServer:
                 result = await self._follow_again(task, tool, link, lost=False)
             else:
                 try:
-                    result = await client.call_tool(
-                        tool.remote_name, arguments, progress_callback=wanted, meta=meta
-                    )
+                    try:
+                        result = await client.call_tool(
+                            tool.remote_name, arguments, progress_callback=wanted, meta=meta
+                        )
+                    except MCPError as exc:
+                        if task is not None or not _needs_tasks(exc):
+                            raise
+                        # -32021 naming the tasks extension: the server runs this tool only
+                        # as a task (its listing did not say so) and refused before running
+                        # it; sent again as a task, and remembered for the tool's next calls
+                        log.info("MCP server %r runs %r only as a task", self.name, tool.remote_name)
+                        tool.remote_task = "required"
+                        task = TaskCall(self.name, tool.remote_name, ctx)
+                        tasking.set(task)
+                        result = await client.call_tool(
+                            tool.remote_name, arguments, progress_callback=wanted, meta=meta
+                        )
                 except Exception:
                     if task is None or not task.lost:
                         raise
@@ -654,6 +682,27 @@ _serving: ContextVar[tuple[str, str | None] | None] = ContextVar("runtime_mcp_se
 """(tool name, call id) of the runtime call whose `tools/call` this task is waiting on."""
 
 _HANDLERS = {"elicitation": "on_elicit", "sampling": "on_sample", "roots": "on_roots"}
+
+
+def _needs_tasks(exc: MCPError) -> bool:
+    """Whether `exc` is a -32021 whose `requiredCapabilities` name the tasks extension."""
+    if exc.code != MISSING_REQUIRED_CLIENT_CAPABILITY or not isinstance(exc.error.data, dict):
+        return False
+    needed = exc.error.data.get("requiredCapabilities")
+    extensions = needed.get("extensions") if isinstance(needed, dict) else None
+    return isinstance(extensions, dict) and TASKS in extensions
+
+
+def _serves_tasks(client: Client) -> bool:
+    """Whether the server declared the tasks extension (known where the version was asked for)."""
+    capabilities = client.session.server_capabilities  # None before the handshake
+    extensions = capabilities.extensions if capabilities is not None else None
+    return isinstance(extensions, dict) and TASKS in extensions
+
+
+def _was_task(server: str, tool: McpTool, ctx: CallContext | None) -> bool:
+    """Whether a run of this detached call before this one journaled a task of this tool."""
+    return journaled_task(TaskCall(server, tool.remote_name, ctx)) is not None
 
 
 def _missing_capability(server: str, exc: MCPError) -> str:
