@@ -10,8 +10,12 @@ server runs on the wall clock, so these tests wait a few seconds each.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,9 @@ from served import served
 from tcp_proxy import Proxy
 
 from runtime import Durable, FailureKind, ToolCall, ToolFailure, mcp, open_runtime
+from runtime.engine._journal import count_key
 from runtime.mcp._client_tasks import TasksExtension, _GetTask, _send, _TaskIdParams
+from runtime.stores import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "mcp_servers" / "tasks.py"
@@ -165,3 +171,60 @@ async def test_a_deadline_passing_while_the_task_waits_for_the_connection_cancel
                 (task_id,) = tasks.ids
                 assert await settled_status(url, task_id) == "cancelled"
     assert not path.exists()
+
+
+# -- kill -9 between the steps of a task_from="background" start ----------------------------------
+
+KILLING = ROOT / "tests" / "attack_reattach_server.py"
+
+
+@contextmanager
+def killing_server(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, str(KILLING), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("http://"), f"the server did not start: {line!r}"
+        yield line.strip(), process
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+@pytest.mark.parametrize(
+    ("step", "runs"),
+    [("incr", 0), ("set", 0), ("add", 0), ("swap", 1)],
+    ids=["before-its-count", "before-its-marker", "before-its-record", "before-its-started-mark"],
+)
+async def test_a_background_start_killed_between_its_steps_runs_at_most_once_and_leaves_no_count(
+    tmp_path: Path, step: str, runs: int
+) -> None:
+    """detached-calls.md / the issue: a call journaled before its process was killed is run by
+    the restart (it had not started), one that was not journaled never runs, and nothing is left
+    counted against the principal's bound. The server dies (SIGKILL) right before one write of
+    the detach a `ctx.background()` makes (count, live marker, record, started mark)."""
+    db, log = str(tmp_path / "calls.db"), tmp_path / "onboarded.txt"
+    with trio.fail_after(LIMIT):
+        with killing_server("--db", db, "--log", str(log), "--kill-at", step) as (first, process):
+            spec = mcp.http(first, headers={"Authorization": "Bearer tok-alice"}, name="s", mode="2026-07-28")
+            async with open_runtime(mcp_servers=[spec], tracing=False) as rt:
+                result = await rt.call(ToolCall(id="c1", name="onboard", arguments={"name": "ann"}))
+            assert isinstance(result, ToolFailure) and result.kind is FailureKind.UNAVAILABLE, result
+            while process.poll() is None:
+                await trio.sleep(0.05)
+            assert process.returncode == -signal.SIGKILL
+        assert not log.exists()  # it died before the task's part ran
+        with killing_server("--db", db, "--log", str(log)):  # its restart (the same node)
+            if runs:
+                while not log.exists():
+                    await trio.sleep(0.05)
+            await trio.sleep(1.0)  # a run more would show by now
+            count = await SQLiteStore(db).get(count_key("alice"))
+        lines = log.read_text().splitlines() if log.exists() else []
+        assert lines == ["ann"] * runs
+        assert count in (None, b"0"), count
