@@ -57,8 +57,8 @@ def main() -> None:
     async def onboard(ctx: CallContext, name: str) -> str:
         """Onboard `name` as a task."""
         await ctx.background()
-        with open(args.log, "a") as f:
-            f.write(f"{name}\n")
+        async with await trio.open_file(args.log, "a") as f:
+            await f.write(f"{name}\n")
         return f"welcome, {name}"
 
     async def serve() -> None:

@@ -72,7 +72,8 @@ async def test_an_approval_whose_journal_write_loses_its_answer_runs_the_call_ex
         await handle.approve()  # the retry: the status as it is
         with trio.fail_after(120):
             result = await handle.result()
-        assert isinstance(result, ToolSuccess) and result.content == "paid 5"
+        assert isinstance(result, ToolSuccess)
+        assert result.content == "paid 5"
         await trio.sleep(60)
     assert ran == [5]
 

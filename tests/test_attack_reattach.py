@@ -104,13 +104,13 @@ async def remote_status(url: str, task_id: str) -> str:
 
 async def settled_status(url: str, task_id: str) -> str:
     """The remote task's status once it has ended (polled)."""
-    while (status := await remote_status(url, task_id)) in ("working", "input_required"):
+    while (status := await remote_status(url, task_id)) in ("working", "input_required"):  # noqa: ASYNC110
         await trio.sleep(0.1)
     return status
 
 
 async def started(path: Path) -> None:
-    while not Path(str(path) + ".started").exists():
+    while not await trio.Path(str(path) + ".started").exists():  # noqa: ASYNC110
         await trio.sleep(0.02)
 
 
@@ -126,22 +126,25 @@ async def test_a_detached_call_cancelled_while_its_task_waits_for_the_connection
     back (within the cancel's own bound), the task is cancelled, not left to do its work."""
     path = tmp_path / "out.txt"
     with trio.fail_after(LIMIT):
-        async with proxied(url) as proxy:
-            async with open_runtime(
+        async with (
+            proxied(url) as proxy,
+            open_runtime(
                 mcp_servers=[remote(proxy.url)], tracing=False, durable=Durable(poll_interval=0.1)
-            ) as rt:
-                handle = await rt.detach(
-                    ToolCall(id="c1", name="slow_write", arguments={"path": str(path), "seconds": 2.0})
-                )
-                await started(path)
-                (task_id,) = tasks.ids
-                proxy.cut()
-                await trio.sleep(0.3)  # the next tasks/get finds the connection gone
-                await handle.cancel()
-                result = await handle.result()
-                assert isinstance(result, ToolFailure) and result.kind is FailureKind.CANCELLED
-                proxy.restore()
-                assert await settled_status(url, task_id) == "cancelled"
+            ) as rt,
+        ):
+            handle = await rt.detach(
+                ToolCall(id="c1", name="slow_write", arguments={"path": str(path), "seconds": 2.0})
+            )
+            await started(path)
+            (task_id,) = tasks.ids
+            proxy.cut()
+            await trio.sleep(0.3)  # the next tasks/get finds the connection gone
+            await handle.cancel()
+            result = await handle.result()
+            assert isinstance(result, ToolFailure)
+            assert result.kind is FailureKind.CANCELLED
+            proxy.restore()
+            assert await settled_status(url, task_id) == "cancelled"
     assert not path.exists()  # the remote side effect was not done after our cancel
 
 
@@ -152,24 +155,24 @@ async def test_a_deadline_passing_while_the_task_waits_for_the_connection_cancel
     connection is back, not left running after the call was answered."""
     path = tmp_path / "out.txt"
     with trio.fail_after(LIMIT):
-        async with proxied(url) as proxy:
-            async with open_runtime(mcp_servers=[remote(proxy.url)], tracing=False) as rt:
+        async with proxied(url) as proxy, open_runtime(mcp_servers=[remote(proxy.url)], tracing=False) as rt:
 
-                async def cut_then_restore() -> None:
-                    await started(path)
-                    proxy.cut()
-                    await trio.sleep(1.2)  # past the call's deadline
-                    proxy.restore()
+            async def cut_then_restore() -> None:
+                await started(path)
+                proxy.cut()
+                await trio.sleep(1.2)  # past the call's deadline
+                proxy.restore()
 
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(cut_then_restore)
-                    result = await rt.call(
-                        ToolCall(id="c1", name="slow_write", arguments={"path": str(path), "seconds": 2.5}),
-                        timeout=1.0,
-                    )
-                assert isinstance(result, ToolFailure) and result.kind is FailureKind.TIMEOUT, result
-                (task_id,) = tasks.ids
-                assert await settled_status(url, task_id) == "cancelled"
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_then_restore)
+                result = await rt.call(
+                    ToolCall(id="c1", name="slow_write", arguments={"path": str(path), "seconds": 2.5}),
+                    timeout=1.0,
+                )
+            assert isinstance(result, ToolFailure), result
+            assert result.kind is FailureKind.TIMEOUT, result
+            (task_id,) = tasks.ids
+            assert await settled_status(url, task_id) == "cancelled"
     assert not path.exists()
 
 
@@ -182,7 +185,11 @@ KILLING = ROOT / "tests" / "attack_reattach_server.py"
 def killing_server(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, str(KILLING), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(KILLING), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         assert process.stdout is not None
@@ -214,14 +221,15 @@ async def test_a_background_start_killed_between_its_steps_runs_at_most_once_and
             spec = mcp.http(first, headers={"Authorization": "Bearer tok-alice"}, name="s", mode="2026-07-28")
             async with open_runtime(mcp_servers=[spec], tracing=False) as rt:
                 result = await rt.call(ToolCall(id="c1", name="onboard", arguments={"name": "ann"}))
-            assert isinstance(result, ToolFailure) and result.kind is FailureKind.UNAVAILABLE, result
-            while process.poll() is None:
+            assert isinstance(result, ToolFailure), result
+            assert result.kind is FailureKind.UNAVAILABLE, result
+            while process.poll() is None:  # noqa: ASYNC110
                 await trio.sleep(0.05)
             assert process.returncode == -signal.SIGKILL
         assert not log.exists()  # it died before the task's part ran
         with killing_server("--db", db, "--log", str(log)):  # its restart (the same node)
             if runs:
-                while not log.exists():
+                while not await trio.Path(log).exists():  # noqa: ASYNC110
                     await trio.sleep(0.05)
             await trio.sleep(1.0)  # a run more would show by now
             count = await SQLiteStore(db).get(count_key("alice"))

@@ -87,9 +87,9 @@ from ._client_tasks import (
     TaskCall,
     TasksExtension,
     as_task,
+    cancel_task,
     declare_per_call,
     journaled_task,
-    cancel_task,
     poll,
     tasking,
 )
@@ -602,7 +602,8 @@ class RemoteServer:
             log.info("MCP server %r: task %s could not be cancelled: %s", self.name, task.task_id, exc)
             return
         try:
-            assert new.client is not None and task.task_id is not None
+            assert new.client is not None
+            assert task.task_id is not None
             with trio.move_on_after(CANCEL_TIMEOUT):
                 await cancel_task(new.client.session, task.task_id)
                 log.info("MCP server %r: task %s cancelled (its call had ended)", self.name, task.task_id)
