@@ -86,10 +86,12 @@ from ._asking import client_callbacks
 from ._client_catalog import RemoteCatalog, ServerOptions
 from ._client_pool import Held, SessionPool
 from ._client_tasks import (
+    CANCEL_TIMEOUT,
     TASKS,
     TaskCall,
     TasksExtension,
     as_task,
+    cancel_task,
     declare_per_call,
     journaled_task,
     poll,
@@ -167,6 +169,7 @@ class RemoteServer:
         self._transport: Any = None  # the current session's transport (it may know a refusal)
         self._in_flight: dict[int, tuple[str, str | None]] = {}  # calls being served: (tool, call id)
         self._linked = trio.Event()  # set (and replaced) each time a new session is open
+        self._nursery: trio.Nursery | None = None  # the connection's own background work
         credentials = getattr(spec, "credentials", None)
         self.pool = (
             SessionPool(
@@ -188,9 +191,11 @@ class RemoteServer:
         async with trio.open_nursery() as sessions:  # the principals' own sessions (if any)
             if self.pool is not None:
                 self.pool.nursery = sessions
+            self._nursery = sessions  # and the tasks/cancel of calls that ended disconnected
             try:
                 await self._connect(registrar, task_status)
             finally:
+                self._nursery = None
                 sessions.cancel_scope.cancel()
 
     async def _connect(self, registrar: ToolRegistrar, task_status: Any) -> None:
@@ -587,7 +592,13 @@ class RemoteServer:
             link.mark_lost(f"the connection was lost while task {task_id} was followed")
             old = link
         while True:
-            new, held = await self._relink(old, task, tool)
+            try:
+                new, held = await self._relink(old, task, tool)
+            except trio.Cancelled:  # our call ended while it waited for a connection
+                left = task.ctx is not None and task.ctx.handed_over  # resumed elsewhere: left running
+                if not left and self._nursery is not None:  # the call answers now; the task stops later
+                    self._nursery.start_soon(self._cancel_when_back, old, task, tool)
+                raise
             try:
                 client = new.client
                 assert client is not None
@@ -606,6 +617,29 @@ class RemoteServer:
             finally:
                 if held is not None and self.pool is not None:
                     self.pool.release(held)
+
+    async def _cancel_when_back(self, old: _Link | None, task: TaskCall, tool: McpTool) -> None:
+        """`tasks/cancel` for the task of a call that ended (cancelled, past its deadline) while it
+        waited for a connection: sent once one is back, within `CANCEL_TIMEOUT` (shielded), as
+        `poll` sends it for a call that ends while connected. Runs in the connection's own
+        nursery (the call is answered at once), within `_REATTACH_WITHIN` seconds; the runtime
+        closing, or no connection in time, leaves the task to the server's ttl."""
+        try:
+            new, held = await self._relink(old, task, tool)
+        except Exception as exc:  # none came back in time, no session for its principal now
+            log.info("MCP server %r: task %s could not be cancelled: %s", self.name, task.task_id, exc)
+            return
+        try:
+            assert new.client is not None
+            assert task.task_id is not None
+            with trio.move_on_after(CANCEL_TIMEOUT):
+                await cancel_task(new.client.session, task.task_id)
+                log.info("MCP server %r: task %s cancelled (its call had ended)", self.name, task.task_id)
+        except Exception as exc:
+            log.info("MCP server %r: task %s could not be cancelled: %s", self.name, task.task_id, exc)
+        finally:
+            if held is not None and self.pool is not None:
+                self.pool.release(held)
 
     async def _relink(self, old: _Link | None, task: TaskCall, tool: McpTool) -> tuple[_Link, Held | None]:
         """The next open connection for `task`'s call (another than `old`): the server's, or its

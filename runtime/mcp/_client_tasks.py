@@ -57,6 +57,7 @@ __all__ = [
     "TaskCall",
     "TaskCreated",
     "TasksExtension",
+    "cancel_task",
     "connection_lost",
     "declare_per_call",
     "journaled_task",
@@ -338,6 +339,11 @@ async def poll(
                     log.info("%s: task %s could not be cancelled: %s", where, task_id, exc)
                 if scope.cancelled_caught:
                     log.info("%s: task %s: tasks/cancel had no answer in time", where, task_id)
+
+
+async def cancel_task(session: Any, task_id: str) -> None:
+    """Send `tasks/cancel` for `task_id` (a call that ended while its task waited for a connection)."""
+    await _send(session, _CancelTask(params=_TaskIdParams(task_id=task_id)))
 
 
 async def _sent(session: Any, request: types.Request[Any, Any], call: TaskCall | None) -> dict[str, Any]:
