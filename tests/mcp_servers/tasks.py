@@ -1,12 +1,14 @@
 """`serve_http` of a runtime whose tools may run as MCP tasks (SEP-2663), one bearer token per
 principal (alice, bob). Prints its URL on stdout once it serves; serves until killed.
-Tasks are polled every 0.1 s (`Durable.poll_interval`: the `pollIntervalMs` it tells clients).
+Tasks are polled every 0.1 s (`Durable.poll_interval`: the `pollIntervalMs` it tells clients;
+the environment's TASKS_POLL_INTERVAL, in seconds, says another).
 Run: `python tasks.py`.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import msgspec
@@ -93,7 +95,7 @@ async def main() -> None:
         open_runtime(
             [report, confirm_delete, pay, slow_write, transfer, two_names, onboard],
             tracing=False,
-            durable=Durable(poll_interval=0.1),
+            durable=Durable(poll_interval=float(os.environ.get("TASKS_POLL_INTERVAL", "0.1"))),
         ) as rt,
         trio.open_nursery() as nursery,
     ):
