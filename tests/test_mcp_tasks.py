@@ -104,6 +104,7 @@ async def test_a_task_tool_is_listed_with_its_task_support(url: str) -> None:
         "transfer": "required",
         "two_names": "optional",
         "onboard": "required",
+        "browser_pick": "required",
     }
 
 
@@ -395,4 +396,20 @@ async def test_another_principals_task_is_not_heard_and_without_the_extension_li
             nursery.start_soon(functools.partial(listen, url, [task_id], send, tasks=False))
             refused = [frame async for frame in frames]
         assert refused[-1]["error"]["code"] == -32021
+        await rpc(url, "tasks/cancel", {"taskId": task_id})
+
+
+async def test_a_task_whose_result_comes_from_outside_works_on_and_asks_the_client_nothing(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "browser_pick", "arguments": {}})
+        task_id = created["taskId"]
+        for _ in range(LIMIT * 20):
+            task = await rpc(url, "tasks/get", {"taskId": task_id})
+            if "browser" in task.get("statusMessage", ""):
+                break
+            await trio.sleep(0.05)
+        # input_required with no inputRequests would be a task no client can move on
+        assert task["status"] == "working"
+        assert "inputRequests" not in task
+        assert "the browser asks the user for a file" in task["statusMessage"]
         await rpc(url, "tasks/cancel", {"taskId": task_id})

@@ -15,7 +15,8 @@ task is a detached call of the runtime (`Calls.detach`), and the task methods ar
                     not run it, JSON-RPC shape), or the questions (input_required: an approval,
                     the tool's `ctx.elicit` / `sample` / `list_roots`, each open one under its
                     key: the key the tool gave it, else one made from what it asks) as
-                    `inputRequests`.
+                    `inputRequests`. A call whose result comes from outside (`ctx.defer`) asks
+                    the client nothing: it is `working`, its statusMessage says what it waits for.
     tasks/update    `inputResponses` answer those questions (`DetachedCall.answer(..., key=)`;
                     an approval's accept approves it, decline denies it); keys that match no
                     open question are ignored, and answering some of several leaves the others
@@ -218,6 +219,8 @@ def detailed(status: DetachedStatus, render: Callable[[ToolResult], types.CallTo
         asked = input_requests(status)
         if asked:
             task["inputRequests"] = asked
+        else:  # its result comes from outside: nothing a client can answer, it works on for it
+            task["status"] = "working"
     elif result is not None and status.state is not DetachedState.CANCELLED:
         if isinstance(result, ToolFailure) and result.kind in _PROTOCOL_FAILURES:
             task["status"] = "failed"  # the runtime could not run it: a protocol-level error

@@ -90,10 +90,16 @@ def transfer(amount: int) -> str:
     return f"transferred {amount}"
 
 
+@tool(task="required")
+async def browser_pick(ctx: CallContext) -> str:
+    """The user picks a file in their browser: its result comes from outside."""
+    await ctx.defer("the browser asks the user for a file")
+
+
 async def main() -> None:
     async with (
         open_runtime(
-            [report, confirm_delete, pay, slow_write, transfer, two_names, onboard],
+            [report, confirm_delete, pay, slow_write, transfer, two_names, onboard, browser_pick],
             tracing=False,
             durable=Durable(poll_interval=float(os.environ.get("TASKS_POLL_INTERVAL", "0.1"))),
         ) as rt,
