@@ -6,6 +6,7 @@ Each test is named by the promise it checks; each failed on the code before its 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -76,6 +77,36 @@ def test_two_conversations_calls_with_the_same_id_each_run_once_and_each_reads_i
             outputs = [[i.output for i in r.new_items if i.type == "tool_call_output_item"] for r in (a, e)]
             assert outputs == [["paid 20 EUR to Ann"], ["paid 30 EUR to Eve"]]
             assert sorted(paid) == [(20, "Ann"), (30, "Eve")]
+
+    set_trace_processors([])
+    asyncio.run(main())
+
+
+def test_rejecting_one_conversations_call_denies_that_call_not_anothers_with_the_same_call_id() -> None:
+    """Two conversations on one tool list whose models gave their calls the same id both wait
+    for an approval; the first conversation's state rejects its call (900 to Bob). Before,
+    the journal's entries were matched by tool and call id alone: Mallory's waiting call was
+    denied with Bob's rejection message too. After a restart of the run state (to_json /
+    from_json) as well."""
+    paid.clear()
+
+    async def main() -> None:
+        async with open_asyncio_runtime([pay]) as rt:
+            tools = function_tools(rt)
+            bob, mallory = _cashier(tools, 900, "Bob"), _cashier(tools, 5000, "Mallory")
+            first = await Runner.run(bob, "pay Bob")
+            await Runner.run(mallory, "pay Mallory")
+            state = first.to_state()
+            (item,) = state.get_interruptions()
+            state.reject(item, rejection_message="not Bob")
+            restored = await type(state).from_json(bob, state.to_json())
+            await Runner.run(bob, restored)
+            assert paid == []
+            calls = {s.arguments: s for s in await rt.detached_calls()}
+            by_whom = {json.loads(arguments)["to"]: s for arguments, s in calls.items()}
+            assert by_whom["Bob"].state.value == "failed"  # denied: its result is the rejection
+            assert "not Bob" in str(by_whom["Bob"].result)
+            assert by_whom["Mallory"].state.value == "input_required"  # still waits for its own answer
 
     set_trace_processors([])
     asyncio.run(main())

@@ -10,6 +10,7 @@ The 15-minute tool behind a client that gives up after 60 s is in tests/test_mcp
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Iterator
@@ -103,6 +104,7 @@ async def test_a_task_tool_is_listed_with_its_task_support(url: str) -> None:
         "transfer": "required",
         "two_names": "optional",
         "onboard": "required",
+        "browser_pick": "required",
     }
 
 
@@ -271,3 +273,143 @@ async def test_without_the_extension_tasks_are_refused_and_calls_run_plain(url: 
             with pytest.raises(RpcError) as missing:
                 await rpc(url, removed, {"taskId": "dc_x"})
             assert missing.value.code == -32601
+
+
+# -- status notifications (notifications/tasks on subscriptions/listen) ---------------------
+
+
+def _request(
+    method: str, params: dict[str, Any], *, token: str = "tok-alice", tasks: bool = True
+) -> tuple[dict[str, Any], dict[str, str]]:
+    capabilities: dict[str, Any] = {"elicitation": {}}
+    if tasks:
+        capabilities["extensions"] = {TASKS: {}}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+    }
+    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": {**params, "_meta": meta}}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": method,
+    }
+    return body, headers
+
+
+async def listen(
+    url: str,
+    task_ids: list[str],
+    into: trio.MemorySendChannel[dict[str, Any]],
+    *,
+    token: str = "tok-alice",
+    tasks: bool = True,
+) -> None:
+    """A `subscriptions/listen` for `task_ids`: every frame of its stream into `into` (the
+    final result, or error, too), until the server ends it."""
+    body, headers = _request(
+        "subscriptions/listen", {"notifications": {"taskIds": task_ids}}, token=token, tasks=tasks
+    )
+    async with (
+        httpx.AsyncClient(timeout=httpx.Timeout(30, read=None)) as http,
+        http.stream("POST", url, json=body, headers=headers) as response,
+        into,
+    ):
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            await into.send(json.loads(await response.aread()))
+            return
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and line[5:].strip():
+                await into.send(json.loads(line[5:]))
+
+
+async def test_a_listener_hears_each_status_of_its_task_until_it_ends(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "n.txt"}})
+        task_id = created["taskId"]
+        await until(url, task_id, "input_required")
+        send, frames = trio.open_memory_channel[dict[str, Any]](100)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen, url, [task_id, "dc_" + "0" * 32], send)
+            ack = await frames.receive()
+            assert ack["method"] == "notifications/subscriptions/acknowledged"
+            assert ack["params"]["notifications"]["taskIds"] == [task_id]  # not the unknown one
+            subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+            now = await frames.receive()
+            assert now["method"] == "notifications/tasks"
+            assert now["params"]["taskId"] == task_id
+            assert now["params"]["status"] == "input_required"
+            assert list(now["params"]["inputRequests"]) == ["confirm"]
+            assert now["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == subscription
+            await rpc(
+                url,
+                "tasks/update",
+                {
+                    "taskId": task_id,
+                    "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": True}}},
+                },
+            )
+            heard = [frame async for frame in frames]  # to the end of the stream
+        notes = [f["params"] for f in heard if f.get("method") == "notifications/tasks"]
+        assert [n["status"] for n in notes][-1] == "completed"
+        assert {n["status"] for n in notes} <= {"working", "completed"}
+        assert "result" in heard[-1]  # the stream ended gracefully once its task ended
+        got = await rpc(url, "tasks/get", {"taskId": task_id})
+        assert notes[-1]["result"] == got["result"]  # the DetailedTask tasks/get answers
+        assert notes[-1]["result"]["content"][0]["text"] == "deleted n.txt"
+        assert "resultType" not in notes[-1]
+
+
+async def test_a_cancelled_task_is_heard_cancelled(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "report", "arguments": {"seconds": 600}})
+        task_id = created["taskId"]
+        send, frames = trio.open_memory_channel[dict[str, Any]](100)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen, url, [task_id], send)
+            assert (await frames.receive())["method"] == "notifications/subscriptions/acknowledged"
+            assert (await frames.receive())["params"]["status"] == "working"
+            await rpc(url, "tasks/cancel", {"taskId": task_id})
+            heard = [frame async for frame in frames]
+        assert [f["params"]["status"] for f in heard if f.get("method") == "notifications/tasks"] == [
+            "cancelled"
+        ]
+
+
+async def test_another_principals_task_is_not_heard_and_without_the_extension_listening_is_refused(
+    url: str,
+) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "report", "arguments": {"seconds": 600}})
+        task_id = created["taskId"]
+        send, frames = trio.open_memory_channel[dict[str, Any]](100)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(listen, url, [task_id], send, token="tok-bob"))
+            heard = [frame async for frame in frames]
+        # bob's stream: acked with no task, and ended at once (nothing to watch)
+        assert heard[0]["params"]["notifications"]["taskIds"] == []
+        assert not [f for f in heard if f.get("method") == "notifications/tasks"]
+        send, frames = trio.open_memory_channel[dict[str, Any]](100)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(listen, url, [task_id], send, tasks=False))
+            refused = [frame async for frame in frames]
+        assert refused[-1]["error"]["code"] == -32021
+        await rpc(url, "tasks/cancel", {"taskId": task_id})
+
+
+async def test_a_task_whose_result_comes_from_outside_works_on_and_asks_the_client_nothing(url: str) -> None:
+    with trio.fail_after(LIMIT):
+        created = await rpc(url, "tools/call", {"name": "browser_pick", "arguments": {}})
+        task_id = created["taskId"]
+        for _ in range(LIMIT * 20):
+            task = await rpc(url, "tasks/get", {"taskId": task_id})
+            if "browser" in task.get("statusMessage", ""):
+                break
+            await trio.sleep(0.05)
+        # input_required with no inputRequests would be a task no client can move on
+        assert task["status"] == "working"
+        assert "inputRequests" not in task
+        assert "the browser asks the user for a file" in task["statusMessage"]
+        await rpc(url, "tasks/cancel", {"taskId": task_id})

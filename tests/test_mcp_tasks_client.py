@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from pathlib import Path
@@ -32,6 +33,13 @@ from runtime import (
     mcp,
     open_runtime,
 )
+
+# The SDK's HTTP transport leaves httpx2's response iterators to the garbage collector when a
+# stream (here: a task's subscriptions/listen) ends or is cancelled; trio closes them and warns.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator 'httpx2\\.:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Async generator 'httpcore2\\.:ResourceWarning"),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "mcp_servers" / "tasks.py"
@@ -194,3 +202,104 @@ async def test_a_detached_calls_remote_question_waits_in_our_journal_for_its_ans
             result = await handle.result()
     assert isinstance(result, ToolSuccess), result
     assert result.content == "deleted c.txt"
+
+
+# -- status notifications, and what a server should not answer ---------------------------------
+
+RAW_TASKS = ROOT / "tests" / "mcp_servers" / "raw_tasks.py"
+SLOW_POLL = 30.0  # seconds: what the servers below tell us to wait between tasks/get
+
+
+@pytest.fixture(scope="module")
+def slow_url() -> Iterator[str]:
+    """tests/mcp_servers/tasks.py telling its clients to poll every 30 s."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TASKS_POLL_INTERVAL", str(SLOW_POLL))
+        with served(SERVER) as address:
+            yield address
+
+
+def raw(*args: str) -> Any:
+    return mcp.stdio(sys.executable, [str(RAW_TASKS), *args], name="raw", mode="2026-07-28")
+
+
+async def _seen(rt: Runtime) -> dict[str, Any]:
+    result = await rt.call(call("seen"))
+    assert isinstance(result, ToolSuccess), result
+    seen: dict[str, Any] = json.loads(result.content)
+    return seen
+
+
+async def test_a_status_notification_wakes_the_poll_long_before_its_interval(
+    slow_url: str, tmp_path: Path
+) -> None:
+    # the server says "poll every 30 s"; the task ends in 0.3 s and its notification says so
+    with trio.fail_after(SLOW_POLL / 2):
+        async for rt in _open(slow_url):
+            started = trio.current_time()
+            result = await rt.call(call("slow_write", path=str(tmp_path / "n.txt"), seconds=0.3))
+            took = trio.current_time() - started
+    assert isinstance(result, ToolSuccess), result
+    assert result.content == "wrote n.txt"
+    assert took < SLOW_POLL / 3
+
+
+async def test_a_notification_is_a_hint_the_result_is_what_tasks_get_answers() -> None:
+    # the server's notifications say "completed: lie"; its tasks/get says working, then "truth"
+    with trio.fail_after(SLOW_POLL / 2):
+        async with open_runtime(mcp_servers=[raw("--listen")], tracing=False) as rt:
+            result = await rt.call(call("lying"))
+            seen = await _seen(rt)
+    assert isinstance(result, ToolSuccess), result
+    assert result.content == "truth"
+    assert seen["gets"] == {"lying-1": 2}  # woken twice, long before the 30 s interval
+    assert seen["listens"] == [["lying-1"]]
+
+
+async def test_without_notifications_the_task_is_polled_to_its_end() -> None:
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[raw()], tracing=False) as rt:  # listen refused: -32601
+            result = await rt.call(call("polled"))
+            seen = await _seen(rt)
+    assert isinstance(result, ToolSuccess), result
+    assert result.content == "polled"
+    assert seen["gets"] == {"polled-1": 3}
+    assert seen["listens"] == []
+
+
+async def test_a_task_status_no_one_knows_is_an_error_naming_it_and_the_task_is_cancelled() -> None:
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[raw()], tracing=False) as rt:
+            result = await rt.call(call("odd"))
+            seen = await _seen(rt)
+    assert isinstance(result, ToolFailure), result
+    assert result.kind is FailureKind.ERROR
+    assert "task odd-1 has status paused" in result.message
+    assert seen["gets"] == {"odd-1": 1}  # at once: not polled on
+    assert seen["cancels"] == ["odd-1"]
+
+
+async def test_input_required_with_nothing_to_answer_is_given_up_after_a_few_polls() -> None:
+    # no deadline on the call: before, it was polled for ever
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[raw()], tracing=False) as rt:
+            result = await rt.call(call("mute"))
+            seen = await _seen(rt)
+    assert isinstance(result, ToolFailure), result
+    assert result.kind is FailureKind.ERROR
+    assert "input_required 10 times without an input request" in result.message
+    assert seen["gets"] == {"mute-1": 10}
+    assert len(seen["cancels"]) == 1
+
+
+async def test_a_megabyte_task_id_is_refused_and_never_repeated() -> None:
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[raw()], tracing=False) as rt:
+            result = await rt.call(call("huge"))
+            seen = await _seen(rt)
+    assert isinstance(result, ToolFailure), result
+    assert result.kind is FailureKind.ERROR
+    assert "an id this client refuses" in result.message
+    assert len(result.message) < 1000
+    assert seen["gets"] == {}  # never followed (nor sent back)
+    assert seen["cancels"] == []

@@ -42,6 +42,13 @@ from runtime import (
 )
 from runtime.stores import SQLiteStore
 
+# The SDK's HTTP transport leaves httpx2's response iterators to the garbage collector when a
+# stream (here: a task's subscriptions/listen) ends or is cancelled; trio closes them and warns.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator 'httpx2\\.:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Async generator 'httpcore2\\.:ResourceWarning"),
+]
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "mcp_servers" / "tasks.py"
 CLIENT = ROOT / "tests" / "mcp_task_client.py"

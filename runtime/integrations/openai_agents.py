@@ -63,6 +63,7 @@ from agents.tool_context import ToolContext
 from agents.tracing import Span, SpanError, Trace, TracingProcessor, get_current_span
 from opentelemetry.trace import TracerProvider
 
+from ..engine import DetachedStatus
 from ..messages import ToolCall, ToolFailure, ToolPending, ToolResult
 from ..registry import ToolRegistry
 from ..schema import render_tool
@@ -245,13 +246,10 @@ class _Approvals:
         if self.lock is None:
             self.lock = asyncio.Lock()
         async with self.lock:
-            mine: Collection[str] | None = getattr(ctx, "_tool_invocations", None)  # this run's calls
             waiting = [
                 s
                 for s in await journal.detached_calls()
-                if s.waiting_for == "approval"
-                and s.tool in self.tools
-                and (mine is None or s.call_id in mine)
+                if s.waiting_for == "approval" and s.tool in self.tools and _this_runs(ctx, s)
             ]
             rejected = frozenset(s.id for s in waiting if ctx.is_tool_approved(s.tool, s.call_id) is False)
             if rejected <= self.seen.get(ctx, frozenset()):
@@ -262,6 +260,42 @@ class _Approvals:
                     await denied(journal.detached(s.id), message)
                     self.waiting.pop((s.tool, s.call_id, _canonical(s.arguments)), None)
             self.seen[ctx] = self.seen.get(ctx, frozenset()) | rejected
+
+
+def _this_runs(ctx: RunContextWrapper[Any], status: DetachedStatus) -> bool:
+    """Whether the journal's waiting call `status` is one of this run's: its call id is, and
+    with the same arguments (another conversation on the same tool list, whose model gave
+    its call the same id, waits with others). The run state keeps each of its calls' SDK
+    fingerprint (its arguments among them), in its JSON too: the journal's call is
+    fingerprinted the same way. An SDK that keeps no calls: by call id alone."""
+    mine: Mapping[str, Any] | None = getattr(ctx, "_tool_invocations", None)
+    if mine is None:
+        return True
+    record = mine.get(status.call_id)
+    if record is None:
+        return False
+    kept = getattr(record, "fingerprint", None)
+    if not isinstance(kept, str):
+        return True
+    return kept == _fingerprint(status)
+
+
+def _fingerprint(status: DetachedStatus) -> str | None:
+    """The SDK's fingerprint of a function call with `status`'s tool, call id and arguments."""
+    try:
+        from agents._tool_invocation import tool_invocation_identity_and_scope
+
+        identity = tool_invocation_identity_and_scope(
+            {
+                "type": "function_call",
+                "call_id": status.call_id,
+                "name": status.tool,
+                "arguments": status.arguments,
+            }
+        )
+    except Exception:  # an SDK without it: nothing matches on it
+        return None
+    return identity[3] if identity is not None else None
 
 
 def _canonical(arguments: str) -> str:

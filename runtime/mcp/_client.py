@@ -45,7 +45,8 @@ Life of a connection (each turn of the loop is one session with the server)::
   asked through the call's own asking flow, and cancelling the call cancels the task. A
   connection lost while a task is followed does not end the call: the same task is followed
   over the next connection (within the call's deadline, and `_REATTACH_WITHIN`); a detached
-  call journals its task's id, and its run after a restart follows that task.
+  call journals its task's id, and its run after a restart follows that task. The server's
+  status notifications for the task (`notifications/tasks`) wake the poll early.
 - A connection refused at the HTTP level (401, 403 `insufficient_scope`) is reported as
   that, even where the SDK went on to another handshake and reports that one's failure.
 """
@@ -253,6 +254,7 @@ class RemoteServer:
         watched = WatchedTransport(
             transport, lambda: link.mark_lost("the server closed the connection"), self.name
         )
+        tasks = TasksExtension()
         client = Client(
             watched,
             mode=spec.mode,
@@ -261,7 +263,7 @@ class RemoteServer:
             logging_callback=self._server_log,
             log_level="info",  # 2026-07-28: log messages come only to requests that ask for them
             client_info=_CLIENT_INFO,
-            extensions=[TasksExtension()],  # a remote tool's task (SEP-2663), followed to its end
+            extensions=[tasks],  # a remote tool's task (SEP-2663), followed to its end
             # a server's elicitation / sampling / roots requests (and 2026-07-28 input-required
             # results, followed for a bounded number of rounds) go to the runtime's handlers
             **client_callbacks(getattr(registrar, "asking", None), server=self.name, who=self.asking_call),
@@ -270,7 +272,7 @@ class RemoteServer:
             async with client, trio.open_nursery() as nursery:
                 watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
                 _read_unstructured(client)
-                declare_per_call(client.session)
+                declare_per_call(client.session, tasks)
                 capabilities = client.server_capabilities
                 # A version adopted without asking (mode="2026-07-28") learned no capabilities:
                 # listening is tried, and a refusal is taken as the answer.
@@ -338,6 +340,7 @@ class RemoteServer:
             lambda: link.mark_lost("the server closed the connection"),
             self.name,
         )
+        tasks = TasksExtension()
         client = Client(
             watched,
             mode=spec.mode,
@@ -345,13 +348,13 @@ class RemoteServer:
             message_handler=link.on_message,
             logging_callback=self._server_log,
             client_info=_CLIENT_INFO,
-            extensions=[TasksExtension()],
+            extensions=[tasks],
         )
         with trio.CancelScope(deadline=trio.current_time() + spec.connect_timeout) as connecting:
             async with client:
                 watched.negotiated(client.protocol_version in MODERN_PROTOCOL_VERSIONS)
                 _read_unstructured(client)
-                declare_per_call(client.session)
+                declare_per_call(client.session, tasks)
                 connecting.deadline = math.inf
                 link.client = client
                 try:

@@ -6,7 +6,8 @@ tool call the server makes a task is followed here until it ends, as the one cal
                     approved): only those `tools/call` requests declare the extension (per request,
                     in `_meta` clientCapabilities, 2026-07-28); the others stay plain calls.
     the task        the server answers a CreateTaskResult (`resultType: "task"`); `tasks/get` is
-                    polled at its `pollIntervalMs` (kept within 0.05 s .. 30 s) until the task ends:
+                    polled at its `pollIntervalMs` (kept within 0.05 s .. 30 s) until the task ends
+                    (a status notification wakes the poll early, see below):
                     completed -> its inlined result (a tool error `isError`, as a plain call);
                     failed -> the server's error (ERROR); cancelled by the server -> UNAVAILABLE;
                     forgotten (the server no longer knows the id) -> UNAVAILABLE.
@@ -23,6 +24,15 @@ tool call the server makes a task is followed here until it ends, as the one cal
     connection      lost while a task is followed (`connection_lost`): `TaskCall.lost`, and the
                     call follows the same task id over the next connection (`RemoteServer`'s
                     `_follow_again`), never calling the tool again.
+    notifications   while a task is followed over a 2026-07-28 session, a `subscriptions/listen`
+                    for its id is open beside the poll: each `notifications/tasks` for it wakes
+                    the poll at once (at most one tasks/get per 0.05 s). A notification is a hint:
+                    what the call gets is what `tasks/get` answers then, never the payload. A
+                    server that refuses the listen, or never notifies, is polled as before.
+    odd answers     a status this client does not know (nor a string), or input_required with no
+                    question it can answer, is an ERROR at once naming it; an absurd task id
+                    (over `MAX_TASK_ID` characters, or not printable) is refused before it is
+                    followed, and a task id is cut (`shown`) wherever a message repeats it.
     journaled       a detached call's task id is its checkpoint (`TASK_CHECKPOINT` in its
                     journal record): the run that recovers it in another process follows
                     that task (`journaled_task`) instead of calling the tool.
@@ -32,9 +42,11 @@ The polling is the call's: it is bounded by the call's deadline like any remote 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Mapping
+import weakref
+from collections.abc import AsyncIterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -44,10 +56,12 @@ import mcp_types as types
 import pydantic
 import trio
 from mcp import MCPError
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..exceptions import CannotAsk, ToolUnavailable
+from ..messages import echo
 from ..tools import CallContext
 from ._asking import sampling_of
 
@@ -56,6 +70,7 @@ __all__ = [
     "TASK_CHECKPOINT",
     "TaskCall",
     "TaskCreated",
+    "TaskNotes",
     "TasksExtension",
     "cancel_task",
     "connection_lost",
@@ -75,6 +90,9 @@ MAX_POLL = 30.0  # seconds: nor is a task left unpolled longer, whatever the ser
 DEFAULT_POLL = 1.0  # a server that gives no pollIntervalMs
 CANCEL_TIMEOUT = 5.0  # seconds a `tasks/cancel` may take once our call is cancelled
 _MAX_QUESTION_ROUNDS = 100  # a task that asks without end is given up
+MAX_TASK_ID = 256  # characters: a server's task id longer than this is refused, not followed
+_SHOWN_ID = 64  # characters of a task id a message repeats
+_STATUSES = frozenset({"working", "input_required", "completed", "failed", "cancelled"})
 
 
 class TaskCreated(types.Result):
@@ -97,6 +115,47 @@ class _TaskIdParams(types.RequestParams):
 class _TaskUpdateParams(types.RequestParams):
     task_id: str
     input_responses: dict[str, Any]
+
+
+class _ListenParams(types.RequestParams):
+    notifications: dict[str, Any]
+
+
+class _Listen(types.Request[_ListenParams, Literal["subscriptions/listen"]]):
+    method: Literal["subscriptions/listen"] = "subscriptions/listen"
+
+
+class _TaskNote(pydantic.BaseModel):
+    """A `notifications/tasks`: which task (the rest is not trusted: tasks/get tells)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    task_id: str = pydantic.Field(alias="taskId")
+
+
+class TaskNotes:
+    """The task status notifications one session hears: each wakes the poll of its task."""
+
+    def __init__(self) -> None:
+        self._wakes: dict[str, trio.Event] = {}
+
+    def wake_of(self, task_id: str) -> trio.Event:
+        """The event the next notification for `task_id` sets (a new one once it was set)."""
+        wake = self._wakes.get(task_id)
+        if wake is None or wake.is_set():
+            wake = self._wakes[task_id] = trio.Event()
+        return wake
+
+    def forget(self, task_id: str) -> None:
+        self._wakes.pop(task_id, None)
+
+    async def heard(self, note: _TaskNote) -> None:
+        wake = self._wakes.get(note.task_id)
+        if wake is not None:
+            wake.set()
+
+
+_notes_of: weakref.WeakKeyDictionary[Any, TaskNotes] = weakref.WeakKeyDictionary()
 
 
 class _GetTask(types.Request[_TaskIdParams, Literal["tasks/get"]]):
@@ -163,21 +222,35 @@ def as_task(support: str | None, ctx: CallContext | None) -> bool:
 
 
 class TasksExtension(ClientExtension):
-    """The tasks extension of one SDK `Client`: its CreateTaskResult, followed to the end."""
+    """The tasks extension of one SDK `Client`: its CreateTaskResult, followed to the end; the
+    `notifications/tasks` its session hears (`notes`: give `declare_per_call` the session)."""
 
     identifier = TASKS
+
+    def __init__(self) -> None:
+        self.notes = TaskNotes()
 
     def claims(self) -> tuple[ResultClaim[Any], ...]:
         return (ResultClaim(result_type="task", model=TaskCreated, resolve=follow),)
 
+    def notifications(self) -> tuple[NotificationBinding[Any], ...]:
+        return (
+            NotificationBinding(
+                method="notifications/tasks", params_type=_TaskNote, handler=self.notes.heard
+            ),
+        )
 
-def declare_per_call(session: Any) -> None:
+
+def declare_per_call(session: Any, extension: TasksExtension | None = None) -> None:
     """Declare the extension only on the `tools/call` requests sent as tasks (`tasking` set).
 
     The SDK stamps the same clientCapabilities on every request of a session; a server makes
     a task of every call of an "optional" tool from a client that declares it, which would
     turn each plain call into a round of polls. Called once the session is connected (its
-    stamp is made at the handshake)."""
+    stamp is made at the handshake). With the session's `extension`, the polls of its tasks
+    are woken by the status notifications it hears."""
+    if extension is not None:
+        _notes_of[session] = extension.notes
     stamp = session._stamp
 
     def per_call(data: dict[str, Any], opts: Any) -> None:
@@ -234,7 +307,8 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
     process follows the same task.
 
     Raises:
-        MCPError: the task failed (the server's error), or the connection was lost (then
+        MCPError: the task failed (the server's error), its status is one this client does not
+            know, or its id is absurd (not followed); or the connection was lost (then
             `call.lost`: the caller follows it again over the next connection).
         ToolUnavailable: the server cancelled or forgot the task.
         CannotAsk: it asks what no one here can answer (the task is cancelled).
@@ -242,12 +316,25 @@ async def follow(created: TaskCreated, claim: ClaimContext) -> types.CallToolRes
     call = tasking.get()
     task_id = created.task_id
     where = f"MCP server {call.server!r}" if call is not None else "the MCP server"
+    if not 0 < len(task_id) <= MAX_TASK_ID or not task_id.isprintable():
+        # not followed, not journaled, not repeated: a server's megabyte id would be sent back
+        # with every poll and read by the model in every message
+        raise MCPError(
+            code=types.INTERNAL_ERROR,
+            message=f"{where} made the call task {shown(task_id)}, an id this client refuses "
+            f"(at most {MAX_TASK_ID} printable characters); the task was not followed",
+        )
     log.debug("%s: the call became task %s", where, task_id)
     if call is not None:
         call.task_id = task_id
         await _journal(call, task_id, where)
     task: dict[str, Any] = created.model_dump(by_alias=True, mode="json", exclude_none=True)
     return await poll(claim.session, task_id, call, task)
+
+
+def shown(task_id: str) -> str:
+    """A task id as a message repeats it (a server's id may be anything: cut, `echo`)."""
+    return echo(task_id, _SHOWN_ID)
 
 
 async def _journal(call: TaskCall, task_id: str, where: str) -> None:
@@ -265,68 +352,143 @@ async def _journal(call: TaskCall, task_id: str, where: str) -> None:
         log.debug("%s: task %s journaled for detached call %s", where, task_id, ctx.detached_id)
 
 
+_EMPTY_ASKS = 10  # polls in a row a task may say input_required with nothing to answer
+
+
+@contextlib.asynccontextmanager
+async def _listening(session: Any, task_id: str, where: str) -> AsyncIterator[TaskNotes | None]:
+    """A `subscriptions/listen` for `task_id`'s status notifications, open while the body runs
+    (2026-07-28 sessions whose `TasksExtension` hears them); the notes that wake its poll, or
+    None (polling alone). The listen failing or refused changes nothing but the wake-ups."""
+    notes = _notes_of.get(session)
+    if notes is None or getattr(session, "protocol_version", None) not in MODERN_PROTOCOL_VERSIONS:
+        yield None
+        return
+
+    async def listen() -> None:
+        request = _Listen(params=_ListenParams(notifications={"taskIds": [task_id]}))
+        try:
+            await session.send_request(request, _Raw)
+        except Exception as exc:  # refused (-32021, -32601...), or the connection went
+            log.debug("%s: no status notifications for task %s: %s", where, shown(task_id), exc)
+
+    raised: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen)
+            try:
+                yield notes
+            except BaseException as exc:  # raised below, outside the nursery: not as a group
+                raised = exc
+            nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled: the stream ends
+    finally:
+        notes.forget(task_id)
+    if raised is not None:
+        raise raised
+
+
 async def poll(
     session: Any, task_id: str, call: TaskCall | None, task: dict[str, Any] | None = None
 ) -> types.CallToolResult:
-    """Poll task `task_id` (as last seen: `task`; None: ask for it first) to its end (`follow`)."""
+    """Poll task `task_id` (as last seen: `task`; None: ask for it first) to its end (`follow`);
+    a status notification for it wakes the poll early."""
     where = f"MCP server {call.server!r}" if call is not None else "the MCP server"
+    named = shown(task_id)
     if task is None:
         task = {"status": "working", "pollIntervalMs": 0}
     interval = _interval(task.get("pollIntervalMs"))
     rounds = 0
+    empty = 0  # polls in a row that said input_required and asked nothing
     ended = False
     try:
-        while True:
-            status = task.get("status")
-            if status == "completed":
-                ended = True
-                if "result" not in task:
-                    raise ToolUnavailable(f"{where} completed task {task_id} without a result")
-                return types.CallToolResult.model_validate(task["result"])
-            if status == "failed":
-                ended = True
-                found = task.get("error")
-                error: dict[str, Any] = found if isinstance(found, dict) else {}
-                message = str(error.get("message") or task.get("statusMessage") or "the task failed")
-                code = error.get("code")
-                raise MCPError(code=code if isinstance(code, int) else types.INTERNAL_ERROR, message=message)
-            if status == "cancelled":
-                ended = True
-                said = task.get("statusMessage")
-                raise ToolUnavailable(f"{where} cancelled task {task_id}" + (f" ({said})" if said else ""))
-            asked = task.get("inputRequests")
-            if status == "input_required" and isinstance(asked, dict) and asked:
-                rounds += 1
-                if rounds > _MAX_QUESTION_ROUNDS:
+        async with _listening(session, task_id, where) as notes:
+            wake = notes.wake_of(task_id) if notes is not None else None
+            last = -math.inf  # when tasks/get was last sent
+            while True:
+                status = task.get("status")
+                if status == "completed":
+                    ended = True
+                    if "result" not in task:
+                        raise ToolUnavailable(f"{where} completed task {named} without a result")
+                    return types.CallToolResult.model_validate(task["result"])
+                if status == "failed":
+                    ended = True
+                    found = task.get("error")
+                    error: dict[str, Any] = found if isinstance(found, dict) else {}
+                    message = str(error.get("message") or task.get("statusMessage") or "the task failed")
+                    code = error.get("code")
+                    raise MCPError(
+                        code=code if isinstance(code, int) else types.INTERNAL_ERROR, message=message
+                    )
+                if status == "cancelled":
+                    ended = True
+                    said = task.get("statusMessage")
                     raise ToolUnavailable(
-                        f"{where}: task {task_id} asked more than {_MAX_QUESTION_ROUNDS} times"
+                        f"{where} cancelled task {named}" + (f" ({echo(said, 500)})" if said else "")
                     )
-                answers = {key: await _answer(call, request) for key, request in asked.items()}
-                try:
-                    await _sent(
-                        session,
-                        _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers)),
-                        call,
+                if not isinstance(status, str) or status not in _STATUSES:
+                    # not a status of SEP-2663: nothing here can tell what it means (the task is cancelled)
+                    raise MCPError(
+                        code=types.INTERNAL_ERROR,
+                        message=f"{where}: task {named} has status {echo(status, _SHOWN_ID)}, which is "
+                        "not a task status this client knows (working, input_required, completed, "
+                        "failed, cancelled)",
                     )
-                except MCPError as exc:
-                    if exc.code == INVALID_PARAMS:  # "no task" (forgotten meanwhile), or answers it refuses
+                asked = task.get("inputRequests")
+                if status == "input_required" and isinstance(asked, dict) and asked:
+                    empty = 0
+                    rounds += 1
+                    if rounds > _MAX_QUESTION_ROUNDS:
                         raise ToolUnavailable(
-                            f"{where} did not take the answers to task {task_id} ({exc.error.message}); "
-                            "it may have run"
+                            f"{where}: task {named} asked more than {_MAX_QUESTION_ROUNDS} times"
+                        )
+                    answers = {key: await _answer(call, request) for key, request in asked.items()}
+                    try:
+                        await _sent(
+                            session,
+                            _UpdateTask(params=_TaskUpdateParams(task_id=task_id, input_responses=answers)),
+                            call,
+                        )
+                    except MCPError as exc:
+                        # "no task" (forgotten meanwhile), or answers it refuses
+                        if exc.code == INVALID_PARAMS:
+                            raise ToolUnavailable(
+                                f"{where} did not take the answers to task {named} "
+                                f"({exc.error.message}); it may have run"
+                            ) from None
+                        raise
+                else:
+                    if status == "input_required":
+                        empty += 1
+                        if empty >= _EMPTY_ASKS:  # SEP-2663: input_required carries its inputRequests
+                            raise MCPError(
+                                code=types.INTERNAL_ERROR,
+                                message=f"{where}: task {named} said input_required {empty} times "
+                                "without an input request to answer; it was given up (and cancelled)",
+                            )
+                    else:
+                        empty = 0
+                    if wake is None:
+                        await trio.sleep(interval)
+                    else:
+                        with trio.move_on_after(interval):
+                            await wake.wait()
+                        # a notification is a hint: tasks/get says what the task is, at most
+                        # once per MIN_POLL however often the server notifies
+                        await trio.sleep_until(last + MIN_POLL)
+                        assert notes is not None
+                        wake = notes.wake_of(task_id)
+                last = trio.current_time()
+                try:
+                    task = await _sent(session, _GetTask(params=_TaskIdParams(task_id=task_id)), call)
+                except MCPError as exc:
+                    if exc.code == INVALID_PARAMS:  # "no task": expired, or the server restarted
+                        ended = True
+                        raise ToolUnavailable(
+                            f"{where} no longer knows task {named} ({exc.error.message}); it may have run"
                         ) from None
                     raise
-            else:
-                await trio.sleep(interval)
-            try:
-                task = await _sent(session, _GetTask(params=_TaskIdParams(task_id=task_id)), call)
-            except MCPError as exc:
-                if exc.code == INVALID_PARAMS:  # "no task": expired, or the server restarted
-                    ended = True
-                    raise ToolUnavailable(
-                        f"{where} no longer knows task {task_id} ({exc.error.message}); it may have run"
-                    ) from None
-                raise
-            interval = _interval(task.get("pollIntervalMs", interval * 1000))
+                interval = _interval(task.get("pollIntervalMs", interval * 1000))
     finally:
         lost = call is not None and call.lost  # followed again over the next connection
         left = call is not None and call.ctx is not None and call.ctx.handed_over  # resumed elsewhere
@@ -336,9 +498,9 @@ async def poll(
                 try:
                     await _send(session, _CancelTask(params=_TaskIdParams(task_id=task_id)))
                 except Exception as exc:  # the connection is gone: the task's ttl ends it
-                    log.info("%s: task %s could not be cancelled: %s", where, task_id, exc)
+                    log.info("%s: task %s could not be cancelled: %s", where, named, exc)
                 if scope.cancelled_caught:
-                    log.info("%s: task %s: tasks/cancel had no answer in time", where, task_id)
+                    log.info("%s: task %s: tasks/cancel had no answer in time", where, named)
 
 
 async def cancel_task(session: Any, task_id: str) -> None:

@@ -84,6 +84,7 @@ from ._server_reads import ReadBudget
 from ._server_tasks import (
     TASKS,
     TaskIdParams,
+    TaskListen,
     TaskStart,
     TaskUpdateParams,
     check_name_header,
@@ -209,7 +210,10 @@ class ServedRuntime:
                 on_list_tools=self._list_tools,
                 # a CreateTaskResult (SEP-2663) is a mapping: the SDK serves extension shapes as given
                 on_call_tool=self._call_tool,  # type: ignore[arg-type]
-                on_subscriptions_listen=self._listen,
+                # list changes (the SDK's handler) and task status notifications (SEP-2663)
+                on_subscriptions_listen=TaskListen(
+                    self._bus, self._listen, self._listen_caller, self._detailed
+                ),
                 on_set_logging_level=self._set_level,
                 **resources,
             )
@@ -459,7 +463,10 @@ class ServedRuntime:
 
     async def _get_task(self, ctx: ServerRequestContext[Any], params: TaskIdParams) -> dict[str, Any]:
         caller = self._task_caller(ctx, params)
-        status = await self._task_status(caller, params.task_id)
+        return self._detailed(await self._task_status(caller, params.task_id))
+
+    def _detailed(self, status: Any) -> dict[str, Any]:
+        """The DetailedTask of `status` (tasks/get, notifications/tasks)."""
         served = self._catalog.get(status.tool)
 
         def render(result: ToolResult) -> types.CallToolResult:
@@ -468,6 +475,11 @@ class ServedRuntime:
             return served.result(result, self._rt.max_result_chars)
 
         return detailed(status, render)
+
+    def _listen_caller(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
+        """The calls surface whose tasks a listen request may watch (its principal's)."""
+        view = self._view()
+        return self._rt if view is None else view
 
     async def _update_task(self, ctx: ServerRequestContext[Any], params: TaskUpdateParams) -> dict[str, Any]:
         caller = self._task_caller(ctx, params)

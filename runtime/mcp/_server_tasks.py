@@ -15,7 +15,8 @@ task is a detached call of the runtime (`Calls.detach`), and the task methods ar
                     not run it, JSON-RPC shape), or the questions (input_required: an approval,
                     the tool's `ctx.elicit` / `sample` / `list_roots`, each open one under its
                     key: the key the tool gave it, else one made from what it asks) as
-                    `inputRequests`.
+                    `inputRequests`. A call whose result comes from outside (`ctx.defer`) asks
+                    the client nothing: it is `working`, its statusMessage says what it waits for.
     tasks/update    `inputResponses` answer those questions (`DetachedCall.answer(..., key=)`;
                     an approval's accept approves it, decline denies it); keys that match no
                     open question are ignored, and answering some of several leaves the others
@@ -23,6 +24,16 @@ task is a detached call of the runtime (`Calls.detach`), and the task methods ar
                     the next tasks/get.
     tasks/cancel    `DetachedCall.cancel` (idempotent: a finished task is acked the same).
     tasks/list, tasks/result: removed by SEP-2663 (-32601).
+    subscriptions/listen with `notifications.taskIds` (`TaskListen`): a `notifications/tasks`
+                    (the DetailedTask tasks/get would answer, stamped with the stream's
+                    subscription id) for each task of the list that is the request's principal's:
+                    its status now, then each time its status (or the set of its open questions)
+                    changes, until it ends. The ack's `taskIds` are those honored (an unknown or
+                    another principal's id is left out, as tasks/get answers it "no task"); a
+                    client that did not declare the extension gets -32021. What the stream
+                    sends is read from the journal by the stream's own tasks: a slow or gone
+                    client never holds up a task, and the stream ends (gracefully) once every
+                    task it watched ended, unless it also listens for list changes.
 
 Tasks are the principal's: an id that is not the request's principal's (its verified token's)
 is answered as an unknown one (-32602), never "not yours". Anonymous requests share the
@@ -37,13 +48,17 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import mcp_types as types
 import pydantic
+import trio
 from mcp import MCPError
-from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp.server import ServerRequestContext
+from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY, ServerEvent, SubscriptionBus
+from mcp.shared.subscriptions import event_matches, event_to_notification
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..engine import DetachedState, DetachedStatus
@@ -55,6 +70,7 @@ from ._asking import answer_of, elicit_params, roots_of, sampled_of, sampling_pa
 __all__ = [
     "TASKS",
     "TaskIdParams",
+    "TaskListen",
     "TaskStart",
     "TaskStarts",
     "TaskUpdateParams",
@@ -72,6 +88,8 @@ log = logging.getLogger("runtime.mcp")
 TASKS = "io.modelcontextprotocol/tasks"
 CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 HEADER_MISMATCH = -32020
+MAX_TASK_ID = 256  # characters: a longer taskId names no task of ours (they are ~35)
+MAX_LISTENED_TASKS = 100  # task ids one subscriptions/listen may ask for
 _PROTOCOL_FAILURES = frozenset({FailureKind.UNAVAILABLE, FailureKind.OVERLOADED, FailureKind.UNKNOWN_TOOL})
 
 
@@ -201,6 +219,8 @@ def detailed(status: DetachedStatus, render: Callable[[ToolResult], types.CallTo
         asked = input_requests(status)
         if asked:
             task["inputRequests"] = asked
+        else:  # its result comes from outside: nothing a client can answer, it works on for it
+            task["status"] = "working"
     elif result is not None and status.state is not DetachedState.CANCELLED:
         if isinstance(result, ToolFailure) and result.kind in _PROTOCOL_FAILURES:
             task["status"] = "failed"  # the runtime could not run it: a protocol-level error
@@ -270,6 +290,159 @@ def quietly_refused(exc: Exception) -> bool:
 
 def lookup_failed(exc: Exception) -> bool:
     return isinstance(exc, CallNotFound | ValueError)
+
+
+class _Notification(pydantic.BaseModel):
+    """A notification the SDK has no type for (`notifications/tasks`), sent as it is."""
+
+    method: str
+    params: dict[str, Any]
+
+
+def task_notification(task: Mapping[str, Any], meta: Mapping[str, Any]) -> Any:
+    """`notifications/tasks`: the DetailedTask (no `resultType`: not a result), stamped `meta`."""
+    params = {k: v for k, v in task.items() if k != "resultType"}
+    params["_meta"] = dict(meta)
+    return _Notification(method="notifications/tasks", params=params)
+
+
+def _mark(task: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a notification is sent for: the status, and which questions are open."""
+    asked = task.get("inputRequests")
+    return (task.get("status"), tuple(sorted(asked)) if isinstance(asked, Mapping) else ())
+
+
+class TaskListen:
+    """`subscriptions/listen`: the SDK's handler for the list-changed kinds, and SEP-2663's
+    `taskIds` (see the module's docstring) served here, on the same stream.
+
+    Args:
+        bus: the subscription bus list changes are published on (the SDK handler's).
+        plain: the SDK's handler, which serves a listen that asks for no task.
+        caller_of: the request's calls surface (its principal's view), or raises MCPError.
+        render: the DetailedTask of a status (as tasks/get answers it).
+    """
+
+    def __init__(
+        self,
+        bus: SubscriptionBus,
+        plain: Callable[[ServerRequestContext[Any], types.SubscriptionsListenRequestParams], Awaitable[Any]],
+        caller_of: Callable[[ServerRequestContext[Any], types.SubscriptionsListenRequestParams], Any],
+        render: Callable[[DetachedStatus], dict[str, Any]],
+        *,
+        max_streams: int = 1024,
+        max_buffered: int = 256,
+    ) -> None:
+        self._bus = bus
+        self._plain = plain
+        self._caller_of = caller_of
+        self._render = render
+        self._max_streams = max_streams
+        self._max_buffered = max_buffered
+        self._streams = 0
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        asked = params.notifications
+        wanted = (asked.model_extra or {}).get("taskIds")
+        if wanted is None:
+            result: types.SubscriptionsListenResult = await self._plain(ctx, params)
+            return result
+        if not declared(ctx.session, params.meta):
+            raise missing_tasks("task status notifications (subscriptions/listen taskIds)")
+        if not isinstance(wanted, list) or not all(isinstance(t, str) for t in wanted):
+            raise MCPError(INVALID_PARAMS, "notifications.taskIds must be a list of task ids")
+        if len(wanted) > MAX_LISTENED_TASKS:
+            raise MCPError(INVALID_PARAMS, f"notifications.taskIds: at most {MAX_LISTENED_TASKS} tasks")
+        subscription_id = ctx.request_id
+        if subscription_id is None:
+            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        if self._streams >= self._max_streams:
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
+        caller = self._caller_of(ctx, params)
+        honored: list[str] = []
+        for task_id in dict.fromkeys(wanted):
+            if 0 < len(task_id) <= MAX_TASK_ID and await _exists(caller, task_id):
+                honored.append(task_id)
+        uris = frozenset(asked.resource_subscriptions or ())
+        kinds = types.SubscriptionFilter(
+            tools_list_changed=True if asked.tools_list_changed else None,
+            prompts_list_changed=True if asked.prompts_list_changed else None,
+            resources_list_changed=True if asked.resources_list_changed else None,
+            resource_subscriptions=sorted(uris) or None,
+        )
+        lists = any(v is not None for v in kinds.model_dump().values())
+        ack = types.SubscriptionFilter.model_validate({**kinds.model_dump(by_alias=True), "taskIds": honored})
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+        send, receive = trio.open_memory_channel[Any](self._max_buffered)
+
+        def put(notification: Any) -> None:
+            try:
+                send.send_nowait(notification)
+            except trio.WouldBlock:  # a client that stopped reading: the stream ends (it re-listens)
+                log.warning("listen stream %r backlog full; ending the stream", subscription_id)
+                send.close()
+            except trio.ClosedResourceError:
+                pass
+
+        def deliver(event: ServerEvent) -> None:
+            if event_matches(kinds, uris, event):
+                put(event_to_notification(event, meta))
+
+        async def watch(task_id: str) -> None:
+            last: tuple[Any, ...] | None = None
+            try:
+                async for status in caller.detached(task_id).watch():
+                    task = self._render(status)
+                    mark = _mark(task)
+                    if mark != last:
+                        last = mark
+                        put(task_notification(task, meta))
+            except Exception as exc:  # forgotten (expired), the store failing: nothing more to tell
+                log.debug("task %s: status notifications end: %s", task_id, exc)
+
+        self._streams += 1
+        unsubscribe = self._bus.subscribe(deliver) if lists else None
+        try:
+            async with trio.open_nursery() as nursery:
+                await ctx.session.send_notification(
+                    types.SubscriptionsAcknowledgedNotification(
+                        params=types.SubscriptionsAcknowledgedNotificationParams(
+                            notifications=ack, _meta=meta
+                        )
+                    ),
+                    related_request_id=subscription_id,
+                )
+
+                async def watch_all() -> None:
+                    async with trio.open_nursery() as watchers:
+                        for task_id in honored:
+                            watchers.start_soon(watch, task_id)
+                    if not lists:
+                        send.close()  # every task it watched ended: the stream ends gracefully
+
+                nursery.start_soon(watch_all)
+                async for notification in receive:
+                    await ctx.session.send_notification(notification, related_request_id=subscription_id)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._streams -= 1
+            if unsubscribe is not None:
+                unsubscribe()
+            send.close()
+            receive.close()
+        return types.SubscriptionsListenResult(_meta=meta)
+
+
+async def _exists(caller: Any, task_id: str) -> bool:
+    try:
+        await caller.detached(task_id).status()
+    except Exception as exc:
+        if lookup_failed(exc):
+            return False
+        raise
+    return True
 
 
 def dumps(value: Any) -> str:  # pragma: no cover - debugging aid

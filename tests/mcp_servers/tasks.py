@@ -1,12 +1,14 @@
 """`serve_http` of a runtime whose tools may run as MCP tasks (SEP-2663), one bearer token per
 principal (alice, bob). Prints its URL on stdout once it serves; serves until killed.
-Tasks are polled every 0.1 s (`Durable.poll_interval`: the `pollIntervalMs` it tells clients).
+Tasks are polled every 0.1 s (`Durable.poll_interval`: the `pollIntervalMs` it tells clients;
+the environment's TASKS_POLL_INTERVAL, in seconds, says another).
 Run: `python tasks.py`.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import msgspec
@@ -88,12 +90,18 @@ def transfer(amount: int) -> str:
     return f"transferred {amount}"
 
 
+@tool(task="required")
+async def browser_pick(ctx: CallContext) -> str:
+    """The user picks a file in their browser: its result comes from outside."""
+    await ctx.defer("the browser asks the user for a file")
+
+
 async def main() -> None:
     async with (
         open_runtime(
-            [report, confirm_delete, pay, slow_write, transfer, two_names, onboard],
+            [report, confirm_delete, pay, slow_write, transfer, two_names, onboard, browser_pick],
             tracing=False,
-            durable=Durable(poll_interval=0.1),
+            durable=Durable(poll_interval=float(os.environ.get("TASKS_POLL_INTERVAL", "0.1"))),
         ) as rt,
         trio.open_nursery() as nursery,
     ):
