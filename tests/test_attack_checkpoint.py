@@ -91,7 +91,7 @@ async def test_a_checkpointed_call_two_processes_recover_at_once_resumes_once(
         @tool
         async def job(ctx: CallContext) -> str:
             """Submit a job and wait for it."""
-            where = ctx.metadata.get("job")
+            where = ctx.resumed.get("job")
             if where is None:
                 assert await ctx.checkpoint("job", {"id": "J-1"})
                 await trio.sleep_forever()

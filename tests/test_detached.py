@@ -812,7 +812,7 @@ handed: list[bool] = []
 @tool
 async def job(ctx: CallContext, key: str) -> str:
     """A job that is not idempotent and journals where it is (`ctx.checkpoint`)."""
-    resumed = ctx.metadata.get("job")
+    resumed = ctx.resumed.get("job")
     if resumed is None:
         ran.append(f"job {key}")
         assert await ctx.checkpoint("job", {"step": 1})
@@ -865,6 +865,17 @@ async def test_a_checkpoint_is_kept_only_for_a_detached_call_and_only_json(
         await rt.call(call("keeper"))  # a plain call: nothing to keep it in
         await (await rt.detach(call("keeper"))).result()
     assert seen == [False, True]
+
+
+async def test_a_callers_metadata_cannot_pose_as_a_checkpoint(autojump_clock: trio.abc.Clock) -> None:
+    # A checkpoint is what a run before this one journaled (`ctx.resumed`), never a key of the
+    # caller's metadata (a detached call keeps its scalar values): a caller that passes "job"
+    # does not make the job "resume" (nor an MCP client's call follow a task the caller names).
+    async with open_runtime([job], tracing=False, shutdown_timeout=1.0) as rt:
+        handle = await rt.detach(call("job", key="m"), principal="ann", metadata={"job": "step 7"})
+        await trio.sleep(1)
+        await handle.cancel()
+    assert ran == ["job m"]  # started from the beginning, and checkpointed its own step
 
 
 async def test_a_run_cancelled_by_its_caller_is_not_handed_over_one_taken_over_is(

@@ -37,6 +37,7 @@ import os
 import re
 import socket
 import time
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -740,7 +741,6 @@ class Book:
         try:
             with asking(**self._askers(run)):
                 metadata = dict(record.metadata)
-                metadata.update(record.checkpoint)  # where a run before this one left its work
                 if record.link is not None:
                     metadata[_LINK] = record.link
                 deadline, timeout = self._deadline(record)
@@ -750,6 +750,8 @@ class Book:
                 ctx = entry.context_of(c)
                 ctx.approved = record.approved
                 ctx.detached_id = record.id
+                if record.checkpoint:  # where a run before this one left its work
+                    ctx.resumed = types.MappingProxyType(dict(record.checkpoint))
                 try:
                     await entry.start(c)
                     await trio.lowlevel.checkpoint_if_cancelled()

@@ -34,7 +34,7 @@ tool call the server makes a task is followed here until it ends, as the one cal
                     (over `MAX_TASK_ID` characters, or not printable) is refused before it is
                     followed, and a task id is cut (`shown`) wherever a message repeats it.
     journaled       a detached call's task id is its checkpoint (`TASK_CHECKPOINT` in its
-                    journal record): the run that recovers it in another process follows
+                    journal record; `ctx.resumed`): the run that recovers it in another process follows
                     that task (`journaled_task`) instead of calling the tool.
 
 The polling is the call's: it is bounded by the call's deadline like any remote call.
@@ -284,7 +284,7 @@ def journaled_task(call: TaskCall) -> str | None:
     """The id of the task a run of this detached call before this one left (its checkpoint),
     if it was this server's and tool's: the run follows it again instead of calling the tool."""
     ctx = call.ctx
-    kept = ctx.metadata.get(TASK_CHECKPOINT) if ctx is not None and ctx.detached_id is not None else None
+    kept = ctx.resumed.get(TASK_CHECKPOINT) if ctx is not None and ctx.detached_id is not None else None
     if not isinstance(kept, Mapping) or kept.get("server") != call.server or kept.get("tool") != call.tool:
         return None
     task_id = kept.get("task")

@@ -17,6 +17,7 @@ import contextvars
 import logging
 import re
 import time
+import types
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, NoReturn, Protocol, TypeVar, overload
 
@@ -190,6 +191,9 @@ class _Bucket:
         return False
 
 
+_NOTHING_RESUMED: Mapping[str, Any] = types.MappingProxyType({})
+
+
 class CallContext:
     """Injected into a tool that declares a parameter of this type; never in the schema.
 
@@ -212,6 +216,9 @@ class CallContext:
             here (the runtime shuts down, or another process took the call over): work it
             started elsewhere (a checkpointed remote task) is left running for the run that
             resumes it, not cancelled.
+        resumed: where a run of this detached call before this one left its work, by key (what
+            it journaled with `checkpoint`); empty otherwise. Only the engine writes it: a
+            caller's metadata cannot pose as a checkpoint.
     """
 
     __slots__ = (
@@ -232,6 +239,7 @@ class CallContext:
         "handed_over",
         "metadata",
         "principal",
+        "resumed",
         "tool",
         "tool_name",
     )
@@ -260,6 +268,7 @@ class CallContext:
         self.approved = False
         self.detached_id: str | None = None
         self.handed_over = False
+        self.resumed: Mapping[str, Any] = _NOTHING_RESUMED
         self.principal = principal
         self._observer = observer
         self._reporter = _reporter.get()  # made in the caller's task: its `reporting(...)` block
@@ -491,7 +500,7 @@ class CallContext:
     async def checkpoint(self, key: str, value: Any) -> bool:
         """Journal where this detached call's work can be picked up again (a remote task's
         id, a job's handle): `value` (JSON) under `key`. If its process dies, the run that
-        recovers the call finds it in `ctx.metadata[key]`, and the call is run again even when
+        recovers the call finds it in `ctx.resumed[key]`, and the call is run again even when
         its tool is not idempotent: the tool must then resume from it, not start over. A later
         checkpoint with the same key replaces it.
 
