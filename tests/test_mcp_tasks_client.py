@@ -267,6 +267,21 @@ async def test_without_notifications_the_task_is_polled_to_its_end() -> None:
     assert seen["listens"] == []
 
 
+async def test_a_task_that_ends_at_once_is_not_kept_waiting_a_whole_poll_interval() -> None:
+    # The server asks for polls 30 s apart (FastMCP's default is 5 s) of a task that is done on
+    # the third tasks/get: the first polls come soon and back off to that interval (as FastMCP's
+    # own client does), so the call is answered in well under a second, not in a minute.
+    with trio.fail_after(LIMIT):
+        async with open_runtime(mcp_servers=[raw()], tracing=False) as rt:
+            started = trio.current_time()
+            result = await rt.call(call("sleepy"))
+            took = trio.current_time() - started
+            seen = await _seen(rt)
+    assert isinstance(result, ToolSuccess), result
+    assert seen["gets"] == {"sleepy-1": 3}
+    assert took < 20, took  # three 30 s polls before; ~0.35 s now (a loaded machine: seconds)
+
+
 async def test_a_task_status_no_one_knows_is_an_error_naming_it_and_the_task_is_cancelled() -> None:
     with trio.fail_after(LIMIT):
         async with open_runtime(mcp_servers=[raw()], tracing=False) as rt:

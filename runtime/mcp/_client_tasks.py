@@ -6,8 +6,10 @@ tool call the server makes a task is followed here until it ends, as the one cal
                     approved): only those `tools/call` requests declare the extension (per request,
                     in `_meta` clientCapabilities, 2026-07-28); the others stay plain calls.
     the task        the server answers a CreateTaskResult (`resultType: "task"`); `tasks/get` is
-                    polled at its `pollIntervalMs` (kept within 0.05 s .. 30 s) until the task ends
-                    (a status notification wakes the poll early, see below):
+                    polled until the task ends: 0.05 s after, then twice as long each time up to
+                    its `pollIntervalMs` (kept within 0.05 s .. 30 s), as FastMCP's own client
+                    does: a task that ends at once is not kept waiting a whole interval (a status
+                    notification wakes the poll early, see below):
                     completed -> its inlined result (a tool error `isError`, as a plain call);
                     failed -> the server's error (ERROR); cancelled by the server -> UNAVAILABLE;
                     forgotten (the server no longer knows the id) -> UNAVAILABLE.
@@ -397,6 +399,7 @@ async def poll(
     if task is None:
         task = {"status": "working", "pollIntervalMs": 0}
     interval = _interval(task.get("pollIntervalMs"))
+    pause = MIN_POLL  # the first polls come soon, then back off to the server's interval
     rounds = 0
     empty = 0  # polls in a row that said input_required and asked nothing
     ended = False
@@ -443,6 +446,7 @@ async def poll(
                             f"{where}: task {named} asked more than {_MAX_QUESTION_ROUNDS} times"
                         )
                     answers = {key: await _answer(call, request) for key, request in asked.items()}
+                    pause = MIN_POLL  # answered: it works on, and may end soon
                     try:
                         await _sent(
                             session,
@@ -468,10 +472,11 @@ async def poll(
                             )
                     else:
                         empty = 0
+                    wait, pause = min(pause, interval), pause * 2
                     if wake is None:
-                        await trio.sleep(interval)
+                        await trio.sleep(wait)
                     else:
-                        with trio.move_on_after(interval):
+                        with trio.move_on_after(wait):
                             await wake.wait()
                         # a notification is a hint: tasks/get says what the task is, at most
                         # once per MIN_POLL however often the server notifies

@@ -6,6 +6,8 @@ tests/test_mcp_tasks_client.py:
 - `lying`: a task whose pollIntervalMs is 30 s; with `--listen`, each subscriptions/listen for it
   (and each tasks/get) is followed by a `notifications/tasks` saying it `completed` with "lie",
   while tasks/get says `working` once, then `completed` with "truth".
+- `sleepy`: `polled` with a pollIntervalMs of 30 s (a server that asks for slow polls, as
+  FastMCP's 5 s default does, of a task that ends at once).
 - `odd`: a task whose status is "paused" (no status of SEP-2663).
 - `mute`: a task that says `input_required` with no `inputRequests`, for ever.
 - `huge`: a CreateTaskResult whose taskId is a megabyte.
@@ -25,7 +27,7 @@ from typing import Any
 
 TASKS = "io.modelcontextprotocol/tasks"
 SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
-TOOLS = ["polled", "lying", "odd", "mute", "huge"]
+TOOLS = ["polled", "sleepy", "lying", "odd", "mute", "huge"]
 gets: Counter[str] = Counter()
 cancels: list[str] = []
 listens: list[list[str]] = []
@@ -87,17 +89,20 @@ def answer(message: dict[str, Any], can_listen: bool) -> dict[str, Any] | None:
         made += 1
         name = params["name"]
         task_id = "x" * 1_000_000 if name == "huge" else f"{name}-{made}"
-        result = {"resultType": "task", **task(task_id, "working", 30000 if name == "lying" else 100)}
+        result = {
+            "resultType": "task",
+            **task(task_id, "working", 30000 if name in ("lying", "sleepy") else 100),
+        }
     elif method == "tasks/get":
         task_id = str(params.get("taskId"))
         gets[task_id[:20]] += 1
         n = gets[task_id[:20]]
-        if task_id.startswith("polled-"):
+        if task_id.startswith(("polled-", "sleepy-")):
             done = n > 2
             result = task(
                 task_id,
                 "completed" if done else "working",
-                100,
+                100 if task_id.startswith("polled-") else 30000,
                 **({"result": text("polled")} if done else {}),
             )
         elif task_id.startswith("lying-"):
