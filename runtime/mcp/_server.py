@@ -212,7 +212,7 @@ class ServedRuntime:
                 on_call_tool=self._call_tool,  # type: ignore[arg-type]
                 # list changes (the SDK's handler) and task status notifications (SEP-2663)
                 on_subscriptions_listen=TaskListen(
-                    self._bus, self._listen, self._listen_caller, self._detailed
+                    self._bus, self._listen, self._listen_caller, self._detailed, owner_of=_listen_owner
                 ),
                 on_set_logging_level=self._set_level,
                 **resources,
@@ -746,6 +746,16 @@ async def serve_stdio(
         async with stdio_server() as (read_stream, write_stream):
             await served.server.run(read_stream, write_stream, served.server.create_initialization_options())
         nursery.cancel_scope.cancel()
+
+
+def _listen_owner(ctx: ServerRequestContext[Any]) -> tuple[str, str | None]:
+    """Whose budget of task listen streams a request spends: its verified token's principal,
+    else (a shared token, or none) its client's address, as sessions are shared out."""
+    principal = principal_of_token(get_access_token())
+    if principal is not None:
+        return ("principal", principal)
+    client = getattr(getattr(ctx, "request", None), "client", None)
+    return ("peer", getattr(client, "host", None))
 
 
 def principal_of_token(token: AccessToken | None) -> str | None:

@@ -34,6 +34,14 @@ task is a detached call of the runtime (`Calls.detach`), and the task methods ar
                     sends is read from the journal by the stream's own tasks: a slow or gone
                     client never holds up a task, and the stream ends (gracefully) once every
                     task it watched ended, unless it also listens for list changes.
+                    Bounded per principal (the request's verified token's, else its client's
+                    address): at most `max_streams_per_principal` such streams open at once
+                    (-32603 "Subscription limit reached" past it, as at the server's
+                    `max_streams`), and at most `max_watched_per_principal` task ids watched
+                    over all of them (an id past that is left out of the ack, as an unknown
+                    one: its client polls it). Each watched id is a task of the server's
+                    reading the journal at every change and poll interval: one tenant's
+                    thousand streams of 100 ids each took the server's whole CPU.
 
 Tasks are the principal's: an id that is not the request's principal's (its verified token's)
 is answered as an unknown one (-32602), never "not yours". Anonymous requests share the
@@ -48,7 +56,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -90,6 +98,8 @@ CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 HEADER_MISMATCH = -32020
 MAX_TASK_ID = 256  # characters: a longer taskId names no task of ours (they are ~35)
 MAX_LISTENED_TASKS = 100  # task ids one subscriptions/listen may ask for
+MAX_STREAMS_PER_PRINCIPAL = 32  # task listen streams one principal holds open at once
+MAX_WATCHED_PER_PRINCIPAL = 256  # task ids one principal's open listen streams watch together
 _PROTOCOL_FAILURES = frozenset({FailureKind.UNAVAILABLE, FailureKind.OVERLOADED, FailureKind.UNKNOWN_TOOL})
 
 
@@ -321,6 +331,10 @@ class TaskListen:
         plain: the SDK's handler, which serves a listen that asks for no task.
         caller_of: the request's calls surface (its principal's view), or raises MCPError.
         render: the DetailedTask of a status (as tasks/get answers it).
+        owner_of: whose budget a listen request spends (its principal, or its client's address).
+        max_streams: task listen streams open at once, all principals together.
+        max_streams_per_principal: those one principal holds.
+        max_watched_per_principal: task ids one principal's open streams watch together.
     """
 
     def __init__(
@@ -330,16 +344,24 @@ class TaskListen:
         caller_of: Callable[[ServerRequestContext[Any], types.SubscriptionsListenRequestParams], Any],
         render: Callable[[DetachedStatus], dict[str, Any]],
         *,
+        owner_of: Callable[[ServerRequestContext[Any]], Hashable] = lambda ctx: None,
         max_streams: int = 1024,
+        max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
+        max_watched_per_principal: int = MAX_WATCHED_PER_PRINCIPAL,
         max_buffered: int = 256,
     ) -> None:
         self._bus = bus
         self._plain = plain
         self._caller_of = caller_of
         self._render = render
+        self._owner_of = owner_of
         self._max_streams = max_streams
+        self._max_own_streams = max_streams_per_principal
+        self._max_watched = max_watched_per_principal
         self._max_buffered = max_buffered
         self._streams = 0
+        # owner -> [its open task listen streams, the task ids they watch]
+        self._held: dict[Hashable, list[int]] = {}
 
     async def __call__(
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
@@ -358,13 +380,39 @@ class TaskListen:
         subscription_id = ctx.request_id
         if subscription_id is None:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
-        if self._streams >= self._max_streams:
-            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
         caller = self._caller_of(ctx, params)
+        owner = self._owner_of(ctx)
+        held = self._held.setdefault(owner, [0, 0])
+        if self._streams >= self._max_streams or held[0] >= self._max_own_streams:
+            if held == [0, 0]:
+                del self._held[owner]
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
+        self._streams += 1  # taken now: the lookups below wait, other listens come meanwhile
+        held[0] += 1
         honored: list[str] = []
-        for task_id in dict.fromkeys(wanted):
-            if 0 < len(task_id) <= MAX_TASK_ID and await _exists(caller, task_id):
-                honored.append(task_id)
+        try:
+            for task_id in dict.fromkeys(wanted):
+                if held[1] >= self._max_watched:
+                    break  # this principal watches enough already: the rest are polled
+                if 0 < len(task_id) <= MAX_TASK_ID and await _exists(caller, task_id):
+                    honored.append(task_id)
+                    held[1] += 1
+            return await self._stream(ctx, caller, asked, honored, subscription_id)
+        finally:
+            self._streams -= 1
+            held[0] -= 1
+            held[1] -= len(honored)
+            if held == [0, 0]:
+                self._held.pop(owner, None)
+
+    async def _stream(
+        self,
+        ctx: ServerRequestContext[Any],
+        caller: Any,
+        asked: types.SubscriptionFilter,
+        honored: list[str],
+        subscription_id: Any,
+    ) -> types.SubscriptionsListenResult:
         uris = frozenset(asked.resource_subscriptions or ())
         kinds = types.SubscriptionFilter(
             tools_list_changed=True if asked.tools_list_changed else None,
@@ -402,7 +450,6 @@ class TaskListen:
             except Exception as exc:  # forgotten (expired), the store failing: nothing more to tell
                 log.debug("task %s: status notifications end: %s", task_id, exc)
 
-        self._streams += 1
         unsubscribe = self._bus.subscribe(deliver) if lists else None
         try:
             async with trio.open_nursery() as nursery:
@@ -427,7 +474,6 @@ class TaskListen:
                     await ctx.session.send_notification(notification, related_request_id=subscription_id)
                 nursery.cancel_scope.cancel()
         finally:
-            self._streams -= 1
             if unsubscribe is not None:
                 unsubscribe()
             send.close()
