@@ -43,6 +43,7 @@ from ..engine.lowlevel import (
     Prepare,
     Scope,
     ScopedRuntime,
+    collected,
     new_invoke_id,
     open_engine,
     routing_of,
@@ -288,6 +289,14 @@ class _ThreadDriver:
     ) -> ToolResult:
         entry = self.thread._entry_now()
         return await self.thread._bridge(entry.call, call, scope=scope, **settings)
+
+    async def call_many(
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
+    ) -> list[ToolResult]:
+        entry = self.thread._entry_now()  # the whole batch on the runtime's thread: one hop each way
+        return await self.thread._bridge(
+            lambda: collected(entry.batch(calls, scope=scope, **settings), len(calls))
+        )
 
     def batch(
         self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]

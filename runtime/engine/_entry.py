@@ -716,6 +716,12 @@ class Entry:
                 HOOK_GRACE,
             )
 
+    async def call_many(
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
+    ) -> list[ToolResult]:
+        """A trio caller's `call_many`: its batch's results in the order of `calls`."""
+        return await collected(self.batch(calls, scope=scope, **settings), len(calls))
+
     async def batch(
         self,
         calls: Sequence[ToolCall],
@@ -822,6 +828,16 @@ class Batch:
                 self._wakeup = trio.Event()
                 await self._wakeup.wait()
         self.waiter = None
+
+
+async def collected(chunks: AsyncGenerator[list[Call[Any]], None], n: int) -> list[ToolResult]:
+    """A batch's `n` results in the order of its calls, from its chunks (`call_many`)."""
+    results: list[Any] = [None] * n
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            for c in chunk:
+                results[c.index] = c.result
+    return results
 
 
 def lapse_due(calls: Sequence[Call[ToolPlan]], now: float) -> float:
@@ -987,6 +1003,11 @@ class AsyncioDriver:
                 result = chunk[0].result
         assert result is not None
         return result
+
+    async def call_many(
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
+    ) -> list[ToolResult]:
+        return await collected(self.batch(calls, scope=scope, **settings), len(calls))
 
     async def batch(
         self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]

@@ -94,6 +94,13 @@ class Driver(Protocol):
         self, call: ToolCall, *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> Awaitable[ToolResult]: ...
 
+    def call_many(
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
+    ) -> Awaitable[list[ToolResult]]:
+        """The batch's results in the order of `calls` (`collected` from `batch`, where the
+        driver's callers wait: one hop for a thread's)."""
+        ...
+
     def batch(
         self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> AsyncGenerator[list[Call[Any]], None]: ...
@@ -203,14 +210,7 @@ class Calls:
         self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
         """Run calls concurrently; results in the order of `calls`, one per call."""
-        batch = list(calls)
-        results: list[Any] = [None] * len(batch)
-        chunks = self._driver.batch(batch, scope=self._open(), **settings)
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                for c in chunk:
-                    results[c.index] = c.result
-        return results
+        return await self._driver.call_many(list(calls), scope=self._open(), **settings)
 
     def as_completed(
         self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]

@@ -11,6 +11,7 @@ from ._detached import answered_before as answered_before
 from ._entry import STREAM_BUFFER as STREAM_BUFFER
 from ._entry import AsyncioDriver as AsyncioDriver
 from ._entry import Entry as Entry
+from ._entry import collected as collected
 from ._journal import question_key as question_key
 from ._open import open_engine as open_engine
 from ._options import settings_keywords as settings_keywords
@@ -39,6 +40,7 @@ __all__ = [
     "Scope",
     "ScopedRuntime",
     "answered_before",
+    "collected",
     "new_invoke_id",
     "one_batch",
     "open_engine",
