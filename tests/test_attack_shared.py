@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import trio
+import trio.testing
 from redis_server import running_redis
 
 from runtime import (
@@ -250,8 +251,9 @@ async def test_a_cache_invalidated_after_a_redis_outage_stays_invalidated() -> N
 # -- per-principal isolation: one tenant never evicts another's artifacts or cache entries ---------
 
 
-async def test_one_tenants_artifacts_never_evict_anothers(autojump_clock: trio.abc.Clock) -> None:
-    # async: a thread's real time would let the autojump clock run past the artifacts' ttl
+async def test_one_tenants_artifacts_never_evict_anothers(mock_clock: trio.testing.MockClock) -> None:
+    # A clock that stands still: the artifacts are written to disk in threads, and while a thread
+    # works on a loaded machine an autojump clock ran on past their ttl (3600 s: "expired")
     @tool
     async def export(who: str, n: int) -> str:
         return (who + "-") * (n // 4)

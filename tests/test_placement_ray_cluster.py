@@ -341,12 +341,15 @@ from runtime.placement.ray import Ray
 placement = Ray(
     replicas=2, num_cpus=0, address=os.environ["ADDRESS"], runtime_env={"py_modules": [runtime, shipped]}
 )
-remote = tool(shipped.where, name="remote", placement=placement)
+# setup_timeout: workers that unpack the runtime_env start in seconds, but a loaded machine once
+# took over the default 30 s
+remote = tool(shipped.where, name="remote", placement=placement, setup_timeout=180)
 
 
 async def main():
     async with open_runtime([remote], tracing=False) as rt:
         results = await rt.call_many([ToolCall(id=str(i), name="remote") for i in range(8)])
+    assert all(r.ok for r in results), [r for r in results if not r.ok]
     print(json.dumps([r.value for r in results]))
 
 
