@@ -840,6 +840,10 @@ async def collected(chunks: AsyncGenerator[list[Call[Any]], None], n: int) -> li
     return results
 
 
+def _nowhere(chunk: list[Call[ToolPlan]]) -> None:
+    """A chunk nobody reads as it comes (`call_many` reads the calls once all are done)."""
+
+
 def lapse_due(calls: Sequence[Call[ToolPlan]], now: float) -> float:
     """Lapse every call of a batch whose `expires` has come; returns the next `expires`."""
     soonest = math.inf
@@ -996,32 +1000,67 @@ class AsyncioDriver:
     async def call(
         self, call: ToolCall, *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> ToolResult:
-        result: ToolResult | None = None
-        chunks = self.batch([call], scope=scope, **settings)
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                result = chunk[0].result
-        assert result is not None
+        (result,) = await self.call_many([call], scope=scope, **settings)
         return result
 
     async def call_many(
         self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
-        return await collected(self.batch(calls, scope=scope, **settings), len(calls))
-
-    async def batch(
-        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
-    ) -> AsyncGenerator[list[Call[ToolPlan]], None]:
-        """The calls' chunks as they finish (as the trio `Entry.batch`), from this task."""
         self.check()
         await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         entry = self._entry
         if not entry.direct:  # a flow may suspend: the calls go through a trio task
             pumped = self._pumped(lambda: entry.batch(calls, scope=scope, **settings))
+            return await collected(pumped, len(calls))
+        cs = await self._direct(calls, scope, settings, _nowhere)
+        return [c.result for c in cs]  # type: ignore[misc]  # each settled
+
+    async def batch(
+        self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
+    ) -> AsyncGenerator[list[Call[ToolPlan]], None]:
+        """The calls' chunks as they finish (as the trio `Entry.batch`), from this task: the steps
+        run in a task of the loop (`_direct`) whose chunks come here; closing this cancels it."""
+        self.check()
+        await asyncio.sleep(0)
+        entry = self._entry
+        if not entry.direct:
+            pumped = self._pumped(lambda: entry.batch(calls, scope=scope, **settings))
             async with contextlib.aclosing(pumped) as chunks:
                 async for chunk in chunks:
                     yield chunk
             return
+        queue: asyncio.Queue[list[Call[ToolPlan]]] = asyncio.Queue()
+        run = self._loop.create_task(self._direct(calls, scope, settings, queue.put_nowait))
+        got: asyncio.Task[list[Call[ToolPlan]]] | None = None
+        try:
+            finished = 0
+            while finished < len(calls):
+                got = self._loop.create_task(queue.get())
+                await asyncio.wait((got, run), return_when=asyncio.FIRST_COMPLETED)
+                if not got.done():  # the run ended without a chunk: its error (a closed runtime)
+                    run.result()
+                    return
+                chunk = got.result()
+                finished += len(chunk)
+                yield chunk
+        finally:
+            if got is not None and not got.done():
+                got.cancel()
+            if not run.done():
+                run.cancel()  # the calls not answered end CANCELLED there
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+
+    async def _direct(
+        self,
+        calls: Sequence[ToolCall],
+        scope: Scope | None,
+        settings: CallSettings,
+        chunk: Callable[[list[Call[ToolPlan]]], None],
+    ) -> list[Call[ToolPlan]]:
+        """The entry's steps for calls whose flows cannot suspend, waited for here: each chunk of
+        calls that finished goes to `chunk` (once its finishing flow ran); returns the calls."""
+        entry = self._entry
         entry.check_open()
         waiter = _Waiter(self._loop)
         timeout = settings.get("timeout")
@@ -1031,9 +1070,11 @@ class AsyncioDriver:
         )
         waiter.calls = cs
         finished = 0
+        plain = entry.pipeline is None and not any(c.plan.policies for c in cs)  # no flow to drive
         try:
-            for c in cs:
-                drive_now(entry.starting(c))
+            if not plain:
+                for c in cs:
+                    drive_now(entry.starting(c))
             for admitted, c in enumerate(cs, 1):
                 if c.state is QUEUED and not entry.admit(c, host=True):
                     await self._wait_room(c, waiter)
@@ -1041,18 +1082,22 @@ class AsyncioDriver:
                     await asyncio.sleep(0)  # a long batch lets others run too
             while finished < len(cs):
                 await waiter.wait()
-                chunk = list(waiter.done)
+                done = list(waiter.done)
                 waiter.done.clear()
-                for c in chunk:
-                    drive_now(entry.finishing(c))
-                finished += len(chunk)
-                yield chunk
-        except BaseException:  # stopped early, or cancelled: the calls not answered end CANCELLED
+                for c in done:
+                    if plain:
+                        c.reported()
+                    else:
+                        drive_now(entry.finishing(c))
+                finished += len(done)
+                chunk(done)
+        except BaseException:  # cancelled: the calls not answered end CANCELLED
             for c in entry.abandon_all(cs):
                 drive_now(entry.finishing(c))
             raise
         finally:
             waiter.close()
+        return cs
 
     async def _wait_room(self, c: Call[ToolPlan], waiter: _Waiter) -> None:
         """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""
