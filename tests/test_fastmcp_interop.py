@@ -66,7 +66,8 @@ class User:
 
 
 async def _ours_against_fastmcp(python: Path, user: User | None = None) -> AsyncIterator[Runtime]:
-    server = mcp.stdio(str(python), [str(SIDE / "server.py")], name="fastmcp")
+    # FastMCP takes ~2.5 s to import; a loaded machine took over the default 10 s to answer
+    server = mcp.stdio(str(python), [str(SIDE / "server.py")], name="fastmcp", connect_timeout=45)
     on_elicit = user.on_elicit if user is not None else None
     async with open_runtime(mcp_servers=[server], on_elicit=on_elicit, tracing=False) as rt:
         yield rt
