@@ -55,10 +55,13 @@ async def test_an_approval_whose_journal_write_loses_its_answer_runs_the_call_ex
     once, and its result comes."""
     ran: list[int] = []
 
+    # async: a sync tool's thread runs on real time, and the autojump clock ran past fail_after
+    # while it worked (once, in the full suite)
     @tool(requires_approval=True)
-    def pay(amount: int) -> str:
+    async def pay(amount: int) -> str:
         """Pay."""
         ran.append(amount)
+        await trio.lowlevel.checkpoint()
         return f"paid {amount}"
 
     store = Flaky(MemoryStore())
