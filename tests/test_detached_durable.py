@@ -136,7 +136,10 @@ async def test_on_redis_a_cancel_and_an_approval_reach_a_call_from_another_proce
             paid = await each.ask(op="result", id=pending, principal="ann")
             assert paid["result"]["content"] == "paid twice"
         assert (await b.ask(op="status", id=pending, principal="mallory"))["error"] == "CallNotFound"
-    assert side_effects(log) == {("begin", "long"): 1, ("begin", "twice"): 1, ("effect", "twice"): 1}
+    effects = side_effects(log)
+    # the cancel may reach "long" before its tool began (another process, on Redis): at most once
+    assert effects.pop(("begin", "long"), 0) <= 1
+    assert effects == {("begin", "twice"): 1, ("effect", "twice"): 1}
 
 
 async def test_a_process_that_shuts_down_leaves_its_running_call_to_the_next(
