@@ -639,8 +639,8 @@ class Call(Generic[P]):
                 plan.counters.in_flight -= 1
             plan.running.discard(self)
             self.job = None
-        breaker = plan.breaker
-        if breaker is not None:  # 2
+        if plan.breaker is not None:  # 2
+            breaker = plan.breaker
             if not answered:
                 if over or state is QUEUED:
                     breaker.heard(self, result, over)
@@ -649,9 +649,9 @@ class Call(Generic[P]):
             elif over and not _lapsed(self.result):  # a late end (a lapsed one was heard)
                 breaker.heard(self, result, True)
         if (  # 3
-            over
+            plan.retry is not None
+            and over
             and not answered
-            and plan.retry is not None
             and type(result) is ToolFailure
             and self._again(result)
         ):
@@ -659,7 +659,9 @@ class Call(Generic[P]):
                 plan.drained()
             return
         if not answered:  # 4
-            if state is RUNNING and not over:
+            if over:
+                pass  # its work reported: it was running (a call in its mailbox has no work)
+            elif state is RUNNING:
                 plan.counters.in_flight -= 1
                 self.settled_at = now = trio.current_time()
                 if not self.handed:

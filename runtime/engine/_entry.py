@@ -840,10 +840,6 @@ async def collected(chunks: AsyncGenerator[list[Call[Any]], None], n: int) -> li
     return results
 
 
-def _nowhere(chunk: list[Call[ToolPlan]]) -> None:
-    """A chunk nobody reads as it comes (`call_many` reads the calls once all are done)."""
-
-
 def lapse_due(calls: Sequence[Call[ToolPlan]], now: float) -> float:
     """Lapse every call of a batch whose `expires` has come; returns the next `expires`."""
     soonest = math.inf
@@ -1003,17 +999,16 @@ class AsyncioDriver:
         (result,) = await self.call_many([call], scope=scope, **settings)
         return result
 
-    async def call_many(
+    def call_many(
         self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
-    ) -> list[ToolResult]:
+    ) -> Awaitable[list[ToolResult]]:
+        """The steps' coroutine itself (no coroutine around it: this is every guest call's path)."""
         self.check()
-        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         entry = self._entry
         if not entry.direct:  # a flow may suspend: the calls go through a trio task
             pumped = self._pumped(lambda: entry.batch(calls, scope=scope, **settings))
-            return await collected(pumped, len(calls))
-        cs = await self._direct(calls, scope, settings, _nowhere)
-        return [c.result for c in cs]  # type: ignore[misc]  # each settled
+            return collected(pumped, len(calls))
+        return self._direct(calls, scope, settings, None)
 
     async def batch(
         self, calls: Sequence[ToolCall], *, scope: Scope | None = None, **settings: Unpack[CallSettings]
@@ -1021,7 +1016,6 @@ class AsyncioDriver:
         """The calls' chunks as they finish (as the trio `Entry.batch`), from this task: the steps
         run in a task of the loop (`_direct`) whose chunks come here; closing this cancels it."""
         self.check()
-        await asyncio.sleep(0)
         entry = self._entry
         if not entry.direct:
             pumped = self._pumped(lambda: entry.batch(calls, scope=scope, **settings))
@@ -1056,10 +1050,12 @@ class AsyncioDriver:
         calls: Sequence[ToolCall],
         scope: Scope | None,
         settings: CallSettings,
-        chunk: Callable[[list[Call[ToolPlan]]], None],
-    ) -> list[Call[ToolPlan]]:
+        chunk: Callable[[list[Call[ToolPlan]]], None] | None,
+    ) -> list[ToolResult]:
         """The entry's steps for calls whose flows cannot suspend, waited for here: each chunk of
-        calls that finished goes to `chunk` (once its finishing flow ran); returns the calls."""
+        calls that finished goes to `chunk` (once its finishing flow ran; None: nobody reads
+        them as they come); returns the results in the order of `calls`."""
+        await asyncio.sleep(0)  # the loop's other tasks get a turn, as trio's checkpoint gives them
         entry = self._entry
         entry.check_open()
         waiter = _Waiter(self._loop)
@@ -1070,7 +1066,12 @@ class AsyncioDriver:
         )
         waiter.calls = cs
         finished = 0
-        plain = entry.pipeline is None and not any(c.plan.policies for c in cs)  # no flow to drive
+        plain = entry.pipeline is None  # no flow to drive
+        if plain:
+            for c in cs:
+                if c.plan.policies:
+                    plain = False
+                    break
         try:
             if not plain:
                 for c in cs:
@@ -1081,7 +1082,8 @@ class AsyncioDriver:
                 if admitted % _EAGER_RUN == 0:
                     await asyncio.sleep(0)  # a long batch lets others run too
             while finished < len(cs):
-                await waiter.wait()
+                if not waiter.done:  # (a call that ran right here has settled already)
+                    await waiter.wait()
                 done = list(waiter.done)
                 waiter.done.clear()
                 for c in done:
@@ -1090,14 +1092,15 @@ class AsyncioDriver:
                     else:
                         drive_now(entry.finishing(c))
                 finished += len(done)
-                chunk(done)
+                if chunk is not None:
+                    chunk(done)
         except BaseException:  # cancelled: the calls not answered end CANCELLED
             for c in entry.abandon_all(cs):
                 drive_now(entry.finishing(c))
             raise
         finally:
             waiter.close()
-        return cs
+        return [c.result for c in cs]  # type: ignore[misc]  # each settled
 
     async def _wait_room(self, c: Call[ToolPlan], waiter: _Waiter) -> None:
         """The call's mailbox is full: wait for room (backpressure), no longer than its deadline."""

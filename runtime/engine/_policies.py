@@ -301,41 +301,41 @@ def before(
     kept: list[tuple[Policy, PolicyFlow]] = []
     call.flows = kept
     call.notes = []
-    chain, i, n = policies, 0, len(policies)
-    while i < n:
-        policy = chain[i]
-        i += 1
-        flow = policy.intercept(request)
-        try:
-            step = flow.send(None)
-            while not (step is request or isinstance(step, CallRequest)):  # it awaits something
-                if not policy.suspends:
-                    call.settle(_awaits(call, policy, flow, step))
-                    _shown(call, request)
-                    return None
-                value, error = yield from _awaited(flow, step)
-                step = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as stop:  # it answered the call itself
-            _answered(call, policy, stop.value)
-            _shown(call, request)
-            return None
-        except Exception as exc:
-            call.settle(_crashed(call, policy, exc))
-            _shown(call, request)
-            return None
-        kept.append((policy, flow))  # it went on: its flow waits for the outcome
-        if step is request:
-            continue
-        _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
-        routed = step.tool_name != request.tool_name
-        request = step
-        if routed and chain_of is not None and not call.settled:
-            target = chain_of(request.tool_name)
-            if target is None:
-                break  # no such tool: the entry answers UNKNOWN_TOOL
-            met = {id(p) for p, _ in kept}
-            chain, i = tuple(p for p in target if id(p) not in met), 0
-            n = len(chain)
+    chain: tuple[Policy, ...] | None = policies
+    while chain is not None:  # once, unless a policy sends the call to another tool's chain
+        then, chain = chain, None
+        for policy in then:
+            flow = policy.intercept(request)
+            try:
+                step = flow.send(None)
+                while step is not request and not isinstance(step, CallRequest):  # it awaits something
+                    if not policy.suspends:
+                        call.settle(_awaits(call, policy, flow, step))
+                        _shown(call, request)
+                        return None
+                    value, error = yield from _awaited(flow, step)
+                    step = flow.send(value) if error is None else flow.throw(error)
+            except StopIteration as stop:  # it answered the call itself
+                _answered(call, policy, stop.value)
+                _shown(call, request)
+                return None
+            except Exception as exc:
+                call.settle(_crashed(call, policy, exc))
+                _shown(call, request)
+                return None
+            kept.append((policy, flow))  # it went on: its flow waits for the outcome
+            if step is request:
+                continue
+            _event(call, policy, "rewrote" if step.arguments is not request.arguments else "redacted")
+            routed = step.tool_name != request.tool_name
+            request = step
+            if routed and chain_of is not None and not call.settled:
+                target = chain_of(request.tool_name)
+                if target is None:
+                    return request  # no such tool: the entry answers UNKNOWN_TOOL
+                met = {id(p) for p, _ in kept}
+                chain = tuple(p for p in target if id(p) not in met)
+                break
     return request
 
 

@@ -204,13 +204,15 @@ class Calls:
 
     async def call(self, call: ToolCall, /, **settings: Unpack[CallSettings]) -> ToolResult:
         """Run one tool call; always returns its result (a ToolSuccess or a ToolFailure)."""
-        return await self._driver.call(call, scope=self._open(), **settings)
+        scope = self._scope if not self._closed else self._open()  # (no call on the open path)
+        return await self._driver.call(call, scope=scope, **settings)
 
     async def call_many(
         self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
     ) -> list[ToolResult]:
         """Run calls concurrently; results in the order of `calls`, one per call."""
-        return await self._driver.call_many(list(calls), scope=self._open(), **settings)
+        scope = self._scope if not self._closed else self._open()
+        return await self._driver.call_many(list(calls), scope=scope, **settings)
 
     def as_completed(
         self, calls: Iterable[ToolCall], /, **settings: Unpack[CallSettings]
