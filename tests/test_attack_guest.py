@@ -832,11 +832,6 @@ except BaseException as exc:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack7: an asyncio tool's KeyboardInterrupt/SystemExit escapes the host loop "
-    "(asyncio.Task re-raises them from its step; HostTasks runs the tool's coroutine as a bare task)",
-)
 @pytest.mark.parametrize("loop", ["asyncio", "any"])
 @pytest.mark.parametrize("kind", sorted(LOOP_ENDING))
 def test_asyncio_tool_keyboard_interrupt_is_a_failure_not_the_loops(kind: str, loop: str) -> None:
@@ -860,12 +855,6 @@ def test_asyncio_tool_keyboard_interrupt_is_a_failure_not_the_loops(kind: str, l
     assert done.returncode == 0, why
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack7: an asyncio caller woken for room in a full mailbox and cancelled before its "
-    "task runs loses the wake-up (AsyncioDriver._wait_room: withdraw() is a no-op once woken, "
-    "the room is not passed to the next waiter): the other waiters hang forever",
-)
 def test_room_waiter_cancelled_after_its_wake_up_passes_the_room_on() -> None:
     async def body(env: Env) -> None:
         rt = env.rt
@@ -1040,10 +1029,6 @@ async def _drain(it: Any) -> list[Any]:
         return [r async for r in results]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack7: as the call test above, for a batch (call_many) woken for room then cancelled",
-)
 def test_room_waiting_batch_cancelled_after_its_wake_up_passes_the_room_on() -> None:
     async def body(env: Env) -> None:
         rt = env.rt
@@ -1133,12 +1118,6 @@ def test_suspending_policy_path_callers_cancelled_at_random(seed: int) -> None:
 # -- a full mailbox: the room is passed on ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack7: backpressure strands waiters with the tool idle, no cancel, no timeout: a waiter "
-    "woken for room finds a free slot (the queued call already ran) and starts at once; neither "
-    "Mailbox.admit's start path nor Mailbox.release (queue empty) wakes the next room waiter",
-)
 @pytest.mark.parametrize("policy", [False, True])
 def test_backpressure_every_waiter_answered_when_calls_end_fast(policy: bool) -> None:
     async def body(env: Env) -> None:
@@ -1162,10 +1141,6 @@ def test_backpressure_every_waiter_answered_when_calls_end_fast(policy: bool) ->
     run(body, extra_policies=(Suspends(),) if policy else ())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack7: the same on a plain trio runtime (the mailbox's, not only the asyncio driver's)",
-)
 def test_backpressure_every_waiter_answered_on_trio_too() -> None:
     from runtime import open_runtime
 
@@ -1220,11 +1195,6 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack7: AsyncioDriver._wait_room spins without yielding (the loop frozen) when an earlier "
-    "call of the batch has settled: _Waiter.wait returns at once while `done` is not empty",
-)
 @pytest.mark.parametrize("first", ["inline_echo", "no_such_tool"])
 def test_batch_waiting_for_room_after_a_settled_call_does_not_freeze_the_loop(first: str) -> None:
     import os

@@ -934,7 +934,7 @@ class _Waiter:
 
     async def wait(self, also: asyncio.Future[Any] | None = None) -> None:
         """Return once a call has settled into `done` (its deadlines lapse meanwhile), or `also` is done."""
-        if self.done:
+        if self.done and also is None:  # (with `also`: a call settled before is not what it waits for)
             return
         if self._timer is None:
             self._arm(min((c.expires for c in self.calls if not c.settled), default=math.inf))
@@ -1110,9 +1110,13 @@ class AsyncioDriver:
             withdraw = plan.mailbox.wait_room_soon(functools.partial(_resolve, room))
             try:
                 await waiter.wait(room)  # room, or the call settled meanwhile (its deadline)
-            finally:
-                withdraw()
+            except BaseException:
+                withdraw()  # it gives up: room it was given passes on to the next waiter
                 room.cancel()
+                raise
+            if not room.done() or c.state is not QUEUED:
+                withdraw()  # it leaves the line (room it was given passes on)
+            room.cancel()
 
     def stream(
         self,

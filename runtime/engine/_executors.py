@@ -379,7 +379,7 @@ class HostTasks(_Outside):
         if not call.start(self):
             plan.mailbox.release()
             return
-        task = self._loop.create_task(plan.host_coroutine(call), context=call.context)
+        task = self._loop.create_task(_contained(plan.host_coroutine(call)), context=call.context)
         call.job = task
         self.running.add(call)
         task.add_done_callback(functools.partial(self._done, call))
@@ -395,9 +395,30 @@ class HostTasks(_Outside):
                 call.raised(asyncio.CancelledError())
         elif (exc := task.exception()) is not None:
             call.raised(exc)
+        elif type(result := task.result()) is _Escaped:
+            call.raised(result.exc)
         else:
-            call.returned(task.result())
+            call.returned(result)
         self._plan.mailbox.release()
+
+
+class _Escaped:
+    """A KeyboardInterrupt or SystemExit an asyncio tool raised, kept from its loop."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _contained(coro: Any) -> Any:
+    """An asyncio tool's coroutine, run by a task of the host loop: asyncio re-raises a task's
+    KeyboardInterrupt and SystemExit out of the loop (ending the host's `asyncio.run`); a tool's
+    are its call's failure here, as on every other executor."""
+    try:
+        return await coro
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return _Escaped(exc)
 
 
 class InCaller(_Outside):

@@ -123,6 +123,8 @@ class Mailbox:
         if self._serving and self.running < self.capacity and len(self._queue) == self._dead:
             if runner.holds:
                 self.running += 1
+            if self._room:  # room is left behind it: the next waiter may come (a woken one came)
+                self._wake_room()
             runner.start(call)
             return True
         if len(self._queue) - self._dead >= self.size:
@@ -137,6 +139,8 @@ class Mailbox:
         call.executor = runner
         call.queued = True
         self._queue.append(call)
+        if self._room:
+            self._wake_room()
         return True
 
     def startable(self) -> bool:
@@ -167,8 +171,10 @@ class Mailbox:
         return waiter
 
     def _withdraw(self, waiter: _RoomWaiter) -> None:
-        """A waiter gives up (cancelled; or woken already: nothing to do)."""
+        """A waiter gives up (cancelled, or its call settled meanwhile); one woken already
+        passes the room it was given on."""
         if waiter.wake is None:
+            self._wake_room()
             return
         waiter.wake = None
         self._withdrawn += 1
@@ -197,6 +203,8 @@ class Mailbox:
         self.running -= 1
         if self._queue:
             self._start_waiting()
+        elif self._room:  # nothing queued: room for whoever waits (a waiter woken before came late)
+            self._wake_room()
 
     def _start_waiting(self) -> None:
         queue = self._queue
