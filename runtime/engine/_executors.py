@@ -379,7 +379,7 @@ class HostTasks(_Outside):
         if not call.start(self):
             plan.mailbox.release()
             return
-        task = self._loop.create_task(_contained(plan.host_coroutine(call)), context=call.context)
+        task = self._loop.create_task(_contained(plan, call), context=call.context)
         call.job = task
         self.running.add(call)
         task.add_done_callback(functools.partial(self._done, call))
@@ -411,12 +411,13 @@ class _Escaped:
         self.exc = exc
 
 
-async def _contained(coro: Any) -> Any:
-    """An asyncio tool's coroutine, run by a task of the host loop: asyncio re-raises a task's
+async def _contained(plan: ToolPlan, call: Call[ToolPlan]) -> Any:
+    """An asyncio tool's call, run by a task of the host loop: asyncio re-raises a task's
     KeyboardInterrupt and SystemExit out of the loop (ending the host's `asyncio.run`); a tool's
-    are its call's failure here, as on every other executor."""
+    are its call's failure here, as on every other executor. (The tool's coroutine is made here:
+    one made outside would never be awaited by a task cancelled before its first step.)"""
     try:
-        return await coro
+        return await plan.host_coroutine(call)
     except (KeyboardInterrupt, SystemExit) as exc:
         return _Escaped(exc)
 
