@@ -171,11 +171,13 @@ class _Writer:
             else (f"async def {ident}() -> {out}:")
         )
         body = [signature]
-        doc = (d.description or "").strip().replace('"""', "'''").splitlines()
+        doc = (d.description or "").strip().splitlines()
         if docs:
             doc += ["", "Args:", *docs] if doc else ["Args:", *docs]
         if d.notes:
             doc += ["", *(_one_line(n) for n in d.notes)]
+        # nothing in it may end the docstring: a description's, a parameter's own name (`"""`)
+        doc = [line.replace('"""', "'''") for line in doc]
         if len(doc) == 1:
             body.append(f'    """{doc[0]}"""')
         elif doc:
